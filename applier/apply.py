@@ -1,0 +1,86 @@
+"""Change appliers: one consumer group; each batch's distinct PKs are re-copied, then offsets committed."""
+from __future__ import annotations
+
+import logging
+import time
+
+import redis
+from confluent_kafka import Consumer, KafkaException
+
+from applier.recopy import recopy_keys, with_retry
+from migration.context import RunContext
+from migration.logs import log_event
+from streams.events import decode_key
+from streams.topics import TopicNames
+
+log = logging.getLogger("stream_osc.apply")
+
+
+def applier_consumer(ctx: RunContext, client_id: str) -> Consumer:
+    """A member of the migration's applier group, reading the change topic from its start."""
+    return Consumer({
+        "bootstrap.servers": ctx.endpoints.kafka_bootstrap,
+        "group.id": ctx.migration.group_id,
+        "client.id": client_id,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "max.poll.interval.ms": 300000,
+        "session.timeout.ms": 10000,
+    })
+
+
+class ApplyStats:
+    """Counters shared by appliers of one process (read by the progress display)."""
+
+    def __init__(self, client: redis.Redis, migration_id: int) -> None:
+        self.r = client
+        self.key = f"stream-osc:{migration_id}:apply"
+
+    def add(self, events: int, keys: int, latency_ms: float) -> None:
+        pipe = self.r.pipeline()
+        pipe.hincrby(self.key, "events", events)
+        pipe.hincrby(self.key, "keys", keys)
+        pipe.hset(self.key, "last_batch_ms", int(latency_ms))
+        pipe.execute()
+
+    def read(self) -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in self.r.hgetall(self.key).items()}
+
+
+def apply_worker(ctx: RunContext, worker_no: int) -> None:
+    """Consume, re-copy the batch's distinct keys, commit offsets after the write; until stopped."""
+    names = TopicNames(ctx.migration.prefix, ctx.spec.database, ctx.spec.table)
+    consumer = applier_consumer(ctx, f"{ctx.migration.prefix}-applier-{worker_no}")
+    consumer.subscribe([names.changes])
+    conn = ctx.db(autocommit=True)
+    stats = ApplyStats(ctx.redis(), ctx.migration.id)
+    pk = ctx.migration.pk_column
+    try:
+        while not ctx.stop.is_set():
+            if not ctx.wait_while_paused(conn):
+                return
+            messages = consumer.consume(num_messages=ctx.spec.apply_batch_size, timeout=0.2)
+            if not messages:
+                continue
+            started = time.monotonic()
+            keys: set[int] = set()
+            for msg in messages:
+                if msg.error():
+                    if msg.error().fatal():
+                        raise KafkaException(msg.error())
+                    continue
+                change = decode_key(msg.key(), pk)
+                if change is not None and not change.is_fence:
+                    keys.add(change.pk)
+            if keys:
+                with_retry(lambda: recopy_keys(conn, ctx.pair, keys))
+            try:
+                consumer.commit(asynchronous=False)
+            except KafkaException as exc:
+                # Partitions moved to another member mid-batch: it re-reads them (apply is idempotent).
+                log_event(log, "offset commit skipped", logging.WARNING, worker=worker_no, reason=str(exc))
+            stats.add(len(messages), len(keys), (time.monotonic() - started) * 1000)
+    finally:
+        conn.close()
+        consumer.close()

@@ -1,0 +1,67 @@
+"""What a copy needs to know about the source and new tables: columns, primary key, unique keys."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pymysql
+
+from migration.db import qualified, query, quote_ident
+
+
+@dataclass(frozen=True)
+class TablePair:
+    """Source table and new table of one migration, with the columns both share (in new-table order)."""
+
+    database: str
+    source: str
+    target: str
+    pk: str
+    shared_columns: tuple[str, ...]
+
+    @property
+    def source_name(self) -> str:
+        return qualified(self.database, self.source)
+
+    @property
+    def target_name(self) -> str:
+        return qualified(self.database, self.target)
+
+    @property
+    def column_list(self) -> str:
+        return ", ".join(quote_ident(c) for c in self.shared_columns)
+
+    @property
+    def pk_ident(self) -> str:
+        return quote_ident(self.pk)
+
+
+def columns_of(conn: pymysql.connections.Connection, database: str, table: str) -> list[str]:
+    return [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
+                                      "AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION", (database, table))]
+
+
+def primary_key_of(conn: pymysql.connections.Connection, database: str, table: str) -> list[tuple[str, str]]:
+    """(column, data type) of each primary-key column, in key order."""
+    return [(r[0], r[1]) for r in query(conn, """
+        SELECT k.COLUMN_NAME, c.DATA_TYPE FROM information_schema.KEY_COLUMN_USAGE k
+        JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA=k.TABLE_SCHEMA AND c.TABLE_NAME=k.TABLE_NAME
+             AND c.COLUMN_NAME=k.COLUMN_NAME
+        WHERE k.TABLE_SCHEMA=%s AND k.TABLE_NAME=%s AND k.CONSTRAINT_NAME='PRIMARY'
+        ORDER BY k.ORDINAL_POSITION""", (database, table))]
+
+
+def unique_keys_of(conn: pymysql.connections.Connection, database: str, table: str) -> dict[str, list[str]]:
+    """Secondary UNIQUE keys: name -> columns."""
+    keys: dict[str, list[str]] = {}
+    for name, column in query(conn, """SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
+            WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s AND NON_UNIQUE=0 AND INDEX_NAME<>'PRIMARY'
+            ORDER BY INDEX_NAME, SEQ_IN_INDEX""", (database, table)):
+        keys.setdefault(name, []).append(column)
+    return keys
+
+
+def load_pair(conn: pymysql.connections.Connection, database: str, source: str, target: str, pk: str) -> TablePair:
+    """Describe the pair from information_schema."""
+    source_cols = set(columns_of(conn, database, source))
+    shared = tuple(c for c in columns_of(conn, database, target) if c in source_cols)
+    return TablePair(database, source, target, pk, shared)

@@ -1,0 +1,82 @@
+"""Debezium connector configuration for capturing one table (plus its fence table)."""
+from __future__ import annotations
+
+import re
+import zlib
+
+from migration.endpoints import MySQLAddress
+from streams.topics import TopicNames
+
+CONNECTOR_CLASSES = {
+    "mariadb": "io.debezium.connector.mariadb.MariaDbConnector",
+    "mysql": "io.debezium.connector.mysql.MySqlConnector",
+}
+
+# Settings that hold for every connector stream-osc creates (see docs/connector.md for why).
+BASE_SETTINGS: dict[str, str] = {
+    "tasks.max": "1",
+    "snapshot.mode": "no_data",               # start at the current position, copy nothing
+    "snapshot.locking.mode": "none",          # no global read lock on a busy primary
+    "tombstones.on.delete": "false",
+    "decimal.handling.mode": "string",
+    "include.schema.changes": "false",
+    "schema.history.internal.skip.unparseable.ddl": "true",
+    "schema.history.internal.store.only.captured.tables.ddl": "true",
+    "heartbeat.interval.ms": "1000",          # keeps the position moving on a quiet table
+    "poll.interval.ms": "20",
+    "max.batch.size": "8192",
+    "max.queue.size": "32768",
+    "producer.override.linger.ms": "5",
+    "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+    "key.converter.schemas.enable": "false",
+    "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+    "value.converter.schemas.enable": "false",
+}
+
+# Connect worker settings the stack and docker-compose share with this module.
+WORKER_SETTINGS: dict[str, str] = {
+    "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+    "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+    "key.converter.schemas.enable": "false",
+    "value.converter.schemas.enable": "false",
+    "connector.client.config.override.policy": "All",
+    "offset.flush.interval.ms": "500",
+}
+
+
+def server_id_for(prefix: str) -> str:
+    """A replication server id derived from the prefix, away from common small ids."""
+    return str(5_400_000 + zlib.crc32(prefix.encode()) % 1_000_000)
+
+
+def connector_config(flavor: str, mysql: MySQLAddress, kafka_bootstrap: str, names: TopicNames,
+                     fence_table: str) -> dict[str, str]:
+    """Full connector config: capture `db.table` and the fence table, route fences into the change topic."""
+    config = dict(BASE_SETTINGS)
+    config.update({
+        "connector.class": CONNECTOR_CLASSES[flavor],
+        "database.hostname": mysql.host,
+        "database.port": str(mysql.port),
+        "database.user": mysql.user,
+        "database.password": mysql.password,
+        "database.server.id": server_id_for(names.prefix),
+        "topic.prefix": names.prefix,
+        "table.include.list": f"{re.escape(names.database)}\\.{re.escape(names.table)},{re.escape(fence_table)}",
+        "schema.history.internal.kafka.bootstrap.servers": kafka_bootstrap,
+        "schema.history.internal.kafka.topic": names.schema_history,
+        # Fence rows go into the change topic itself, keyed so that each partition gets one:
+        # seeing a partition's fence proves every earlier change of that partition is there.
+        "transforms": "fence",
+        "transforms.fence.type": "io.debezium.transforms.ByLogicalTableRouter",
+        "transforms.fence.topic.regex": re.escape(f"{names.prefix}.{fence_table}"),
+        "transforms.fence.topic.replacement": names.changes,
+        "transforms.fence.key.enforce.uniqueness": "false",
+    })
+    if flavor == "mysql":
+        config["database.ssl.mode"] = "preferred"
+    return config
+
+
+def redact(config: dict[str, str]) -> dict[str, str]:
+    """The config with secrets masked, for logs and status output."""
+    return {k: ("********" if "password" in k else v) for k, v in config.items()}

@@ -1,0 +1,125 @@
+"""Kafka Connect REST client: register, wait, status, offsets, removal."""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+
+class ConnectError(Exception):
+    """Kafka Connect refused a request or is unreachable."""
+
+    user_facing = True
+
+
+@dataclass(frozen=True)
+class ConnectorState:
+    """Connector and task states as Connect reports them."""
+
+    connector: str
+    tasks: list[str]
+    trace: str | None
+
+    @property
+    def running(self) -> bool:
+        return self.connector == "RUNNING" and bool(self.tasks) and all(t == "RUNNING" for t in self.tasks)
+
+    @property
+    def failed(self) -> bool:
+        return self.connector == "FAILED" or any(t == "FAILED" for t in self.tasks)
+
+    def error_line(self) -> str:
+        """The first line of the failure trace (the connector's own error message)."""
+        return (self.trace or "").strip().splitlines()[0] if self.trace else ""
+
+
+class ConnectClient:
+    """Thin client over the Connect REST API."""
+
+    def __init__(self, url: str, timeout: float = 15.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
+              ok_missing: bool = False) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+                return json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404 and ok_missing:
+                return None
+            detail = exc.read().decode(errors="replace")[:500]
+            try:
+                detail = json.loads(detail).get("message", detail)
+            except ValueError:
+                pass
+            raise ConnectError(f"Kafka Connect at {self.url} answered {exc.code} to {method} {path}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ConnectError(f"Kafka Connect at {self.url} is unreachable ({reason})") from None
+
+    def check_reachable(self) -> None:
+        self._call("GET", "/")
+
+    def has_plugin(self, connector_class: str) -> bool:
+        return any(p.get("class") == connector_class for p in self._call("GET", "/connector-plugins"))
+
+    def exists(self, name: str) -> bool:
+        return self._call("GET", f"/connectors/{name}", ok_missing=True) is not None
+
+    def create(self, name: str, config: dict[str, str]) -> None:
+        """Create or update the connector (PUT is idempotent)."""
+        self._call("PUT", f"/connectors/{name}/config", config)
+
+    def state(self, name: str) -> ConnectorState | None:
+        doc = self._call("GET", f"/connectors/{name}/status", ok_missing=True)
+        if doc is None:
+            return None
+        tasks = doc.get("tasks", [])
+        trace = doc["connector"].get("trace") or next((t.get("trace") for t in tasks if t.get("trace")), None)
+        return ConnectorState(doc["connector"]["state"], [t["state"] for t in tasks], trace)
+
+    def wait_running(self, name: str, timeout: float = 60.0) -> ConnectorState:
+        """Wait until connector and tasks are RUNNING; raise with the connector's error if it fails."""
+        deadline = time.monotonic() + timeout
+        state = None
+        while time.monotonic() < deadline:
+            state = self.state(name)
+            if state and state.failed:
+                raise ConnectError(f"connector {name} failed: {state.error_line()}")
+            if state and state.running:
+                return state
+            time.sleep(0.2)
+        raise ConnectError(f"connector {name} not running after {timeout:.0f} s (state: {state})")
+
+    def offsets(self, name: str) -> list[dict[str, Any]]:
+        """The connector's committed source offsets (Connect 3.5+)."""
+        doc = self._call("GET", f"/connectors/{name}/offsets", ok_missing=True)
+        return (doc or {}).get("offsets", [])
+
+    def restart_failed(self, name: str) -> None:
+        self._call("POST", f"/connectors/{name}/restart?includeTasks=true&onlyFailed=true")
+
+    def remove(self, name: str) -> None:
+        """Stop the connector, delete its offsets, then delete it (no trace left in Connect)."""
+        if not self.exists(name):
+            return
+        self._call("PUT", f"/connectors/{name}/stop")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            state = self.state(name)
+            if state is None or state.connector == "STOPPED":
+                break
+            time.sleep(0.2)
+        try:
+            self._call("DELETE", f"/connectors/{name}/offsets", ok_missing=True)
+        except ConnectError:
+            pass  # offsets of a connector whose prefix is never reused are harmless
+        self._call("DELETE", f"/connectors/{name}", ok_missing=True)

@@ -1,0 +1,187 @@
+"""The cutover: lock, fence, drain the last changes in the lock session, rename, unlock — inside a window.
+
+MariaDB refuses RENAME under LOCK TABLES, so it uses the sentry method: the old-table name is held by
+a sentry table while a second session's RENAME waits on the lock; dropping the sentry and unlocking
+lets the RENAME run first. If the lock session dies or gives up, the sentry makes the RENAME fail and
+the original table stays in place. MySQL 8.0.13+ renames inside the lock session.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+import pymysql
+
+from applier.recopy import recopy_keys, with_retry
+from migration.context import RunContext
+from migration.db import qualified, query, scalar
+from migration.logs import log_event
+from streams.events import decode_key
+from streams.fence import FenceTimeout, fence_consumer, read_until_fence
+from streams.topics import TopicNames, committed_offsets, partition_count
+
+log = logging.getLogger("stream_osc.cutover")
+
+SENTRY_COMMENT = "stream-osc cutover sentry"
+
+
+class CutoverAborted(Exception):
+    """This attempt ran out of its window or could not take the lock; the original table is in place."""
+
+
+@dataclass(frozen=True)
+class CutoverResult:
+    """What one attempt did."""
+
+    swapped: bool
+    blocked_ms: float
+    drained_keys: int
+    reason: str = ""
+
+
+class _Renamer(threading.Thread):
+    """Second session: issues the RENAME, which waits on the lock session's metadata locks."""
+
+    def __init__(self, ctx: RunContext, timeout_s: int) -> None:
+        super().__init__(daemon=True)
+        self.conn = ctx.db()
+        query(self.conn, "SET SESSION lock_wait_timeout = %s", (timeout_s,))
+        self.thread_id = self.conn.thread_id()
+        db = ctx.spec.database
+        self.sql = (f"RENAME TABLE {qualified(db, ctx.spec.table)} TO {qualified(db, ctx.spec.old_table)}, "
+                    f"{qualified(db, ctx.spec.new_table)} TO {qualified(db, ctx.spec.table)}")
+        self.error: Exception | None = None
+        self.finished_at = 0.0
+
+    def run(self) -> None:
+        try:
+            query(self.conn, self.sql)
+        except pymysql.err.MySQLError as exc:
+            self.error = exc
+        finally:
+            self.finished_at = time.monotonic()
+            self.conn.close()
+
+    def waiting_on_lock(self, probe: pymysql.connections.Connection) -> bool:
+        state = scalar(probe, "SELECT STATE FROM information_schema.PROCESSLIST WHERE ID=%s", (self.thread_id,))
+        return bool(state) and "lock" in state.lower()
+
+
+class Cutover:
+    """Runs cutover attempts for one migration."""
+
+    def __init__(self, ctx: RunContext, is_mariadb: bool) -> None:
+        self.ctx = ctx
+        self.is_mariadb = is_mariadb
+        spec = ctx.spec
+        self.names = TopicNames(ctx.migration.prefix, spec.database, spec.table)
+        self.partitions = partition_count(ctx.endpoints.kafka_bootstrap, self.names.changes)
+        self.fence_table = qualified(spec.metadata_schema, ctx.migration.fence_table)
+
+    def _drain(self, conn: pymysql.connections.Connection, consumer, start: dict[int, int], token: str,
+               timeout: float, in_transaction: bool) -> tuple[dict[int, int], int]:
+        """Fence, read to the fence in every partition, re-copy the keys seen; (positions, keys)."""
+        self.ctx.store(conn).write_fence(self.ctx.migration.id, token)
+        keys: set[int] = set()
+        pk = self.ctx.migration.pk_column
+
+        def collect(raw: bytes) -> None:
+            change = decode_key(raw, pk)
+            if change is not None and change.pk is not None:
+                keys.add(change.pk)
+
+        positions = read_until_fence(consumer, self.names.changes, start, token, timeout, collect)
+        if in_transaction:
+            with_retry(lambda: recopy_keys(conn, self.ctx.pair, keys))
+        else:
+            recopy_keys(conn, self.ctx.pair, keys, in_transaction=False)
+        return positions, len(keys)
+
+    def attempt(self, window_s: float) -> CutoverResult:
+        """One bounded attempt; the applier group must be stopped (its committed offsets are the start)."""
+        spec, ctx = self.ctx.spec, self.ctx
+        consumer = fence_consumer(ctx.endpoints.kafka_bootstrap, ctx.migration.group_id)
+        lock_conn = ctx.db()
+        renamer: _Renamer | None = None
+        locked_at = 0.0
+        try:
+            # Catch up without the lock, so that only the last moment's changes remain for the window.
+            start = committed_offsets(consumer, self.names.changes, self.partitions)
+            start, _ = self._drain(lock_conn, consumer, start, f"pre-{uuid.uuid4().hex[:12]}", 30.0, True)
+
+            query(lock_conn, "SET SESSION lock_wait_timeout = %s", (max(1, int(window_s)),))
+            db = spec.database
+            tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
+            if self.is_mariadb:
+                self._drop_stale_sentry(lock_conn)
+                query(lock_conn, f"CREATE TABLE {qualified(db, spec.old_table)} (sentry INT) COMMENT=%s",
+                      (SENTRY_COMMENT,))
+                tables.append(qualified(db, spec.old_table))
+            try:
+                query(lock_conn, "LOCK TABLES " + ", ".join(f"{t} WRITE" for t in tables))
+            except pymysql.err.OperationalError as exc:
+                raise CutoverAborted(f"could not lock {spec.qualified_name} within {window_s:.1f} s: {exc.args[1]}")
+            locked_at = time.monotonic()
+            deadline = locked_at + window_s
+            if self.is_mariadb:
+                renamer = _Renamer(ctx, timeout_s=max(2, int(window_s) + 2))
+                renamer.start()
+            try:
+                _, drained = self._drain(lock_conn, consumer, start, f"lock-{uuid.uuid4().hex[:12]}",
+                                         max(deadline - time.monotonic(), 0.01), False)
+            except FenceTimeout as exc:
+                raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
+            if self.is_mariadb:
+                assert renamer is not None
+                probe = ctx.db()
+                try:
+                    while not renamer.waiting_on_lock(probe):
+                        if time.monotonic() > deadline or not renamer.is_alive():
+                            raise CutoverAborted("the RENAME session did not queue within the window")
+                        time.sleep(0.005)
+                finally:
+                    probe.close()
+                if time.monotonic() > deadline:
+                    raise CutoverAborted(f"window of {window_s:.1f} s exceeded")
+                query(lock_conn, f"DROP TABLE {qualified(db, spec.old_table)}")
+                query(lock_conn, "UNLOCK TABLES")
+                renamer.join()
+                if renamer.error is not None:
+                    raise CutoverAborted(f"rename failed: {renamer.error}")
+                blocked = (renamer.finished_at - locked_at) * 1000
+            else:
+                if time.monotonic() > deadline:
+                    raise CutoverAborted(f"window of {window_s:.1f} s exceeded")
+                query(lock_conn, f"RENAME TABLE {qualified(db, spec.table)} TO {qualified(db, spec.old_table)}, "
+                                 f"{qualified(db, spec.new_table)} TO {qualified(db, spec.table)}")
+                query(lock_conn, "UNLOCK TABLES")
+                blocked = (time.monotonic() - locked_at) * 1000
+            log_event(log, "tables swapped", blocked_ms=round(blocked, 1), drained_keys=drained)
+            return CutoverResult(True, blocked, drained)
+        except CutoverAborted as exc:
+            self._roll_back(lock_conn, renamer)
+            blocked = (time.monotonic() - locked_at) * 1000 if locked_at else 0.0
+            log_event(log, "cutover attempt rolled back", logging.WARNING, reason=str(exc))
+            return CutoverResult(False, blocked, 0, str(exc))
+        finally:
+            consumer.close()
+            lock_conn.close()
+
+    def _roll_back(self, lock_conn: pymysql.connections.Connection, renamer: _Renamer | None) -> None:
+        """Unlock with the sentry still in place (so a queued RENAME fails), then remove the sentry."""
+        query(lock_conn, "UNLOCK TABLES")
+        if renamer is not None:
+            renamer.join()
+        if self.is_mariadb:
+            self._drop_stale_sentry(lock_conn)
+
+    def _drop_stale_sentry(self, conn: pymysql.connections.Connection) -> None:
+        """Remove a sentry table left by an earlier attempt (never a real table: checked by comment)."""
+        spec = self.ctx.spec
+        comment = scalar(conn, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                               "AND TABLE_NAME=%s", (spec.database, spec.old_table))
+        if comment == SENTRY_COMMENT:
+            query(conn, f"DROP TABLE {qualified(spec.database, spec.old_table)}")

@@ -1,0 +1,99 @@
+"""Pre-flight checks of `init`: each failure is one clear sentence and nothing has been changed yet."""
+from __future__ import annotations
+
+import logging
+
+import pymysql
+import redis
+
+from applier.table import primary_key_of
+from connectors.config import CONNECTOR_CLASSES
+from connectors.rest import ConnectClient
+from migration.db import ServerInfo, query, scalar
+from migration.endpoints import Endpoints, redis_where
+from migration.logs import log_event
+from migration.spec import MigrationSpec
+from streams.topics import check_reachable
+
+log = logging.getLogger("stream_osc.checks")
+
+INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
+
+
+class PreflightError(Exception):
+    """A check failed; the message says what and how to fix it."""
+
+    user_facing = True
+
+
+def check_services(endpoints: Endpoints, flavor: str) -> None:
+    """Kafka, Connect (with the right Debezium plugin) and Redis answer."""
+    check_reachable(endpoints.kafka_bootstrap)
+    connect = ConnectClient(endpoints.connect_url)
+    connect.check_reachable()
+    if not connect.has_plugin(CONNECTOR_CLASSES[flavor]):
+        raise PreflightError(f"Kafka Connect at {endpoints.connect_url} has no {CONNECTOR_CLASSES[flavor]} plugin")
+    try:
+        redis.Redis.from_url(endpoints.redis_url, socket_connect_timeout=5).ping()
+    except redis.exceptions.RedisError:
+        raise PreflightError(f"Redis at {redis_where(endpoints.redis_url)} is unreachable") from None
+
+
+def check_server(info: ServerInfo) -> None:
+    """Binary log on, ROW format, FULL row image."""
+    if not info.log_bin:
+        raise PreflightError("the binary log is off (log_bin): change data capture needs it")
+    if info.binlog_format.upper() != "ROW":
+        raise PreflightError(f"binlog_format is {info.binlog_format}; it must be ROW "
+                             "(SET GLOBAL binlog_format='ROW' and persist it in the server config)")
+    if info.binlog_row_image.upper() != "FULL":
+        raise PreflightError(f"binlog_row_image is {info.binlog_row_image}; it must be FULL")
+    if info.autoinc_lock_mode != 2:
+        log_event(log, "innodb_autoinc_lock_mode is not 2: parallel copy into a table with AUTO_INCREMENT "
+                       "serializes and can stall application writes", logging.WARNING,
+                  innodb_autoinc_lock_mode=info.autoinc_lock_mode)
+
+
+def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> str:
+    """The table exists, has a one-column integer PK and no foreign keys; returns the PK column."""
+    db, table = spec.database, spec.table
+    kind = scalar(conn, "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+                  (db, table))
+    if kind is None:
+        raise PreflightError(f"table {db}.{table} does not exist")
+    if kind != "BASE TABLE":
+        raise PreflightError(f"{db}.{table} is a {kind.lower()}, not a table")
+    pk = primary_key_of(conn, db, table)
+    if not pk:
+        raise PreflightError(f"table {db}.{table} has no primary key; stream-osc needs one to copy and apply by key")
+    if len(pk) > 1:
+        raise PreflightError(f"table {db}.{table} has a composite primary key ({', '.join(c for c, _ in pk)}): "
+                             "not supported yet (only a single integer column)")
+    column, data_type = pk[0]
+    if data_type.lower() not in INTEGER_TYPES:
+        raise PreflightError(f"table {db}.{table} has a {data_type} primary key ({column}): not supported yet "
+                             "(only a single integer column)")
+    fks = query(conn, """SELECT CONSTRAINT_NAME, TABLE_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS
+                         WHERE (CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s)
+                            OR (UNIQUE_CONSTRAINT_SCHEMA=%s AND REFERENCED_TABLE_NAME=%s)""", (db, table, db, table))
+    if fks:
+        raise PreflightError(f"table {db}.{table} has foreign keys ({', '.join(sorted({r[0] for r in fks}))}): "
+                             "a rename swap would break them; not supported")
+    for leftover in (spec.new_table, spec.old_table):
+        if scalar(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+                  (db, leftover)):
+            raise PreflightError(f"table {db}.{leftover} already exists (left from an earlier run?): drop or rename "
+                                 f"it, or run `stream-osc abort --table {db}.{table}` if a migration is unfinished")
+    return column
+
+
+def check_privileges(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:
+    """The user can create, lock, rename and read the binlog (checked from SHOW GRANTS)."""
+    grants = " ".join(r[0] for r in query(conn, "SHOW GRANTS")).upper()
+    if "ALL PRIVILEGES ON *.*" in grants:
+        return
+    needed = ["SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "LOCK TABLES", "REPLICATION"]
+    missing = [p for p in needed if p not in grants]
+    if missing:
+        raise PreflightError(f"the database user lacks privileges: {', '.join(missing)} "
+                             f"(needs them on {spec.database}.* and {spec.metadata_schema}.*, replication on *.*)")

@@ -1,0 +1,182 @@
+"""Handlers of the migration commands: migrate, status, cutover, resume, pause, abort."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from migration.checks import PreflightError
+from migration.db import connect, qualified, query
+from migration.endpoints import Endpoints
+from migration.runner import Runner, remove_capture
+from migration.spec import MigrationSpec, load_migration_file
+from migration.state import StateStore
+from monitor.progress import Progress
+from streams.topics import TopicNames, group_lag
+
+SPEC_OPTIONS = {
+    "copy_workers": int, "apply_workers": int, "chunk_size": int, "batch_size": int, "apply_batch_size": int,
+    "partitions": int, "cutover_window_s": float, "cutover_attempts": int, "max_lag_events": int,
+    "metadata_schema": str,
+}
+
+
+def add_spec_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--table", help="DB.TABLE to change")
+    parser.add_argument("--config", help="TOML file with [endpoints] and [migration] sections")
+    parser.add_argument("--copy-workers", type=int, help="parallel bulk-copy workers (default 4)")
+    parser.add_argument("--apply-workers", type=int, help="parallel change appliers (default 2)")
+    parser.add_argument("--chunk-size", type=int, help="primary-key values per copy chunk (default 100000)")
+    parser.add_argument("--batch-size", type=int, help="primary-key values per copy statement (default 5000)")
+    parser.add_argument("--apply-batch-size", type=int, help="change events per apply batch (default 2000)")
+    parser.add_argument("--partitions", type=int, help="partitions of the change topic (default 8)")
+    parser.add_argument("--cutover-window", dest="cutover_window_s", type=float,
+                        help="longest time writes may be blocked at cutover, seconds (default 3)")
+    parser.add_argument("--cutover-attempts", type=int, help="cutover attempts before giving up (default 10)")
+    parser.add_argument("--max-lag", dest="max_lag_events", type=int,
+                        help="apply lag (events) under which validation and cutover start (default 1000)")
+    parser.add_argument("--metadata-schema", help="schema for stream-osc's state (default stream_osc)")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> MigrationSpec:
+    file_values = load_migration_file(args.config) if getattr(args, "config", None) else {}
+    table = args.table or file_values.pop("table", None)
+    file_values.pop("table", None)
+    if not table:
+        raise PreflightError("--table DB.TABLE is required")
+    alter = getattr(args, "alter", None) or file_values.pop("alter", None)
+    file_values.pop("alter", None)
+    if alter is None:
+        if alter_required:
+            raise PreflightError("--alter is required")
+        alter = _stored_alter(args, table, file_values.get("metadata_schema"))
+    values = dict(file_values)
+    for name in SPEC_OPTIONS:
+        if getattr(args, name, None) is not None:
+            values[name] = getattr(args, name)
+    for flag in ("cutover", "keep_old", "dry_run"):
+        if getattr(args, flag, None) is not None:
+            values[flag] = getattr(args, flag)
+    return MigrationSpec.from_table_arg(table, alter, **values)
+
+
+def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> str:
+    """The ALTER of the table's unfinished migration (for resume/cutover/abort)."""
+    endpoints = Endpoints.load(args.config)
+    db, _, tbl = table.partition(".")
+    conn = connect(endpoints.mysql)
+    try:
+        migration = StateStore(conn, getattr(args, "metadata_schema", None) or schema or "stream_osc").active(db, tbl)
+    finally:
+        conn.close()
+    if migration is None:
+        raise PreflightError(f"no unfinished migration of {table}")
+    return migration.alter_sql
+
+
+def cmd_migrate(args: argparse.Namespace, cutover_now: bool = False) -> int:
+    spec = spec_from_args(args, alter_required=not cutover_now and args.command == "migrate")
+    endpoints = Endpoints.load(args.config)
+    return Runner(endpoints, spec, Progress(quiet=args.quiet), cutover_now=cutover_now).run()
+
+
+def cmd_cutover(args: argparse.Namespace) -> int:
+    return cmd_migrate(args, cutover_now=True)
+
+
+def _with_store(args: argparse.Namespace):
+    endpoints = Endpoints.load(args.config)
+    db, _, tbl = args.table.partition(".")
+    conn = connect(endpoints.mysql)
+    return endpoints, conn, StateStore(conn, args.metadata_schema or "stream_osc"), db, tbl
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    endpoints, conn, store, db, tbl = _with_store(args)
+    migration = store.latest(db, tbl)
+    if migration is None:
+        raise PreflightError(f"no migration of {args.table} is recorded")
+    rows, chunks_done, chunks = store.copy_progress(migration.id)
+    doc = {
+        "migration": migration.id, "table": args.table, "alter": migration.alter_sql,
+        "stage": migration.stage, "status": migration.status,
+        "copy": {"rows": rows, "chunks_done": chunks_done, "chunks": chunks},
+        "validation_diffs": migration.validation_diffs, "cutover_blocked_ms": migration.cutover_blocked_ms,
+        "connector": migration.connector, "error": migration.error,
+    }
+    if migration.stage in ("apply", "validate", "cutover"):
+        names = TopicNames(migration.prefix, db, tbl)
+        try:
+            doc["apply_lag_events"] = group_lag(endpoints.kafka_bootstrap, migration.group_id, names.changes,
+                                                int(migration.options.get("partitions", 8)))
+        except Exception as exc:  # noqa: BLE001 - status still shows the rest
+            doc["apply_lag_events"] = f"unknown ({exc})"
+    if args.json:
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        for key, value in doc.items():
+            print(f"{key:>20}: {value}")
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace, status: str = "paused") -> int:
+    _, conn, store, db, tbl = _with_store(args)
+    migration = store.active(db, tbl)
+    if migration is None:
+        raise PreflightError(f"no unfinished migration of {args.table}")
+    store.update(migration.id, status=status)
+    print(f"migration {migration.id} of {args.table}: {status}")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Continue from durable state (also after a crash) in this process."""
+    return cmd_migrate(args)
+
+
+def cmd_abort(args: argparse.Namespace) -> int:
+    """Remove everything the migration created; the original table is untouched."""
+    endpoints, conn, store, db, tbl = _with_store(args)
+    migration = store.active(db, tbl)
+    if migration is None:
+        raise PreflightError(f"no unfinished migration of {args.table}")
+    if migration.stage in ("cleanup", "done"):
+        raise PreflightError(f"migration {migration.id} already swapped the tables; nothing to abort")
+    store.update(migration.id, status="aborted")
+    spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql,
+                         metadata_schema=args.metadata_schema or "stream_osc")
+    remove_capture(conn, endpoints, spec, migration)
+    query(conn, f"DROP TABLE IF EXISTS {qualified(db, spec.new_table)}")
+    print(f"migration {migration.id} of {args.table} aborted; connector, topics and {spec.new_table} removed",
+          file=sys.stdout)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    migrate = sub.add_parser("migrate", help="change a table's schema online")
+    add_spec_options(migrate)
+    migrate.add_argument("--alter", help='the ALTER clauses, e.g. "ADD COLUMN c INT, ADD INDEX (c)"')
+    migrate.add_argument("--cutover", choices=["auto", "manual"], help="swap when in sync (auto) or wait (manual)")
+    migrate.add_argument("--keep-old", dest="keep_old", action="store_true", default=None,
+                         help="keep the original table as _<table>_old (default)")
+    migrate.add_argument("--drop-old", dest="keep_old", action="store_false", help="drop the original table after")
+    migrate.add_argument("--dry-run", action="store_true", default=None, help="run every check, change nothing")
+    migrate.set_defaults(func=cmd_migrate)
+
+    for name, func, text in (("resume", cmd_resume, "continue an unfinished migration"),
+                             ("cutover", cmd_cutover, "swap the tables of a migration waiting for cutover")):
+        parser = sub.add_parser(name, help=text)
+        add_spec_options(parser)
+        parser.set_defaults(func=func)
+
+    for name, func, text in (("status", cmd_status, "show stage, progress and lag"),
+                             ("pause", cmd_pause, "stop all copy and apply writes until resume"),
+                             ("abort", cmd_abort, "remove everything a migration created")):
+        parser = sub.add_parser(name, help=text)
+        parser.add_argument("--table", required=True, help="DB.TABLE")
+        parser.add_argument("--config", help="TOML file with [endpoints]")
+        parser.add_argument("--metadata-schema", help="schema for stream-osc's state (default stream_osc)")
+        if name == "status":
+            parser.add_argument("--json", action="store_true", help="machine-readable output")
+        parser.set_defaults(func=func)

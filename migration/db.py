@@ -1,0 +1,89 @@
+"""Database connections and server facts (MariaDB vs MySQL)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import pymysql
+import pymysql.cursors
+
+from migration.endpoints import MySQLAddress
+
+
+class DatabaseUnreachable(Exception):
+    """The server cannot be reached or refused the login."""
+
+    user_facing = True
+
+
+def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = True,
+            read_timeout: float | None = None) -> pymysql.connections.Connection:
+    """Open a connection; errors name host:port, never the password."""
+    try:
+        return pymysql.connect(
+            host=addr.host, port=addr.port, user=addr.user, password=addr.password,
+            database=database, autocommit=autocommit, charset="utf8mb4",
+            connect_timeout=10, read_timeout=read_timeout,
+        )
+    except pymysql.err.OperationalError as exc:
+        code = exc.args[0] if exc.args else "?"
+        raise DatabaseUnreachable(
+            f"cannot connect to MySQL at {addr.where()} as {addr.user!r} (error {code})") from None
+
+
+def quote_ident(name: str) -> str:
+    """Backtick-quote an identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def qualified(db: str, table: str) -> str:
+    """`db`.`table`."""
+    return f"{quote_ident(db)}.{quote_ident(table)}"
+
+
+def query(conn: pymysql.connections.Connection, sql: str, args: Iterable[Any] | None = None) -> list[tuple]:
+    """Run a statement and return all rows."""
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return list(cur.fetchall())
+
+
+def scalar(conn: pymysql.connections.Connection, sql: str, args: Iterable[Any] | None = None) -> Any:
+    """First column of the first row, or None."""
+    rows = query(conn, sql, args)
+    return rows[0][0] if rows else None
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What kind of server this is and the settings that matter to a migration."""
+
+    version: str
+    is_mariadb: bool
+    binlog_format: str
+    binlog_row_image: str
+    log_bin: bool
+    autoinc_lock_mode: int
+
+    @property
+    def flavor(self) -> str:
+        return "mariadb" if self.is_mariadb else "mysql"
+
+    @classmethod
+    def read(cls, conn: pymysql.connections.Connection) -> "ServerInfo":
+        version = scalar(conn, "SELECT VERSION()")
+        variables = dict(query(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
+                                     "('binlog_format','binlog_row_image','log_bin','innodb_autoinc_lock_mode')"))
+        return cls(
+            version=version,
+            is_mariadb="mariadb" in version.lower(),
+            binlog_format=variables.get("binlog_format", ""),
+            binlog_row_image=variables.get("binlog_row_image", ""),
+            log_bin=variables.get("log_bin", "OFF") == "ON",
+            autoinc_lock_mode=int(variables.get("innodb_autoinc_lock_mode", 1)),
+        )
+
+    def gtid_position(self, conn: pymysql.connections.Connection) -> str:
+        """The server's current GTID position (MariaDB gtid_binlog_pos, MySQL gtid_executed)."""
+        var = "@@global.gtid_binlog_pos" if self.is_mariadb else "@@global.gtid_executed"
+        return str(scalar(conn, f"SELECT {var}") or "")

@@ -1,0 +1,161 @@
+"""Stage `init`: checks, new table, metadata, topic, connector, proven start position, copy plan.
+
+Everything is checked before anything is created, and whatever init created is removed again if a
+later step fails, so a failed init leaves the server, Kafka and Connect as they were.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+
+import pymysql
+
+from applier.chunks import plan_chunks
+from applier.table import primary_key_of
+from connectors.config import connector_config
+from connectors.rest import ConnectClient, ConnectError
+from migration.checks import PreflightError, check_privileges, check_server, check_services, check_table
+from migration.db import ServerInfo, qualified, query
+from migration.endpoints import Endpoints
+from migration.logs import log_event
+from migration.spec import MigrationSpec
+from migration.state import Migration, StateStore
+from streams.fence import FenceTimeout, fence_consumer, fence_ids_for, read_until_fence
+from streams.topics import TopicNames, create_change_topic, delete_topics
+
+log = logging.getLogger("stream_osc.init")
+
+START_TIMEOUT_S = 120.0
+
+
+def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
+              info: ServerInfo) -> str:
+    """All checks that need no change; returns the PK column."""
+    check_server(info)
+    pk = check_table(conn, spec)
+    check_privileges(conn, spec)
+    check_services(endpoints, info.flavor)
+    return pk
+
+
+def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, pk: str) -> None:
+    """CREATE … LIKE, then the ALTER; the server's own error if the ALTER fails (and no table left)."""
+    new = qualified(spec.database, spec.new_table)
+    query(conn, f"CREATE TABLE {new} LIKE {qualified(spec.database, spec.table)}")
+    try:
+        query(conn, f"ALTER TABLE {new} {spec.alter}")
+        new_pk = primary_key_of(conn, spec.database, spec.new_table)
+        if [c for c, _ in new_pk] != [pk]:
+            raise PreflightError(f"the ALTER changes the primary key (was {pk}); that is not supported")
+    except pymysql.err.MySQLError as exc:
+        query(conn, f"DROP TABLE IF EXISTS {new}")
+        raise PreflightError(f"the ALTER is not valid for {spec.qualified_name}: {exc.args[1]} "
+                             f"(server error {exc.args[0]})") from None
+    except BaseException:
+        query(conn, f"DROP TABLE IF EXISTS {new}")
+        raise
+
+
+def topic_prefix(spec: MigrationSpec) -> str:
+    """A connector/topic prefix never used before (Connect keeps offsets per connector name)."""
+    return f"streamosc_{re.sub('[^A-Za-z0-9_]', '_', spec.table)}_{uuid.uuid4().hex[:8]}"
+
+
+def wait_for_recorded_position(connect: ConnectClient, name: str, timeout: float) -> None:
+    """Wait until Connect has committed a source offset for the connector (a restart resumes there)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if connect.offsets(name):
+            return
+        state = connect.state(name)
+        if state and state.failed:
+            raise ConnectError(f"connector {name} failed: {state.error_line()}")
+        time.sleep(0.2)
+    raise ConnectError(f"connector {name} recorded no source offset within {timeout:.0f} s "
+                       "(check offset.flush.interval.ms of the Connect worker)")
+
+
+def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
+                  info: ServerInfo, migration: Migration) -> None:
+    """Topic, connector, and proof that capture runs (a fence seen in every partition) before any copy."""
+    names = TopicNames(migration.prefix, spec.database, spec.table)
+    create_change_topic(endpoints.kafka_bootstrap, names.changes, spec.partitions)
+    connect = ConnectClient(endpoints.connect_url)
+    fence_table = f"{spec.metadata_schema}.{migration.fence_table}"
+    connect.create(migration.connector, connector_config(info.flavor, endpoints.mysql, endpoints.kafka_bootstrap,
+                                                         names, fence_table))
+    connect.wait_running(migration.connector, timeout=START_TIMEOUT_S)
+    store = StateStore(conn, spec.metadata_schema)
+    consumer = fence_consumer(endpoints.kafka_bootstrap, migration.group_id)
+    token = f"init-{uuid.uuid4().hex[:12]}"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    try:
+        # Debezium may need a moment after RUNNING to reach the binlog: re-stamp until a fence is seen.
+        while True:
+            store.write_fence(migration.id, token)
+            try:
+                read_until_fence(consumer, names.changes, {p: 0 for p in range(spec.partitions)}, token, 2.0)
+                break
+            except FenceTimeout:
+                state = connect.state(migration.connector)
+                if state and state.failed:
+                    raise ConnectError(f"connector {migration.connector} failed: {state.error_line()}") from None
+                if time.monotonic() > deadline:
+                    raise ConnectError(f"connector {migration.connector} captured nothing within "
+                                       f"{START_TIMEOUT_S:.0f} s") from None
+                token = f"init-{uuid.uuid4().hex[:12]}"
+    finally:
+        consumer.close()
+    wait_for_recorded_position(connect, migration.connector, START_TIMEOUT_S)
+
+
+def undo_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
+              migration: Migration | None) -> None:
+    """Remove whatever init made: connector, topics, new table, metadata rows."""
+    if migration is not None:
+        try:
+            ConnectClient(endpoints.connect_url).remove(migration.connector)
+        except ConnectError as exc:
+            log_event(log, "could not remove connector", logging.ERROR, connector=migration.connector, reason=str(exc))
+        try:
+            delete_topics(endpoints.kafka_bootstrap, TopicNames(migration.prefix, spec.database, spec.table).all())
+        except Exception as exc:  # noqa: BLE001 - report, keep undoing
+            log_event(log, "could not delete topics", logging.ERROR, reason=str(exc))
+        StateStore(conn, spec.metadata_schema).delete(migration.id)
+    query(conn, f"DROP TABLE IF EXISTS {qualified(spec.database, spec.new_table)}")
+
+
+def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
+             info: ServerInfo) -> Migration | None:
+    """Run init; returns the migration at stage `copy` (None for a dry run, after its checks)."""
+    pk = preflight(conn, endpoints, spec, info)
+    create_new_table(conn, spec, pk)
+    if spec.dry_run:
+        query(conn, f"DROP TABLE {qualified(spec.database, spec.new_table)}")
+        return None
+    migration = None
+    try:
+        store = StateStore(conn, spec.metadata_schema)
+        store.ensure_schema()
+        if store.active(spec.database, spec.table):
+            raise PreflightError(f"a migration of {spec.qualified_name} is already in progress")
+        migration = store.create(spec.database, spec.table, spec.alter, topic_prefix(spec), pk, spec_options(spec))
+        store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
+        start_capture(conn, endpoints, spec, info, migration)
+        src = qualified(spec.database, spec.table)
+        min_pk, max_pk = query(conn, f"SELECT MIN(`{pk}`), MAX(`{pk}`) FROM {src}")[0]
+        if max_pk is not None:
+            store.add_chunks(migration.id, plan_chunks(int(min_pk), int(max_pk), spec.chunk_size))
+        store.update(migration.id, min_pk=min_pk, max_pk=max_pk, stage="copy")
+        log_event(log, "capture running; copy planned", migration=migration.id, min_pk=min_pk, max_pk=max_pk)
+        return store.get(migration.id)
+    except BaseException:
+        undo_init(conn, endpoints, spec, migration)
+        raise
+
+
+def spec_options(spec: MigrationSpec) -> dict:
+    """The spec fields worth keeping with the migration (so resume uses the same settings)."""
+    return {k: v for k, v in vars(spec).items() if k not in ("database", "table", "alter", "dry_run")}

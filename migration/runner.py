@@ -1,0 +1,248 @@
+"""The stage machine: init → copy → apply → validate → cutover → cleanup, each resumable from durable state."""
+from __future__ import annotations
+
+import logging
+import time
+
+import pymysql
+import redis
+
+from applier.apply import ApplyStats, apply_worker
+from applier.chunks import ChunkQueue
+from applier.copy import copy_worker
+from applier.table import load_pair
+from connectors.rest import ConnectClient, ConnectError
+from cutover.swap import SENTRY_COMMENT, Cutover
+from cutover.validate import validate
+from migration.checks import PreflightError
+from migration.context import RunContext
+from migration.db import ServerInfo, connect, qualified, query, scalar
+from migration.endpoints import Endpoints
+from migration.init_stage import run_init, undo_init
+from migration.logs import log_event
+from migration.spec import MigrationSpec, with_overrides
+from migration.state import Migration, StateStore
+from migration.workers import WorkerGroup
+from monitor.progress import Progress
+from streams.topics import TopicNames, delete_topics, group_lag
+
+log = logging.getLogger("stream_osc.runner")
+
+RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old")
+
+
+class MigrationStopped(Exception):
+    """The migration was aborted, or its connector failed; the message says which."""
+
+    user_facing = True
+
+
+class Runner:
+    """Coordinates one migration in this process (workers in other processes may join)."""
+
+    def __init__(self, endpoints: Endpoints, spec: MigrationSpec, progress: Progress,
+                 cutover_now: bool = False) -> None:
+        self.endpoints = endpoints
+        self.spec = spec
+        self.progress = progress
+        self.cutover_now = cutover_now
+        self.conn = connect(endpoints.mysql)
+        self.info = ServerInfo.read(self.conn)
+        self.store = StateStore(self.conn, spec.metadata_schema)
+        self.connect = ConnectClient(endpoints.connect_url)
+        self.appliers: WorkerGroup | None = None
+        self.last_health_check = 0.0
+
+    # entry ---------------------------------------------------------------------------------------
+    def run(self) -> int:
+        migration = self.store.active(self.spec.database, self.spec.table)
+        if migration is not None and migration.stage == "init":
+            # Killed during init: nothing was copied yet, so start init over from a clean slate.
+            undo_init(self.conn, self.endpoints, self.spec, migration)
+            migration = None
+        if migration is None:
+            self.progress.say(f"init: checking {self.spec.qualified_name} and starting change capture")
+            migration = run_init(self.conn, self.endpoints, self.spec, self.info)
+            if migration is None:
+                self.progress.say("dry run: every check passed and the ALTER is valid; nothing was changed")
+                return 0
+            self.progress.say(f"init: migration {migration.id} captures {self.spec.qualified_name} via connector "
+                              f"{migration.connector}; copying PKs {migration.min_pk}..{migration.max_pk}")
+        else:
+            if " ".join(migration.alter_sql.split()) != " ".join(self.spec.alter.split()):
+                raise PreflightError(f"another migration of {self.spec.qualified_name} is in progress "
+                                     f"(ALTER {migration.alter_sql!r}); resume or abort it first")
+            self.spec = with_overrides(self.spec, **{k: migration.options[k] for k in RESUMABLE_OPTIONS
+                                                     if k in migration.options})
+            self.progress.say(f"resuming migration {migration.id} of {self.spec.qualified_name} "
+                              f"at stage {migration.stage}")
+            if migration.status != "running":
+                self.store.update(migration.id, status="running", error=None)
+        return self._run_stages(self.store.get(migration.id))
+
+    def _context(self, migration: Migration) -> RunContext:
+        pair = load_pair(self.conn, self.spec.database, self.spec.table, self.spec.new_table, migration.pk_column)
+        return RunContext(self.endpoints, self.spec, migration, pair)
+
+    def _run_stages(self, migration: Migration) -> int:
+        try:
+            if migration.stage == "cutover" and self._swap_already_done():
+                self.store.update(migration.id, stage="cleanup")
+                migration = self.store.get(migration.id)
+            if migration.stage in ("copy", "apply", "validate", "cutover"):
+                ctx = self._context(migration)
+                if migration.stage == "copy":
+                    self._copy(ctx)
+                self._start_appliers(ctx)
+                stage = self.store.get(migration.id).stage
+                if stage == "apply":
+                    self._wait_for_lag(ctx, self.spec.max_lag_events)
+                    self._set_stage(ctx, "validate")
+                    stage = "validate"
+                if stage == "validate":
+                    self._validate(ctx)
+                if self.spec.cutover == "manual" and not self.cutover_now:
+                    self._stop_appliers()
+                    self.store.update(migration.id, status="waiting")
+                    self.progress.say(f"in sync and waiting for cutover: run `stream-osc cutover --table "
+                                      f"{self.spec.qualified_name}` to swap the tables")
+                    return 0
+                self._cutover(ctx)
+            self._cleanup(self.store.get(migration.id))
+            return 0
+        except BaseException as exc:
+            self._stop_appliers()
+            if getattr(exc, "user_facing", False):
+                self.store.update(migration.id, error=str(exc)[:2000])
+            raise
+
+    # stages --------------------------------------------------------------------------------------
+    def _set_stage(self, ctx: RunContext, stage: str) -> None:
+        self.store.update(ctx.migration.id, stage=stage)
+        log_event(log, "stage", migration=ctx.migration.id, stage=stage)
+
+    def _copy(self, ctx: RunContext) -> None:
+        queue = ChunkQueue(ctx.redis(), ctx.migration.id)
+        while True:
+            pending = [row[0] for row in self.store.chunks(ctx.migration.id) if not row[5]]
+            if not pending:
+                break
+            if not queue.is_seeded() or queue.pending_count() == 0:
+                queue.seed(pending)   # Redis is a cache: rebuilt from the metadata schema
+            group = WorkerGroup(ctx, copy_worker, self.spec.copy_workers, "copy").start()
+            try:
+                while group.alive():
+                    group.wait(0.5)
+                    self._show_copy(ctx)
+                    self._check_health(ctx)
+            finally:
+                group.stop()
+            group.raise_if_failed()
+        self._show_copy(ctx, force=True)
+        self._set_stage(ctx, "apply")
+
+    def _show_copy(self, ctx: RunContext, force: bool = False) -> None:
+        chunks = self.store.chunks(ctx.migration.id)
+        span = sum(end - start + 1 for _, start, end, *_ in chunks) or 1
+        done_span = sum(min(nxt, end + 1) - start for _, start, end, nxt, *_ in chunks)
+        rows = sum(r[4] for r in chunks)
+        self.progress.copy(done_span / span, rows, sum(r[5] for r in chunks), len(chunks), force)
+
+    def _start_appliers(self, ctx: RunContext) -> None:
+        self.appliers = WorkerGroup(ctx, apply_worker, self.spec.apply_workers, "apply").start()
+
+    def _stop_appliers(self) -> None:
+        if self.appliers is not None:
+            self.appliers.stop()
+            errors, self.appliers = self.appliers.errors, None
+            if errors:
+                raise errors[0]
+
+    def _lag(self, ctx: RunContext) -> int:
+        names = TopicNames(ctx.migration.prefix, self.spec.database, self.spec.table)
+        return group_lag(self.endpoints.kafka_bootstrap, ctx.migration.group_id, names.changes, self.spec.partitions)
+
+    def _wait_for_lag(self, ctx: RunContext, limit: int) -> int:
+        """Apply until the group's lag is at most `limit` events."""
+        stats = ApplyStats(ctx.redis(), ctx.migration.id)
+        first: tuple[float, int] | None = None
+        while True:
+            if self.appliers is not None:
+                self.appliers.raise_if_failed()
+            self._check_health(ctx)
+            lag = self._lag(ctx)
+            applied = stats.read().get("events", 0)
+            now = time.monotonic()
+            first = first or (now, applied)
+            rate = (applied - first[1]) / (now - first[0]) if now > first[0] else 0
+            self.progress.apply(lag, applied, lag / rate if rate > 0 else None)
+            if lag <= limit:
+                return lag
+            time.sleep(0.5)
+
+    def _validate(self, ctx: RunContext) -> None:
+        self.progress.say("validate: comparing checksums of every PK range")
+        repaired = validate(ctx)
+        self.store.update(ctx.migration.id, validation_diffs=repaired, stage="cutover")
+        self.progress.say(f"validate: clean ({repaired} differing rows re-copied and re-checked)")
+
+    def _cutover(self, ctx: RunContext) -> None:
+        cutover = Cutover(ctx, self.info.is_mariadb)
+        for attempt in range(1, self.spec.cutover_attempts + 1):
+            if self.appliers is None:
+                self._start_appliers(ctx)
+            self._wait_for_lag(ctx, self.spec.max_lag_events)
+            self._stop_appliers()
+            result = cutover.attempt(self.spec.cutover_window_s)
+            if result.swapped:
+                self.store.update(ctx.migration.id, stage="cleanup", cutover_blocked_ms=int(result.blocked_ms))
+                self.progress.say(f"cutover: swapped {self.spec.qualified_name}; application writes were blocked "
+                                  f"for {result.blocked_ms:.0f} ms ({result.drained_keys} keys drained under lock)")
+                return
+            backoff = min(2 ** attempt, 30)
+            self.progress.say(f"cutover: attempt {attempt} rolled back ({result.reason}); retrying in {backoff} s")
+            time.sleep(backoff)
+        raise MigrationStopped(f"cutover did not fit the {self.spec.cutover_window_s:.1f} s window in "
+                               f"{self.spec.cutover_attempts} attempts; the original table is untouched. Retry with "
+                               "`stream-osc cutover` at a quieter time or with a larger --cutover-window")
+
+    def _swap_already_done(self) -> bool:
+        """After a crash inside cutover: the RENAME ran if _t_new is gone and _t_old is a real table."""
+        db = self.spec.database
+        new_exists = scalar(self.conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND "
+                                       "TABLE_NAME=%s", (db, self.spec.new_table))
+        old_comment = scalar(self.conn, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                                        "AND TABLE_NAME=%s", (db, self.spec.old_table))
+        return not new_exists and old_comment is not None and old_comment != SENTRY_COMMENT
+
+    def _cleanup(self, migration: Migration) -> None:
+        remove_capture(self.conn, self.endpoints, self.spec, migration)
+        if not self.spec.keep_old:
+            query(self.conn, f"DROP TABLE IF EXISTS {qualified(self.spec.database, self.spec.old_table)}")
+        self.store.update(migration.id, stage="done", status="done", error=None)
+        kept = f"; original kept as {self.spec.database}.{self.spec.old_table}" if self.spec.keep_old else ""
+        self.progress.say(f"done: {self.spec.qualified_name} has the new schema{kept}")
+
+    def _check_health(self, ctx: RunContext) -> None:
+        """Stop when the connector failed or the migration was aborted (checked every 2 s)."""
+        if time.monotonic() - self.last_health_check < 2.0:
+            return
+        self.last_health_check = time.monotonic()
+        status = self.store.get(ctx.migration.id).status
+        if status == "aborted":
+            raise MigrationStopped(f"migration {ctx.migration.id} was aborted")
+        state = self.connect.state(ctx.migration.connector)
+        if state is None:
+            raise MigrationStopped(f"connector {ctx.migration.connector} is missing from Kafka Connect")
+        if state.failed:
+            raise MigrationStopped(f"connector {ctx.migration.connector} failed: {state.error_line()} "
+                                   "(fix the cause, then `stream-osc resume`)")
+
+
+def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
+                   migration: Migration) -> None:
+    """Remove the connector, topics, fence table and Redis keys of a migration."""
+    ConnectClient(endpoints.connect_url).remove(migration.connector)
+    delete_topics(endpoints.kafka_bootstrap, TopicNames(migration.prefix, spec.database, spec.table).all())
+    query(conn, f"DROP TABLE IF EXISTS {qualified(spec.metadata_schema, migration.fence_table)}")
+    ChunkQueue(redis.Redis.from_url(endpoints.redis_url), migration.id).clear()

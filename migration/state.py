@@ -1,0 +1,170 @@
+"""Durable migration state in the metadata schema: the migration row, its chunks, its fence table."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+
+from migration.db import qualified, query, quote_ident
+from streams.events import FENCE_KEY_COLUMN
+
+STAGES = ("init", "copy", "apply", "validate", "cutover", "cleanup", "done")
+
+
+@dataclass
+class Migration:
+    """One row of `<metadata>.migrations`."""
+
+    id: int
+    database: str
+    table: str
+    alter_sql: str
+    stage: str
+    status: str                  # running | paused | done | failed | aborted
+    prefix: str
+    pk_column: str
+    min_pk: int | None
+    max_pk: int | None
+    error: str | None
+    validation_diffs: int
+    cutover_blocked_ms: int | None
+    options: dict[str, Any]
+
+    @property
+    def connector(self) -> str:
+        return self.prefix.replace("_", "-")
+
+    @property
+    def fence_table(self) -> str:
+        return f"fence_{self.id}"
+
+    @property
+    def group_id(self) -> str:
+        return f"{self.prefix}.appliers"
+
+
+_COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error, "
+            "validation_diffs, cutover_blocked_ms, options")
+
+
+class StateStore:
+    """Reads and writes the metadata schema; every write is a committed transaction."""
+
+    def __init__(self, conn: pymysql.connections.Connection, schema: str) -> None:
+        self.conn = conn
+        self.schema = schema
+
+    def t(self, name: str) -> str:
+        return qualified(self.schema, name)
+
+    def ensure_schema(self) -> None:
+        """Create the metadata schema and its tables if missing."""
+        query(self.conn, f"CREATE DATABASE IF NOT EXISTS {quote_ident(self.schema)}")
+        query(self.conn, f"""CREATE TABLE IF NOT EXISTS {self.t('migrations')} (
+            id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            db VARCHAR(64) NOT NULL, tbl VARCHAR(64) NOT NULL,
+            alter_sql TEXT NOT NULL,
+            stage VARCHAR(16) NOT NULL, status VARCHAR(16) NOT NULL,
+            prefix VARCHAR(100) NOT NULL, pk_column VARCHAR(64) NOT NULL,
+            min_pk BIGINT NULL, max_pk BIGINT NULL,
+            error TEXT NULL, validation_diffs BIGINT NOT NULL DEFAULT 0, cutover_blocked_ms INT NULL,
+            options TEXT NOT NULL,
+            active_key VARCHAR(140) NULL,
+            created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+            updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
+            UNIQUE KEY active_key (active_key)) ENGINE=InnoDB""")
+        query(self.conn, f"""CREATE TABLE IF NOT EXISTS {self.t('chunks')} (
+            migration_id BIGINT NOT NULL, chunk_no INT NOT NULL,
+            start_pk BIGINT NOT NULL, end_pk BIGINT NOT NULL, next_pk BIGINT NOT NULL,
+            rows_copied BIGINT NOT NULL DEFAULT 0, done TINYINT NOT NULL DEFAULT 0,
+            PRIMARY KEY (migration_id, chunk_no)) ENGINE=InnoDB""")
+
+    def _row(self, row: tuple) -> Migration:
+        (mid, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error,
+         diffs, blocked, options) = row
+        return Migration(mid, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error,
+                         diffs, blocked, json.loads(options or "{}"))
+
+    def schema_exists(self) -> bool:
+        return bool(query(self.conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                                     "AND TABLE_NAME='migrations'", (self.schema,)))
+
+    def active(self, database: str, table: str) -> Migration | None:
+        """The unfinished migration of this table, if any."""
+        if not self.schema_exists():
+            return None
+        rows = query(self.conn, f"SELECT {_COLUMNS} FROM {self.t('migrations')} WHERE active_key=%s",
+                     (f"{database}.{table}",))
+        return self._row(rows[0]) if rows else None
+
+    def latest(self, database: str, table: str) -> Migration | None:
+        """The most recent migration of this table, finished or not."""
+        if not self.schema_exists():
+            return None
+        rows = query(self.conn, f"SELECT {_COLUMNS} FROM {self.t('migrations')} WHERE db=%s AND tbl=%s "
+                                "ORDER BY id DESC LIMIT 1", (database, table))
+        return self._row(rows[0]) if rows else None
+
+    def get(self, migration_id: int) -> Migration:
+        rows = query(self.conn, f"SELECT {_COLUMNS} FROM {self.t('migrations')} WHERE id=%s", (migration_id,))
+        return self._row(rows[0])
+
+    def create(self, database: str, table: str, alter_sql: str, prefix: str, pk_column: str,
+               options: dict[str, Any]) -> Migration:
+        with self.conn.cursor() as cur:
+            cur.execute(f"INSERT INTO {self.t('migrations')} (db, tbl, alter_sql, stage, status, prefix, pk_column, "
+                        "options, active_key) VALUES (%s,%s,%s,'init','running',%s,%s,%s,%s)",
+                        (database, table, alter_sql, prefix, pk_column, json.dumps(options), f"{database}.{table}"))
+            return self.get(cur.lastrowid)
+
+    def update(self, migration_id: int, **values: Any) -> None:
+        """Set columns of the migration row (stage, status, error, ...)."""
+        if "options" in values:
+            values["options"] = json.dumps(values["options"])
+        if values.get("status") in ("done", "aborted"):
+            values["active_key"] = None
+        sets = ", ".join(f"{quote_ident(k)}=%s" for k in values)
+        query(self.conn, f"UPDATE {self.t('migrations')} SET {sets} WHERE id=%s", (*values.values(), migration_id))
+
+    def delete(self, migration_id: int) -> None:
+        """Remove every metadata row of a migration (used when init fails: nothing is left)."""
+        query(self.conn, f"DELETE FROM {self.t('chunks')} WHERE migration_id=%s", (migration_id,))
+        query(self.conn, f"DELETE FROM {self.t('migrations')} WHERE id=%s", (migration_id,))
+        query(self.conn, f"DROP TABLE IF EXISTS {self.t(f'fence_{migration_id}')}")
+
+    # chunks -------------------------------------------------------------------------------------
+    def add_chunks(self, migration_id: int, ranges: list[tuple[int, int]]) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany(f"INSERT IGNORE INTO {self.t('chunks')} (migration_id, chunk_no, start_pk, end_pk, next_pk) "
+                            "VALUES (%s,%s,%s,%s,%s)",
+                            [(migration_id, n, lo, hi, lo) for n, (lo, hi) in enumerate(ranges)])
+
+    def chunks(self, migration_id: int) -> list[tuple[int, int, int, int, int, int]]:
+        """(chunk_no, start_pk, end_pk, next_pk, rows_copied, done) of every chunk."""
+        return query(self.conn, f"SELECT chunk_no, start_pk, end_pk, next_pk, rows_copied, done "
+                                f"FROM {self.t('chunks')} WHERE migration_id=%s ORDER BY chunk_no", (migration_id,))
+
+    def copy_progress(self, migration_id: int) -> tuple[int, int, int]:
+        """(rows copied, chunks done, chunks total)."""
+        row = query(self.conn, f"SELECT COALESCE(SUM(rows_copied),0), COALESCE(SUM(done),0), COUNT(*) "
+                               f"FROM {self.t('chunks')} WHERE migration_id=%s", (migration_id,))[0]
+        return int(row[0]), int(row[1]), int(row[2])
+
+    # fence ----------------------------------------------------------------------------------------
+    def create_fence_table(self, migration_id: int, fence_ids: list[int]) -> None:
+        """The table whose rows, captured with the source table, mark positions in every partition."""
+        table = self.t(f"fence_{migration_id}")
+        query(self.conn, f"CREATE TABLE IF NOT EXISTS {table} ({quote_ident(FENCE_KEY_COLUMN)} BIGINT NOT NULL "
+                         "PRIMARY KEY, token VARCHAR(64) NOT NULL) ENGINE=InnoDB")
+        with self.conn.cursor() as cur:
+            cur.executemany(f"INSERT IGNORE INTO {table} VALUES (%s, '')", [(i,) for i in fence_ids])
+
+    def fence_ids(self, migration_id: int) -> list[int]:
+        return [r[0] for r in query(self.conn, f"SELECT {quote_ident(FENCE_KEY_COLUMN)} FROM "
+                                               f"{self.t(f'fence_{migration_id}')} ORDER BY 1")]
+
+    def write_fence(self, migration_id: int, token: str) -> None:
+        """Stamp every fence row with `token` in one autocommitted statement."""
+        query(self.conn, f"UPDATE {self.t(f'fence_{migration_id}')} SET token=%s", (token,))

@@ -1,0 +1,87 @@
+"""Progress shown while a migration runs: a bar with rows, rate and ETA during copy, then lag and results."""
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def bar(fraction: float, width: int = 30) -> str:
+    filled = int(round(max(0.0, min(fraction, 1.0)) * width))
+    return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
+class CopyRate:
+    """Rows/s and ETA from successive (time, done fraction, rows) samples."""
+
+    def __init__(self) -> None:
+        self.first: tuple[float, float, int] | None = None
+        self.last: tuple[float, float, int] | None = None
+
+    def sample(self, fraction: float, rows: int, now: float | None = None) -> tuple[float, float | None]:
+        """Record a sample; return (rows per second, seconds left or None)."""
+        now = time.monotonic() if now is None else now
+        if self.first is None:
+            self.first = (now, fraction, rows)
+        self.last = (now, fraction, rows)
+        elapsed = now - self.first[0]
+        if elapsed <= 0:
+            return 0.0, None
+        rate = (rows - self.first[2]) / elapsed
+        frac_rate = (fraction - self.first[1]) / elapsed
+        eta = (1.0 - fraction) / frac_rate if frac_rate > 0 else None
+        return rate, eta
+
+
+class Progress:
+    """Writes one status line at a time: rewritten in place on a terminal, appended (throttled) otherwise."""
+
+    def __init__(self, stream: TextIO = sys.stderr, quiet: bool = False, interval_s: float | None = None) -> None:
+        self.stream = stream
+        self.quiet = quiet
+        self.tty = stream.isatty()
+        self.interval = interval_s if interval_s is not None else (0.5 if self.tty else 5.0)
+        self.last_write = 0.0
+        self.open_line = False
+        self.copy_rate = CopyRate()
+
+    def _status(self, text: str, force: bool = False) -> None:
+        if self.quiet:
+            return
+        now = time.monotonic()
+        if not force and now - self.last_write < self.interval:
+            return
+        self.last_write = now
+        if self.tty:
+            self.stream.write("\r\033[K" + text)
+            self.open_line = True
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def say(self, text: str) -> None:
+        """A permanent line (stage changes, results)."""
+        if self.quiet:
+            return
+        if self.open_line:
+            self.stream.write("\n")
+            self.open_line = False
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def copy(self, fraction: float, rows: int, chunks_done: int, chunks_total: int, force: bool = False) -> None:
+        rate, eta = self.copy_rate.sample(fraction, rows)
+        eta_text = format_duration(eta) if eta is not None else "?"
+        self._status(f"copy {bar(fraction)} {fraction * 100:5.1f}%  {rows:,} rows  {rate:,.0f} rows/s  "
+                     f"chunks {chunks_done}/{chunks_total}  ETA {eta_text}", force)
+
+    def apply(self, lag_events: int, applied_events: int, lag_seconds: float | None, force: bool = False) -> None:
+        secs = f"~{lag_seconds:.1f}s" if lag_seconds is not None else "?"
+        self._status(f"apply  lag {lag_events:,} events ({secs})  applied {applied_events:,} events", force)

@@ -1,0 +1,50 @@
+"""Where the embedded local stack lives on disk and which ports it listens on."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+KAFKA_VERSION = "4.1.1"
+DEBEZIUM_VERSION = "3.5.0.Final"
+
+
+def _port(name: str, default: int) -> int:
+    return int(os.environ.get(f"STREAM_OSC_STACK_{name}_PORT", default))
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Paths and ports of the embedded stack; ports can be moved with STREAM_OSC_STACK_<NAME>_PORT."""
+
+    root: Path = REPO_ROOT
+    mysql_port: int = field(default_factory=lambda: _port("MYSQL", 13306))
+    redis_port: int = field(default_factory=lambda: _port("REDIS", 16379))
+    kafka_port: int = field(default_factory=lambda: _port("KAFKA", 19092))
+    controller_port: int = field(default_factory=lambda: _port("CONTROLLER", 19093))
+    connect_port: int = field(default_factory=lambda: _port("CONNECT", 18083))
+    host: str = "127.0.0.1"
+    mysql_user: str = "osc"
+    mysql_password: str = "osc-local"
+    java_heap: str = "1g"
+
+    @property
+    def cache_dir(self) -> Path:
+        """Downloaded jars (git-ignored)."""
+        return Path(os.environ.get("STREAM_OSC_CACHE_DIR", self.root / ".cache"))
+
+    @property
+    def run_dir(self) -> Path:
+        """Data folders, logs and PID files of running services (git-ignored)."""
+        return Path(os.environ.get("STREAM_OSC_RUN_DIR", self.root / ".run"))
+
+    def env(self) -> dict[str, str]:
+        """The endpoint variables every stream-osc command reads, for this stack."""
+        return {
+            "STREAM_OSC_MYSQL_DSN": f"mysql://{self.mysql_user}:{self.mysql_password}@{self.host}:{self.mysql_port}/",
+            "STREAM_OSC_KAFKA_BOOTSTRAP": f"{self.host}:{self.kafka_port}",
+            "STREAM_OSC_CONNECT_URL": f"http://{self.host}:{self.connect_port}",
+            "STREAM_OSC_REDIS_URL": f"redis://{self.host}:{self.redis_port}/0",
+        }

@@ -1,0 +1,69 @@
+"""Fences: marker rows whose change events prove how far the change topic has caught up.
+
+One fence row per partition, keyed so that Kafka's partitioner puts it in that partition. After a
+fence token is written, seeing it in a partition proves that every change committed before it and
+keyed to that partition is already in the partition (Connect's producer keeps per-partition order).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, TopicPartition
+
+from streams.events import FENCE_KEY_COLUMN, decode_key, encode_key, fence_token
+from streams.murmur2 import partition_for
+
+
+class FenceTimeout(Exception):
+    """A fence token did not reach every partition in time."""
+
+
+def fence_ids_for(partitions: int) -> list[int]:
+    """The smallest ids whose fence keys land one in each partition, ordered by partition."""
+    found: dict[int, int] = {}
+    candidate = 1
+    while len(found) < partitions:
+        found.setdefault(partition_for(encode_key(FENCE_KEY_COLUMN, candidate), partitions), candidate)
+        candidate += 1
+    return [found[p] for p in range(partitions)]
+
+
+def read_until_fence(consumer: Consumer, topic: str, start: dict[int, int], token: str, timeout: float,
+                     on_key: Callable[[bytes], None] | None = None) -> dict[int, int]:
+    """Read every partition from `start` until each shows a fence with `token`; pass other keys to on_key.
+
+    Returns, per partition, the offset just after its fence. Raises FenceTimeout when `timeout` passes first.
+    """
+    consumer.assign([TopicPartition(topic, p, offset) for p, offset in start.items()])
+    waiting = set(start)
+    after_fence: dict[int, int] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while waiting:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise FenceTimeout(f"fence {token} not seen in partitions {sorted(waiting)} of {topic} "
+                                   f"after {timeout:.1f} s")
+            for msg in consumer.consume(num_messages=5000, timeout=min(remaining, 0.2)):
+                if msg.error():
+                    continue
+                if msg.partition() not in waiting:
+                    continue
+                key = decode_key(msg.key(), "")
+                if key is not None and key.is_fence:
+                    if fence_token(msg.value()) == token:
+                        consumer.pause([TopicPartition(topic, msg.partition())])
+                        waiting.discard(msg.partition())
+                        after_fence[msg.partition()] = msg.offset() + 1
+                elif on_key is not None:
+                    on_key(msg.key())
+    finally:
+        consumer.unassign()
+    return after_fence
+
+
+def fence_consumer(bootstrap: str, group_id: str) -> Consumer:
+    """A consumer that reads partitions by assignment (it never joins or commits for the group)."""
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False,
+                     "enable.partition.eof": False, "fetch.wait.max.ms": 10})

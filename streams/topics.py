@@ -1,0 +1,104 @@
+"""The change topic: names, creation with N partitions and compaction, deletion, offsets."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+class KafkaUnreachable(Exception):
+    """Kafka did not answer."""
+
+    user_facing = True
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """Every Kafka name one migration uses, derived from its connector's topic prefix."""
+
+    prefix: str
+    database: str
+    table: str
+
+    @property
+    def changes(self) -> str:
+        return f"{self.prefix}.{self.database}.{self.table}"
+
+    @property
+    def schema_history(self) -> str:
+        return f"{self.prefix}.schema-history"
+
+    @property
+    def heartbeat(self) -> str:
+        return f"__debezium-heartbeat.{self.prefix}"
+
+    def all(self) -> list[str]:
+        return [self.changes, self.schema_history, self.heartbeat]
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+
+
+def check_reachable(bootstrap: str, timeout: float = 10.0) -> None:
+    """Raise KafkaUnreachable naming the address when no broker answers."""
+    try:
+        admin(bootstrap).list_topics(timeout=timeout)
+    except KafkaException:
+        raise KafkaUnreachable(f"Kafka at {bootstrap} is unreachable (no broker answered within {timeout:.0f} s)") from None
+
+
+def existing_topics(bootstrap: str) -> set[str]:
+    return set(admin(bootstrap).list_topics(timeout=10).topics)
+
+
+def create_change_topic(bootstrap: str, name: str, partitions: int) -> None:
+    """Create the compacted change topic (latest event per key) before the connector starts."""
+    topic = NewTopic(name, num_partitions=partitions, replication_factor=-1, config={
+        "cleanup.policy": "compact",
+        "segment.ms": str(10 * 60 * 1000),
+        "min.compaction.lag.ms": "0",
+    })
+    futures = admin(bootstrap).create_topics([topic], operation_timeout=30)
+    futures[name].result()
+
+
+def delete_topics(bootstrap: str, names: list[str]) -> None:
+    """Delete the topics that exist among `names`."""
+    present = [n for n in names if n in existing_topics(bootstrap)]
+    if not present:
+        return
+    for future in admin(bootstrap).delete_topics(present, operation_timeout=30).values():
+        try:
+            future.result()
+        except KafkaException:
+            pass
+
+
+def partition_count(bootstrap: str, name: str) -> int:
+    meta = admin(bootstrap).list_topics(topic=name, timeout=10)
+    return len(meta.topics[name].partitions)
+
+
+def end_offsets(consumer: Consumer, topic: str, partitions: int) -> dict[int, int]:
+    """High watermark of every partition."""
+    return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+            for p in range(partitions)}
+
+
+def committed_offsets(consumer: Consumer, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offset per partition (0 where nothing is committed yet)."""
+    tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+    return {tp.partition: max(tp.offset, 0) for tp in tps}
+
+
+def group_lag(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    """Events in the topic the group has not committed yet."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        ends = end_offsets(consumer, topic, partitions)
+        done = committed_offsets(consumer, topic, partitions)
+        return sum(max(ends[p] - done.get(p, 0), 0) for p in ends)
+    finally:
+        consumer.close()

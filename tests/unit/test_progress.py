@@ -1,0 +1,29 @@
+"""Progress display: bar, ETA, rate."""
+import io
+
+from monitor.progress import CopyRate, Progress, bar, format_duration
+
+
+def test_bar_and_duration():
+    assert bar(0.5, 10) == "[#####-----]"
+    assert bar(2.0, 4) == "[####]"
+    assert format_duration(3725) == "1h02m05s"
+    assert format_duration(65) == "1m05s"
+
+
+def test_copy_rate_and_eta():
+    rate = CopyRate()
+    rate.sample(0.0, 0, now=100.0)
+    rows_per_s, eta = rate.sample(0.25, 1000, now=110.0)
+    assert rows_per_s == 100.0
+    assert eta == 30.0
+
+
+def test_progress_lines_on_a_pipe():
+    out = io.StringIO()
+    progress = Progress(stream=out, interval_s=0)
+    progress.copy(0.5, 500, 1, 2, force=True)
+    progress.say("done")
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("copy [") and "500 rows" in lines[0]
+    assert lines[-1] == "done"

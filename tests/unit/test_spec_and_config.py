@@ -1,0 +1,64 @@
+"""Spec validation, endpoint parsing (no credential leaks), chunk planning, connector config."""
+import pytest
+
+from applier.chunks import plan_chunks
+from connectors.config import connector_config, redact
+from migration.endpoints import ConfigError, Endpoints, parse_mysql_dsn
+from migration.spec import MigrationSpec
+from streams.topics import TopicNames
+
+
+def test_plan_chunks_covers_range_without_overlap():
+    chunks = plan_chunks(1, 10, 4)
+    assert chunks == [(1, 4), (5, 8), (9, 10)]
+    assert plan_chunks(5, 4, 10) == []
+    assert plan_chunks(7, 7, 100) == [(7, 7)]
+
+
+def test_spec_from_table_arg_and_errors():
+    spec = MigrationSpec.from_table_arg("shop.orders", "ADD COLUMN c INT", copy_workers=2, batch_size=None)
+    assert (spec.database, spec.table, spec.copy_workers, spec.batch_size) == ("shop", "orders", 2, 5000)
+    assert (spec.new_table, spec.old_table) == ("_orders_new", "_orders_old")
+    with pytest.raises(ConfigError, match="DB.TABLE"):
+        MigrationSpec.from_table_arg("orders", "ADD COLUMN c INT")
+    with pytest.raises(ConfigError, match="empty"):
+        MigrationSpec.from_table_arg("a.b", "  ")
+    with pytest.raises(ConfigError, match="copy-workers"):
+        MigrationSpec.from_table_arg("a.b", "ADD COLUMN c INT", copy_workers=0)
+    with pytest.raises(ConfigError, match="identifier"):
+        MigrationSpec.from_table_arg("a.b;drop", "ADD COLUMN c INT")
+
+
+def test_dsn_parsing_never_shows_password():
+    addr = parse_mysql_dsn("mysql://app:s%40cret@db.example:3307/")
+    assert (addr.host, addr.port, addr.user, addr.password) == ("db.example", 3307, "app", "s@cret")
+    assert "s@cret" not in repr(addr)
+    endpoints = Endpoints.load(environ={"STREAM_OSC_MYSQL_DSN": "mysql://app:hunter2@h:1/"})
+    assert "hunter2" not in repr(endpoints)
+    with pytest.raises(ConfigError) as err:
+        parse_mysql_dsn("postgres://app:hunter2@h/")
+    assert "hunter2" not in str(err.value)
+
+
+def test_endpoints_from_config_file_then_env(tmp_path):
+    path = tmp_path / "osc.toml"
+    path.write_text('[endpoints]\nkafka_bootstrap = "k:9092"\nredis_url = "redis://r:6379/0"\n')
+    endpoints = Endpoints.load(path, environ={"STREAM_OSC_REDIS_URL": "redis://env:1/0"})
+    assert endpoints.kafka_bootstrap == "k:9092"
+    assert endpoints.redis_url == "redis://env:1/0"
+    path.write_text('[endpoints]\nkafka = "x"\n')
+    with pytest.raises(ConfigError, match="unknown keys"):
+        Endpoints.load(path, environ={})
+
+
+def test_connector_config_captures_table_and_routes_fence():
+    names = TopicNames("streamosc_t_ab", "shop", "orders")
+    config = connector_config("mariadb", parse_mysql_dsn("mysql://u:pw@h:3306/"), "k:9092", names,
+                              "stream_osc.fence_4")
+    assert config["connector.class"] == "io.debezium.connector.mariadb.MariaDbConnector"
+    assert config["snapshot.mode"] == "no_data" and config["snapshot.locking.mode"] == "none"
+    assert config["table.include.list"] == r"shop\.orders,stream_osc\.fence_4"
+    assert config["transforms.fence.topic.replacement"] == "streamosc_t_ab.shop.orders"
+    assert redact(config)["database.password"] == "********"
+    assert connector_config("mysql", parse_mysql_dsn("mysql://u:pw@h/"), "k", names, "m.f")["connector.class"] \
+        == "io.debezium.connector.mysql.MySqlConnector"
