@@ -40,6 +40,7 @@ class CutoverResult:
     blocked_ms: float
     drained_keys: int
     reason: str = ""
+    locked_at: float = 0.0       # wall clock when writes started to wait
 
 
 class _Renamer(threading.Thread):
@@ -125,6 +126,7 @@ class Cutover:
             except pymysql.err.OperationalError as exc:
                 raise CutoverAborted(f"could not lock {spec.qualified_name} within {window_s:.1f} s: {exc.args[1]}")
             locked_at = time.monotonic()
+            locked_wall = time.time()
             deadline = locked_at + window_s
             if self.is_mariadb:
                 renamer = _Renamer(ctx, timeout_s=max(2, int(window_s) + 2))
@@ -160,7 +162,7 @@ class Cutover:
                 query(lock_conn, "UNLOCK TABLES")
                 blocked = (time.monotonic() - locked_at) * 1000
             log_event(log, "tables swapped", blocked_ms=round(blocked, 1), drained_keys=drained)
-            return CutoverResult(True, blocked, drained)
+            return CutoverResult(True, blocked, drained, locked_at=locked_wall)
         except CutoverAborted as exc:
             self._roll_back(lock_conn, renamer)
             blocked = (time.monotonic() - locked_at) * 1000 if locked_at else 0.0

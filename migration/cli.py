@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from migration.logs import configure_logging
-from migration import commands
+from migration import commands, demo
 from stack import cli as stack_cli
 
 
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="WARNING", help="log level for structured logs on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
     commands.register(sub)
+    demo.register(sub)
     stack_cli.register(sub)
     return parser
 

@@ -9,7 +9,7 @@ import redis
 
 from applier.apply import ApplyStats, apply_worker
 from applier.chunks import ChunkQueue
-from applier.copy import copy_worker
+from applier.copy import DuplicateKeyInSource, copy_worker
 from applier.table import load_pair
 from connectors.rest import ConnectClient, ConnectError
 from cutover.swap import SENTRY_COMMENT, Cutover
@@ -110,6 +110,11 @@ class Runner:
                 self._cutover(ctx)
             self._cleanup(self.store.get(migration.id))
             return 0
+        except DuplicateKeyInSource:
+            # The ALTER cannot succeed on this data: fail like the ALTER would, and leave nothing behind.
+            self._stop_appliers()
+            self._discard(migration)
+            raise
         except BaseException as exc:
             self._stop_appliers()
             if getattr(exc, "user_facing", False):
@@ -195,7 +200,8 @@ class Runner:
             self._stop_appliers()
             result = cutover.attempt(self.spec.cutover_window_s)
             if result.swapped:
-                self.store.update(ctx.migration.id, stage="cleanup", cutover_blocked_ms=int(result.blocked_ms))
+                self.store.update(ctx.migration.id, stage="cleanup", cutover_blocked_ms=int(result.blocked_ms),
+                                  cutover_at=result.locked_at)
                 self.progress.say(f"cutover: swapped {self.spec.qualified_name}; application writes were blocked "
                                   f"for {result.blocked_ms:.0f} ms ({result.drained_keys} keys drained under lock)")
                 return
@@ -222,6 +228,12 @@ class Runner:
         self.store.update(migration.id, stage="done", status="done", error=None)
         kept = f"; original kept as {self.spec.database}.{self.spec.old_table}" if self.spec.keep_old else ""
         self.progress.say(f"done: {self.spec.qualified_name} has the new schema{kept}")
+
+    def _discard(self, migration: Migration) -> None:
+        """Remove everything the migration made, including its metadata rows."""
+        remove_capture(self.conn, self.endpoints, self.spec, migration)
+        query(self.conn, f"DROP TABLE IF EXISTS {qualified(self.spec.database, self.spec.new_table)}")
+        self.store.delete(migration.id)
 
     def _check_health(self, ctx: RunContext) -> None:
         """Stop when the connector failed or the migration was aborted (checked every 2 s)."""

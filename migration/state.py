@@ -69,7 +69,7 @@ class StateStore:
             stage VARCHAR(16) NOT NULL, status VARCHAR(16) NOT NULL,
             prefix VARCHAR(100) NOT NULL, pk_column VARCHAR(64) NOT NULL,
             min_pk BIGINT NULL, max_pk BIGINT NULL,
-            error TEXT NULL, validation_diffs BIGINT NOT NULL DEFAULT 0, cutover_blocked_ms INT NULL,
+            error TEXT NULL, validation_diffs BIGINT NOT NULL DEFAULT 0, cutover_blocked_ms INT NULL, cutover_at DOUBLE NULL,
             options TEXT NOT NULL,
             active_key VARCHAR(140) NULL,
             created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),

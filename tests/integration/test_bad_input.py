@@ -1,0 +1,102 @@
+"""Bad input: one clear error, a non-zero exit, and nothing left behind."""
+import pytest
+
+from migration.cli import main
+from migration.db import query
+from migration.traffic import create_sample_table
+from tests.integration.helpers import db_conn, leftovers
+
+pytestmark = pytest.mark.integration
+
+DB = "bad"
+
+
+@pytest.fixture
+def conn(endpoints):
+    conn = db_conn(endpoints)
+    query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
+    yield conn
+    conn.close()
+
+
+def run_migrate(capsys, table, alter, *extra):
+    code = main(["migrate", "--table", f"{DB}.{table}", "--alter", alter, "--quiet", *extra])
+    err = capsys.readouterr().err
+    return code, err
+
+
+def assert_refused(endpoints, capsys, table, alter, message, *extra):
+    code, err = run_migrate(capsys, table, alter, *extra)
+    assert code == 2
+    assert err.startswith("stream-osc: error: ") and len(err.strip().splitlines()) == 1, err
+    assert message in err
+    assert leftovers(endpoints, DB, table) == []
+    return err
+
+
+def test_unknown_table(endpoints, conn, capsys):
+    assert_refused(endpoints, capsys, "nope", "ADD COLUMN c INT", f"table {DB}.nope does not exist")
+
+
+def test_table_without_primary_key(endpoints, conn, capsys):
+    query(conn, f"DROP TABLE IF EXISTS {DB}.nopk")
+    query(conn, f"CREATE TABLE {DB}.nopk (a INT)")
+    assert_refused(endpoints, capsys, "nopk", "ADD COLUMN c INT", "has no primary key")
+
+
+def test_non_integer_primary_key(endpoints, conn, capsys):
+    query(conn, f"DROP TABLE IF EXISTS {DB}.strpk")
+    query(conn, f"CREATE TABLE {DB}.strpk (a VARCHAR(10) PRIMARY KEY)")
+    assert_refused(endpoints, capsys, "strpk", "ADD COLUMN c INT", "not supported yet")
+
+
+def test_alter_syntax_error_reports_server_error(endpoints, conn, capsys):
+    create_sample_table(conn, DB, "syn", rows=10)
+    err = assert_refused(endpoints, capsys, "syn", "ADD COLUMNN c INT", "the ALTER is not valid")
+    assert "1064" in err
+
+
+def test_leftover_new_table(endpoints, conn, capsys):
+    create_sample_table(conn, DB, "left", rows=10)
+    query(conn, f"CREATE TABLE {DB}._left_new (id INT PRIMARY KEY)")
+    try:
+        code, err = run_migrate(capsys, "left", "ADD COLUMN c INT")
+        assert code == 2 and "_left_new already exists" in err
+        assert leftovers(endpoints, DB, "left") == [f"table {DB}._left_new"]   # the user's table is untouched
+    finally:
+        query(conn, f"DROP TABLE {DB}._left_new")
+
+
+def test_binlog_not_row(endpoints, conn, capsys):
+    create_sample_table(conn, DB, "stmt", rows=10)
+    query(conn, "SET GLOBAL binlog_format = 'STATEMENT'")
+    try:
+        assert_refused(endpoints, capsys, "stmt", "ADD COLUMN c INT", "binlog_format is STATEMENT")
+    finally:
+        query(conn, "SET GLOBAL binlog_format = 'ROW'")
+
+
+def test_unique_key_over_duplicates_fails_like_the_alter(endpoints, conn, capsys):
+    create_sample_table(conn, DB, "dups", rows=2_000)
+    query(conn, f"UPDATE {DB}.dups SET k = 5 WHERE id IN (1500, 1700)")
+    err = assert_refused(endpoints, capsys, "dups", "ADD UNIQUE KEY uk (k)", "adds UNIQUE key 'uk'")
+    assert "share the value (5)" in err
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("STREAM_OSC_KAFKA_BOOTSTRAP", "127.0.0.1:1", "Kafka at 127.0.0.1:1 is unreachable"),
+    ("STREAM_OSC_CONNECT_URL", "http://127.0.0.1:1", "Kafka Connect at http://127.0.0.1:1 is unreachable"),
+    ("STREAM_OSC_REDIS_URL", "redis://127.0.0.1:1/0", "Redis at 127.0.0.1:1 is unreachable"),
+])
+def test_unreachable_service(endpoints, conn, capsys, monkeypatch, variable, value, message):
+    create_sample_table(conn, DB, "svc", rows=10)
+    monkeypatch.setenv(variable, value)
+    assert_refused(endpoints, capsys, "svc", "ADD COLUMN c INT", message)
+
+
+def test_wrong_password_is_not_echoed(endpoints, conn, capsys, monkeypatch):
+    addr = endpoints.mysql
+    monkeypatch.setenv("STREAM_OSC_MYSQL_DSN", f"mysql://{addr.user}:Wr0ngSecret@{addr.host}:{addr.port}/")
+    code, err = run_migrate(capsys, "svc", "ADD COLUMN c INT")
+    assert code == 2 and f"cannot connect to MySQL at {addr.host}:{addr.port}" in err
+    assert "Wr0ngSecret" not in err
