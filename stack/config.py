@@ -11,6 +11,16 @@ KAFKA_VERSION = "4.1.1"
 DEBEZIUM_VERSION = "3.5.0.Final"
 
 
+# StackConfig field -> the variable that moves that port
+PORT_ENV: dict[str, str] = {
+    "mysql_port": "STREAM_OSC_STACK_MYSQL_PORT",
+    "redis_port": "STREAM_OSC_STACK_REDIS_PORT",
+    "kafka_port": "STREAM_OSC_STACK_KAFKA_PORT",
+    "controller_port": "STREAM_OSC_STACK_CONTROLLER_PORT",
+    "connect_port": "STREAM_OSC_STACK_CONNECT_PORT",
+}
+
+
 def _port(name: str, default: int) -> int:
     return int(os.environ.get(f"STREAM_OSC_STACK_{name}_PORT", default))
 
@@ -29,6 +39,8 @@ class StackConfig:
     mysql_user: str = "osc"
     mysql_password: str = "osc-local"
     java_heap: str = "1g"
+    ready_timeout: float = field(default_factory=lambda: float(os.environ.get("STREAM_OSC_STACK_READY_TIMEOUT", 90)))
+    connect_group: str = "stream-osc-connect"
 
     @property
     def cache_dir(self) -> Path:
@@ -39,6 +51,29 @@ class StackConfig:
     def run_dir(self) -> Path:
         """Data folders, logs and PID files of running services (git-ignored)."""
         return Path(os.environ.get("STREAM_OSC_RUN_DIR", self.root / ".run"))
+
+    @property
+    def jars_dir(self) -> Path:
+        """Root of the jar folders that `stream-osc stack install` fills."""
+        return self.cache_dir / "jars"
+
+    @property
+    def kafka_jars_dir(self) -> Path:
+        """Classpath of the broker and the Connect worker."""
+        return self.jars_dir / "kafka"
+
+    @property
+    def plugin_dir(self) -> Path:
+        """Kafka Connect `plugin.path` (holds debezium-connector-mariadb/); STREAM_OSC_PLUGIN_DIR moves it."""
+        return Path(os.environ.get("STREAM_OSC_PLUGIN_DIR", self.jars_dir / "plugins"))
+
+    def pid_file(self, service: str) -> Path:
+        """PID file of one service."""
+        return self.run_dir / f"{service}.pid"
+
+    def log_file(self, service: str) -> Path:
+        """Log file (stdout and stderr) of one service."""
+        return self.run_dir / f"{service}.log"
 
     def env(self) -> dict[str, str]:
         """The endpoint variables every stream-osc command reads, for this stack."""

@@ -1,0 +1,34 @@
+# stream-osc: set up, test and run the embedded local stack (see docs/stack.md).
+VENV := .venv
+PY := $(VENV)/bin/python
+OSC := $(VENV)/bin/stream-osc
+
+.PHONY: setup test test-slow demo bench up down status
+
+setup:
+	bash stack/bootstrap.sh
+
+# pytest exits 5 when it collected no test: that is a failure here, not a pass.
+test: setup
+	$(PY) -m pytest -m "not slow" tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
+
+test-slow: setup
+	$(PY) -m pytest -m slow tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-slow: no tests were collected" >&2; exit 1; fi; exit $$rc
+
+demo: setup
+	$(OSC) stack up
+	$(OSC) demo
+
+bench: setup
+	$(PY) -m bench
+
+up: setup
+	$(OSC) stack up
+
+down:
+	@if [ -x $(OSC) ]; then $(OSC) stack down; fi
+
+status:
+	$(OSC) stack status

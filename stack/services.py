@@ -1,0 +1,167 @@
+"""Start, check and stop the embedded stack: MariaDB, Redis, Kafka (KRaft) and Kafka Connect, in that order."""
+from __future__ import annotations
+
+import fcntl
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from stack import connect, kafka, mariadb, redis_server
+from stack.base import Service
+from stack.config import StackConfig
+from stack.install import install, installed
+from stack.process import StackError, port_in_use, remove, rss_bytes, running_pid, spawn, stop_pid, wait_ready
+
+SERVICES: tuple[Service, ...] = (mariadb.SERVICE, redis_server.SERVICE, kafka.SERVICE, connect.SERVICE)
+NAMES: tuple[str, ...] = tuple(s.name for s in SERVICES)
+JAVA_SERVICES = {kafka.NAME, connect.NAME}
+
+
+@dataclass(frozen=True)
+class StartResult:
+    """What `up` did for one service."""
+
+    name: str
+    pid: int
+    started: bool  # False: it was already running
+    seconds: float  # time from start (or from the check) to ready
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """One line of `stack status`."""
+
+    name: str
+    pid: int | None
+    ports: list[tuple[int, str]]
+    log: Path
+    rss: int | None = None
+    ready: bool | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+
+def select(names: Iterable[str] | None = None) -> list[Service]:
+    """Services by name, in start order (all of them for None)."""
+    if names is None:
+        return list(SERVICES)
+    wanted = set(names)
+    unknown = wanted - set(NAMES)
+    if unknown:
+        raise StackError(f"unknown stack service(s): {', '.join(sorted(unknown))} (known: {', '.join(NAMES)})")
+    return [s for s in SERVICES if s.name in wanted]
+
+
+@contextmanager
+def _locked(config: StackConfig) -> Iterator[None]:
+    """Serialise `up` and `down` on one run directory."""
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    with open(config.run_dir / "stack.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def service_pid(config: StackConfig, service: Service | str) -> int | None:
+    """PID of the service if our PID file names a live process."""
+    name = service if isinstance(service, str) else service.name
+    return running_pid(config.pid_file(name))
+
+
+def up(config: StackConfig, names: Iterable[str] | None = None,
+       on_ready: Callable[[StartResult], None] | None = None) -> list[StartResult]:
+    """Start every selected service that is down, in order, and wait until each is ready.
+
+    Services already running are left alone (only checked for readiness). Everything that can be
+    checked up front (executables, free ports, jars) is, before anything starts. On a failure the
+    service that failed is stopped again and StackError names its log.
+    """
+    services = select(names)
+    results: list[StartResult] = []
+    with _locked(config):
+        to_start = [s for s in services if service_pid(config, s) is None]
+        for service in to_start:
+            remove(config.pid_file(service.name))
+            service.preflight(config)
+        for service in to_start:
+            for port, label in service.ports(config):
+                if port_in_use(config.host, port):
+                    raise StackError(f"port {port} ({label}) is already in use by another process")
+        if any(s.name in JAVA_SERVICES for s in to_start) and not installed(config):
+            install(config)
+        for service in services:
+            result = _start_one(config, service) if service in to_start else _check_one(config, service)
+            results.append(result)
+            if on_ready:
+                on_ready(result)
+    return results
+
+
+def _check_one(config: StackConfig, service: Service) -> StartResult:
+    pid = service_pid(config, service)
+    if pid is None:  # died between the plan and now
+        return _start_one(config, service)
+    seconds = wait_ready(service.name, pid, lambda: service.probe(config), config.ready_timeout,
+                         config.log_file(service.name))
+    return StartResult(service.name, pid, started=False, seconds=seconds)
+
+
+def _start_one(config: StackConfig, service: Service) -> StartResult:
+    started = time.monotonic()
+    service.prepare(config)
+    pid = spawn(service.command(config), config.log_file(service.name), config.pid_file(service.name),
+                cwd=config.run_dir)
+    try:
+        wait_ready(service.name, pid, lambda: service.probe(config), config.ready_timeout,
+                   config.log_file(service.name))
+    except BaseException:
+        stop_pid(pid, timeout=service.stop_timeout)
+        remove(config.pid_file(service.name))
+        raise
+    return StartResult(service.name, pid, started=True, seconds=time.monotonic() - started)
+
+
+def ensure_up(config: StackConfig, names: Iterable[str] | None = None) -> bool:
+    """Bring the stack (or the named services) up; True if anything had to be started."""
+    return any(r.started for r in up(config, names))
+
+
+def stop_all(config: StackConfig, names: Iterable[str] | None = None,
+             on_stopped: Callable[[str, int | None], None] | None = None) -> list[str]:
+    """Stop the selected services in reverse start order; return the names of those that were running.
+
+    Each gets SIGTERM (its whole process group), then SIGKILL after its stop timeout; PID files go.
+    """
+    stopped = []
+    with _locked(config):
+        for service in reversed(select(names)):
+            pid = service_pid(config, service)
+            if pid is not None:
+                stop_pid(pid, timeout=service.stop_timeout)
+                stopped.append(service.name)
+            remove(config.pid_file(service.name))
+            if on_stopped:
+                on_stopped(service.name, pid)
+    return stopped
+
+
+def status(config: StackConfig, probe: bool = True) -> list[ServiceStatus]:
+    """State of every service: PID, ports, resident memory and (if `probe`) whether it answers."""
+    rows = []
+    for service in SERVICES:
+        pid = service_pid(config, service)
+        ready = None
+        if pid is not None and probe:
+            try:
+                ready = service.probe(config)
+            except StackError:
+                ready = False
+        rows.append(ServiceStatus(service.name, pid, service.ports(config), config.log_file(service.name),
+                                  rss_bytes(pid) if pid else None, ready))
+    return rows

@@ -1,0 +1,54 @@
+"""Shared fixtures: the endpoints of the services, with the embedded stack brought up when none are given."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from migration.endpoints import ENV_KEYS, Endpoints
+from stack import services
+from stack.config import PORT_ENV, StackConfig
+from stack.process import free_ports, port_in_use
+
+def _stack_config() -> StackConfig:
+    """The stack of this checkout; moved to free ports if its ports are held by something else.
+
+    That happens when another checkout's stack runs on this machine (e.g. CI in a fresh clone next to
+    a developer's stack): this checkout's run dir then gets its own ports for the session. The port
+    variables go into os.environ, so StackConfig(), Endpoints.load() and CLI subprocesses agree.
+    """
+    config = StackConfig()
+    if any(services.service_pid(config, s) for s in services.SERVICES):
+        return config
+    ports = [port for s in services.SERVICES for port, _ in s.ports(config)]
+    if not any(port_in_use(config.host, port) for port in ports):
+        return config
+    for var, port in zip(PORT_ENV.values(), free_ports(len(PORT_ENV))):
+        os.environ[var] = str(port)
+    moved = StackConfig()
+    print(f"conftest: the default stack ports are taken; this session's stack uses "
+          f"{', '.join(f'{k}={getattr(moved, k)}' for k in PORT_ENV)}", file=sys.stderr)
+    return moved
+
+
+@pytest.fixture(scope="session")
+def stack_config() -> StackConfig | None:
+    """The embedded stack the session runs against, or None when STREAM_OSC_* endpoints are given."""
+    if any(os.environ.get(var) for var in ENV_KEYS.values()):
+        yield None
+        return
+    config = _stack_config()
+    results = services.up(config)
+    started = [r.name for r in results if r.started]
+    try:
+        yield config
+    finally:
+        if started:  # leave alone what was already running before the session
+            services.stop_all(config, started)
+
+
+@pytest.fixture(scope="session")
+def endpoints(stack_config: StackConfig | None) -> Endpoints:
+    """Endpoints.load(): the STREAM_OSC_* variables if set, else the embedded stack (brought up first)."""
+    return Endpoints.load()
