@@ -3,14 +3,33 @@ from __future__ import annotations
 
 import uuid
 
+import pymysql
 import redis
 
+from migration.db import query
 
-def plan_chunks(min_pk: int, max_pk: int, chunk_size: int) -> list[tuple[int, int]]:
-    """Inclusive PK ranges of at most chunk_size values covering [min_pk, max_pk]."""
-    if max_pk < min_pk:
-        return []
-    return [(lo, min(lo + chunk_size - 1, max_pk)) for lo in range(min_pk, max_pk + 1, chunk_size)]
+
+def next_boundary(conn: pymysql.connections.Connection, table: str, pk: str, start: int, end: int,
+                  rows: int) -> int | None:
+    """The PK `rows` rows after `start` within [start, end] (walking the PK index), or None if fewer remain."""
+    found = query(conn, f"SELECT {pk} FROM {table} WHERE {pk} >= %s AND {pk} <= %s ORDER BY {pk} "
+                        "LIMIT 1 OFFSET %s", (start, end, rows))
+    return int(found[0][0]) if found else None
+
+
+def key_ranges(conn: pymysql.connections.Connection, table: str, pk: str, lo: int, hi: int,
+               rows: int) -> list[tuple[int, int]]:
+    """Contiguous inclusive PK ranges covering [lo, hi], each holding at most `rows` rows (sparse keys welcome)."""
+    ranges: list[tuple[int, int]] = []
+    start = lo
+    while start <= hi:
+        boundary = next_boundary(conn, table, pk, start, hi, rows)
+        if boundary is None:
+            ranges.append((start, hi))
+            break
+        ranges.append((start, boundary - 1))
+        start = boundary
+    return ranges
 
 
 class ChunkQueue:

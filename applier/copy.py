@@ -5,7 +5,7 @@ import logging
 
 import pymysql
 
-from applier.chunks import ChunkQueue
+from applier.chunks import ChunkQueue, next_boundary
 from applier.table import TablePair, unique_keys_of
 from migration.context import RunContext
 from migration.db import query, quote_ident
@@ -82,7 +82,8 @@ def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: Chu
             return copied
         if not queue.renew(chunk_no):
             raise LeaseLost(f"lease of chunk {chunk_no} expired")
-        hi = min(next_pk + ctx.spec.batch_size - 1, end)
+        boundary = next_boundary(conn, ctx.pair.source_name, ctx.pair.pk_ident, next_pk, end, ctx.spec.batch_size)
+        hi = end if boundary is None else boundary - 1
         copied += copy_batch(conn, ctx, chunk_no, next_pk, hi, last=hi == end)
         next_pk = hi + 1
     if next_pk > end or done:

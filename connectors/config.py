@@ -12,7 +12,7 @@ CONNECTOR_CLASSES = {
     "mysql": "io.debezium.connector.mysql.MySqlConnector",
 }
 
-# Settings that hold for every connector stream-osc creates (see docs/connector.md for why).
+# Settings that hold for every connector stream-osc creates; the reasons are noted beside them.
 BASE_SETTINGS: dict[str, str] = {
     "tasks.max": "1",
     "snapshot.mode": "no_data",               # start at the current position, copy nothing

@@ -20,7 +20,7 @@ from migration.context import RunContext
 from migration.db import qualified, query, scalar
 from migration.logs import log_event
 from streams.events import decode_key
-from streams.fence import FenceTimeout, fence_consumer, read_until_fence
+from streams.fence import FenceReader, FenceTimeout, fence_consumer
 from streams.topics import TopicNames, committed_offsets, partition_count
 
 log = logging.getLogger("stream_osc.cutover")
@@ -82,7 +82,7 @@ class Cutover:
         self.partitions = partition_count(ctx.endpoints.kafka_bootstrap, self.names.changes)
         self.fence_table = qualified(spec.metadata_schema, ctx.migration.fence_table)
 
-    def _drain(self, conn: pymysql.connections.Connection, consumer, start: dict[int, int], token: str,
+    def _drain(self, conn: pymysql.connections.Connection, reader: FenceReader, start: dict[int, int], token: str,
                timeout: float, in_transaction: bool) -> tuple[dict[int, int], int]:
         """Fence, read to the fence in every partition, re-copy the keys seen; (positions, keys)."""
         self.ctx.store(conn).write_fence(self.ctx.migration.id, token)
@@ -94,7 +94,7 @@ class Cutover:
             if change is not None and change.pk is not None:
                 keys.add(change.pk)
 
-        positions = read_until_fence(consumer, self.names.changes, start, token, timeout, collect)
+        positions = reader.read(start, token, timeout, collect)
         if in_transaction:
             with_retry(lambda: recopy_keys(conn, self.ctx.pair, keys))
         else:
@@ -105,13 +105,14 @@ class Cutover:
         """One bounded attempt; the applier group must be stopped (its committed offsets are the start)."""
         spec, ctx = self.ctx.spec, self.ctx
         consumer = fence_consumer(ctx.endpoints.kafka_bootstrap, ctx.migration.group_id)
+        reader = FenceReader(consumer, self.names.changes, self.partitions)
         lock_conn = ctx.db()
         renamer: _Renamer | None = None
         locked_at = 0.0
         try:
             # Catch up without the lock, so that only the last moment's changes remain for the window.
             start = committed_offsets(consumer, self.names.changes, self.partitions)
-            start, _ = self._drain(lock_conn, consumer, start, f"pre-{uuid.uuid4().hex[:12]}", 30.0, True)
+            start, _ = self._drain(lock_conn, reader, start, f"pre-{uuid.uuid4().hex[:12]}", 30.0, True)
 
             query(lock_conn, "SET SESSION lock_wait_timeout = %s", (max(1, int(window_s)),))
             db = spec.database
@@ -132,7 +133,7 @@ class Cutover:
                 renamer = _Renamer(ctx, timeout_s=max(2, int(window_s) + 2))
                 renamer.start()
             try:
-                _, drained = self._drain(lock_conn, consumer, start, f"lock-{uuid.uuid4().hex[:12]}",
+                _, drained = self._drain(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
                                          max(deadline - time.monotonic(), 0.01), False)
             except FenceTimeout as exc:
                 raise CutoverAborted(f"changes did not drain within the window: {exc}") from None

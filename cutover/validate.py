@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pymysql
 
+from applier.chunks import key_ranges
 from applier.recopy import recopy_keys, with_retry
 from applier.table import TablePair
 from migration.context import RunContext
@@ -53,24 +54,46 @@ def differing_keys(conn: pymysql.connections.Connection, pair: TablePair, lo: in
     return {k for k in source.keys() | target.keys() if source.get(k) != target.get(k)}
 
 
+def describe_difference(conn: pymysql.connections.Connection, pair: TablePair, key: int) -> str:
+    """Which shared columns of one row differ between source and new table."""
+    select = f"SELECT {pair.column_list} FROM {{}} WHERE {pair.pk_ident}=%s"
+    source = query(conn, select.format(pair.source_name), (key,))
+    target = query(conn, select.format(pair.target_name), (key,))
+    if not source or not target:
+        return "missing from the " + ("new" if source else "original") + " table"
+    columns = [c for c, a, b in zip(pair.shared_columns, source[0], target[0]) if a != b]
+    return "columns differ: " + ", ".join(columns) if columns else "same values, different bytes (charset?)"
+
+
+def still_different(conn: pymysql.connections.Connection, pair: TablePair, keys: set[int]) -> set[int]:
+    """The keys among `keys` whose rows differ right now."""
+    marks = ", ".join(["%s"] * len(keys))
+    hashes = f"SELECT {pair.pk_ident}, {row_hash_sql(pair)} FROM {{}} WHERE {pair.pk_ident} IN ({marks})"
+    source = dict(query(conn, hashes.format(pair.source_name), sorted(keys)))
+    target = dict(query(conn, hashes.format(pair.target_name), sorted(keys)))
+    return {k for k in keys if source.get(k) != target.get(k)}
+
+
 def validate_range(ctx: RunContext, lo: int, hi: int) -> int:
-    """Check one range, re-copying differences until clean; returns how many rows were repaired."""
+    """Check one range; re-copy differing rows and re-check them until they match. Returns rows repaired.
+
+    Under live traffic new differences keep appearing (the appliers and the cutover drain handle
+    those); what must not happen is a row that still differs right after being re-copied.
+    """
     conn = ctx.db()
-    repaired = 0
     try:
+        diff = differing_keys(conn, ctx.pair, lo, hi)
+        repaired = len(diff)
         for _ in range(ROUNDS):
-            diff = differing_keys(conn, ctx.pair, lo, hi)
             if not diff:
                 return repaired
-            repaired += len(diff)
             with_retry(lambda: recopy_keys(conn, ctx.pair, diff))
-        still = differing_keys(conn, ctx.pair, lo, hi)
-        if still:
-            raise ValidationFailed(
-                f"{len(still)} rows of {ctx.spec.qualified_name} in PK range {lo}..{hi} still differ after "
-                f"{ROUNDS} re-copies (e.g. {sorted(still)[:5]}); the ALTER may change values (lossy type "
-                "change) or make rows collide on a UNIQUE key")
-        return repaired
+            diff = still_different(conn, ctx.pair, diff)
+        key = min(diff)
+        raise ValidationFailed(
+            f"{len(diff)} rows of {ctx.spec.qualified_name} in PK range {lo}..{hi} still differ right after "
+            f"{ROUNDS} re-copies; first {ctx.pair.pk}={key}: {describe_difference(conn, ctx.pair, key)}. "
+            "The ALTER may change values (a lossy type change) or make rows collide on a UNIQUE key")
     finally:
         conn.close()
 
@@ -87,8 +110,7 @@ def validation_ranges(conn: pymysql.connections.Connection, ctx: RunContext) -> 
     if low < covered_lo:
         ranges.insert(0, (low, covered_lo - 1))
     if top > covered_hi:
-        step = max(ctx.spec.chunk_size, 1)
-        ranges += [(lo, min(lo + step - 1, top)) for lo in range(covered_hi + 1, top + 1, step)]
+        ranges += key_ranges(conn, ctx.pair.source_name, ctx.pair.pk_ident, covered_hi + 1, top, ctx.spec.chunk_size)
     return ranges
 
 

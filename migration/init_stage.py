@@ -12,17 +12,17 @@ import uuid
 
 import pymysql
 
-from applier.chunks import plan_chunks
+from applier.chunks import key_ranges
 from applier.table import primary_key_of
 from connectors.config import connector_config
 from connectors.rest import ConnectClient, ConnectError
 from migration.checks import PreflightError, check_privileges, check_server, check_services, check_table
-from migration.db import ServerInfo, qualified, query
+from migration.db import ServerInfo, qualified, query, quote_ident
 from migration.endpoints import Endpoints
 from migration.logs import log_event
 from migration.spec import MigrationSpec
 from migration.state import Migration, StateStore
-from streams.fence import FenceTimeout, fence_consumer, fence_ids_for, read_until_fence
+from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
 from streams.topics import TopicNames, create_change_topic, delete_topics
 
 log = logging.getLogger("stream_osc.init")
@@ -89,6 +89,7 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
     connect.wait_running(migration.connector, timeout=START_TIMEOUT_S)
     store = StateStore(conn, spec.metadata_schema)
     consumer = fence_consumer(endpoints.kafka_bootstrap, migration.group_id)
+    reader = FenceReader(consumer, names.changes, spec.partitions)
     token = f"init-{uuid.uuid4().hex[:12]}"
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
@@ -96,7 +97,7 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
         while True:
             store.write_fence(migration.id, token)
             try:
-                read_until_fence(consumer, names.changes, {p: 0 for p in range(spec.partitions)}, token, 2.0)
+                reader.read({p: 0 for p in range(spec.partitions)}, token, 2.0)
                 break
             except FenceTimeout:
                 state = connect.state(migration.connector)
@@ -145,9 +146,10 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
         store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
         start_capture(conn, endpoints, spec, info, migration)
         src = qualified(spec.database, spec.table)
-        min_pk, max_pk = query(conn, f"SELECT MIN(`{pk}`), MAX(`{pk}`) FROM {src}")[0]
+        min_pk, max_pk = query(conn, f"SELECT MIN({quote_ident(pk)}), MAX({quote_ident(pk)}) FROM {src}")[0]
         if max_pk is not None:
-            store.add_chunks(migration.id, plan_chunks(int(min_pk), int(max_pk), spec.chunk_size))
+            store.add_chunks(migration.id, key_ranges(conn, src, quote_ident(pk), int(min_pk), int(max_pk),
+                                                      spec.chunk_size))
         store.update(migration.id, min_pk=min_pk, max_pk=max_pk, stage="copy")
         log_event(log, "capture running; copy planned", migration=migration.id, min_pk=min_pk, max_pk=max_pk)
         return store.get(migration.id)

@@ -30,6 +30,7 @@ class Migration:
     error: str | None
     validation_diffs: int
     cutover_blocked_ms: int | None
+    cutover_at: float | None     # wall-clock time (epoch s) when the swap's lock was taken
     options: dict[str, Any]
 
     @property
@@ -46,7 +47,7 @@ class Migration:
 
 
 _COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error, "
-            "validation_diffs, cutover_blocked_ms, options")
+            "validation_diffs, cutover_blocked_ms, cutover_at, options")
 
 
 class StateStore:
@@ -83,9 +84,9 @@ class StateStore:
 
     def _row(self, row: tuple) -> Migration:
         (mid, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error,
-         diffs, blocked, options) = row
+         diffs, blocked, cutover_at, options) = row
         return Migration(mid, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error,
-                         diffs, blocked, json.loads(options or "{}"))
+                         diffs, blocked, cutover_at, json.loads(options or "{}"))
 
     def schema_exists(self) -> bool:
         return bool(query(self.conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "

@@ -18,6 +18,7 @@ SAMPLE_TABLE_DDL = """CREATE TABLE {name} (
   c VARCHAR(120) NOT NULL,
   note VARCHAR(60) CHARACTER SET latin1 NOT NULL DEFAULT '',
   amount DECIMAL(12,2) NULL,
+  legacy VARCHAR(20) NULL,
   updated_at DATETIME(6) NOT NULL,
   UNIQUE KEY u (u),
   KEY k (k)
@@ -40,12 +41,12 @@ def create_sample_table(conn: pymysql.connections.Connection, db: str, table: st
     step = 50_000
     for lo in range(1, rows + 1, step):
         hi = min(lo + step - 1, rows)
-        source = (f"seq_{lo}_to_{hi}" if mariadb else
+        source = (f"`{db}`.seq_{lo}_to_{hi}" if mariadb else
                   f"(WITH RECURSIVE s(seq) AS (SELECT {lo} UNION ALL SELECT seq + 1 FROM s WHERE seq < {hi}) "
                   "SELECT seq FROM s) AS s")
-        query(conn, f"""INSERT INTO {name} (id, k, u, c, note, amount, updated_at)
+        query(conn, f"""INSERT INTO {name} (id, k, u, c, note, amount, legacy, updated_at)
             SELECT seq, (seq * 7919 + {seed}) % 100000, CONCAT('u-', seq), CONCAT('row ', seq, ' ', MD5(seq + {seed})),
-                   'latin', (seq % 10000) / 100, NOW(6)
+                   'latin', (seq % 10000) / 100, CONCAT('legacy-', seq % 97), NOW(6)
             FROM {source}""")
 
 
@@ -99,7 +100,7 @@ class Traffic(threading.Thread):
             conn.close()
 
     def _one(self, conn: pymysql.connections.Connection) -> None:
-        ops = (self._insert, self._update, self._update, self._delete, self._move_pk, self._reinsert, self._swap_unique)
+        ops = (self.op_insert, self.op_update, self.op_update, self.op_delete, self.op_move_pk, self.op_reinsert, self.op_swap_unique)
         op = self.rng.choices(ops, weights=(30, 40, 40, 10, 5, 5, 5))[0]
         args = self._args_for(conn, op)
         started = time.monotonic()
@@ -125,56 +126,56 @@ class Traffic(threading.Thread):
 
     def _args_for(self, conn: pymysql.connections.Connection, op) -> tuple:
         """Random existing keys for ops that need them (drawn once, so retries repeat the same op)."""
-        if op in (self._insert,):
+        if op in (self.op_insert,):
             return ()
         lo_hi = query(conn, f"SELECT MIN(id), MAX(id) FROM {qualified(self.db, self.table)} WHERE id < %s",
                       (PK_MOVE_BASE,))[0]
         lo, hi = (lo_hi[0] or 1), (lo_hi[1] or 1)
         picks = [self.rng.randint(lo, hi), self.rng.randint(lo, hi)]
-        return tuple(picks[:2 if op == self._swap_unique else 1])
+        return tuple(picks[:2 if op == self.op_swap_unique else 1])
 
     # operations: each returns the primary keys it touched ------------------------------------------
-    def _name(self) -> str:
+    def _table(self) -> str:
         return qualified(self.db, self.table)
 
-    def _insert(self, conn) -> list[int]:
+    def op_insert(self, conn) -> list[int]:
         with conn.cursor() as cur:
-            cur.execute(f"INSERT INTO {self._name()} (k, u, c, note, amount, updated_at) "
+            cur.execute(f"INSERT INTO {self._table()} (k, u, c, note, amount, updated_at) "
                         "VALUES (%s, NULL, %s, 'ins', %s, NOW(6))",
                         (self.rng.randint(0, 99999), f"ins {self.rng.random()}", self.rng.randint(0, 10**6) / 100))
             return [cur.lastrowid]
 
-    def _update(self, conn, pk: int) -> list[int]:
-        query(conn, f"UPDATE {self._name()} SET k = k + 1, c = %s, amount = %s, updated_at = NOW(6) WHERE id = %s",
+    def op_update(self, conn, pk: int) -> list[int]:
+        query(conn, f"UPDATE {self._table()} SET k = k + 1, c = %s, amount = %s, updated_at = NOW(6) WHERE id = %s",
               (f"upd {self.rng.random()}", self.rng.randint(0, 10**6) / 100, pk))
         return [pk]
 
-    def _delete(self, conn, pk: int) -> list[int]:
-        query(conn, f"DELETE FROM {self._name()} WHERE id = %s", (pk,))
+    def op_delete(self, conn, pk: int) -> list[int]:
+        query(conn, f"DELETE FROM {self._table()} WHERE id = %s", (pk,))
         return [pk]
 
-    def _move_pk(self, conn, pk: int) -> list[int]:
+    def op_move_pk(self, conn, pk: int) -> list[int]:
         self.moved += 1
         new_pk = PK_MOVE_BASE + self.moved * 1000 + self.rng.randint(0, 999)
-        query(conn, f"UPDATE {self._name()} SET id = %s WHERE id = %s", (new_pk, pk))
+        query(conn, f"UPDATE {self._table()} SET id = %s WHERE id = %s", (new_pk, pk))
         return [pk, new_pk]
 
-    def _reinsert(self, conn, pk: int) -> list[int]:
+    def op_reinsert(self, conn, pk: int) -> list[int]:
         conn.begin()
-        query(conn, f"DELETE FROM {self._name()} WHERE id = %s", (pk,))
-        query(conn, f"INSERT INTO {self._name()} (id, k, u, c, note, amount, updated_at) "
+        query(conn, f"DELETE FROM {self._table()} WHERE id = %s", (pk,))
+        query(conn, f"INSERT INTO {self._table()} (id, k, u, c, note, amount, updated_at) "
                     "VALUES (%s, 1, NULL, 'reinserted', 're', 1.5, NOW(6))", (pk,))
         conn.commit()
         return [pk]
 
-    def _swap_unique(self, conn, a: int, b: int) -> list[int]:
+    def op_swap_unique(self, conn, a: int, b: int) -> list[int]:
         if a == b:
             return []
         conn.begin()
-        rows = dict(query(conn, f"SELECT id, u FROM {self._name()} WHERE id IN (%s, %s) FOR UPDATE", (a, b)))
+        rows = dict(query(conn, f"SELECT id, u FROM {self._table()} WHERE id IN (%s, %s) FOR UPDATE", (a, b)))
         if len(rows) == 2:
-            query(conn, f"UPDATE {self._name()} SET u = NULL WHERE id = %s", (a,))
-            query(conn, f"UPDATE {self._name()} SET u = %s WHERE id = %s", (rows[a], b))
-            query(conn, f"UPDATE {self._name()} SET u = %s WHERE id = %s", (rows[b], a))
+            query(conn, f"UPDATE {self._table()} SET u = NULL WHERE id = %s", (a,))
+            query(conn, f"UPDATE {self._table()} SET u = %s WHERE id = %s", (rows[a], b))
+            query(conn, f"UPDATE {self._table()} SET u = %s WHERE id = %s", (rows[b], a))
         conn.commit()
         return [a, b]

@@ -29,38 +29,52 @@ def fence_ids_for(partitions: int) -> list[int]:
     return [found[p] for p in range(partitions)]
 
 
-def read_until_fence(consumer: Consumer, topic: str, start: dict[int, int], token: str, timeout: float,
-                     on_key: Callable[[bytes], None] | None = None) -> dict[int, int]:
-    """Read every partition from `start` until each shows a fence with `token`; pass other keys to on_key.
+class FenceReader:
+    """Reads every partition of the change topic up to a fence; stays assigned between reads (fast re-reads)."""
 
-    Returns, per partition, the offset just after its fence. Raises FenceTimeout when `timeout` passes first.
-    """
-    consumer.assign([TopicPartition(topic, p, offset) for p, offset in start.items()])
-    waiting = set(start)
-    after_fence: dict[int, int] = {}
-    deadline = time.monotonic() + timeout
-    try:
+    def __init__(self, consumer: Consumer, topic: str, partitions: int) -> None:
+        self.consumer = consumer
+        self.topic = topic
+        self.partitions = list(range(partitions))
+        self.assigned = False
+
+    def _position(self, start: dict[int, int]) -> None:
+        tps = [TopicPartition(self.topic, p, start[p]) for p in self.partitions]
+        if not self.assigned:
+            self.consumer.assign(tps)
+            self.assigned = True
+        else:
+            for tp in tps:
+                self.consumer.seek(tp)
+        self.consumer.resume(tps)
+
+    def read(self, start: dict[int, int], token: str, timeout: float,
+             on_key: Callable[[bytes], None] | None = None) -> dict[int, int]:
+        """Read from `start` until each partition shows a fence with `token`; pass other keys to on_key.
+
+        Returns, per partition, the offset just after its fence. Raises FenceTimeout when `timeout` passes first.
+        """
+        self._position(start)
+        waiting = set(self.partitions)
+        after_fence: dict[int, int] = {}
+        deadline = time.monotonic() + timeout
         while waiting:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise FenceTimeout(f"fence {token} not seen in partitions {sorted(waiting)} of {topic} "
+                raise FenceTimeout(f"fence {token} not seen in partitions {sorted(waiting)} of {self.topic} "
                                    f"after {timeout:.1f} s")
-            for msg in consumer.consume(num_messages=5000, timeout=min(remaining, 0.2)):
-                if msg.error():
-                    continue
-                if msg.partition() not in waiting:
+            for msg in self.consumer.consume(num_messages=5000, timeout=min(remaining, 0.1)):
+                if msg.error() or msg.partition() not in waiting:
                     continue
                 key = decode_key(msg.key(), "")
                 if key is not None and key.is_fence:
                     if fence_token(msg.value()) == token:
-                        consumer.pause([TopicPartition(topic, msg.partition())])
+                        self.consumer.pause([TopicPartition(self.topic, msg.partition())])
                         waiting.discard(msg.partition())
                         after_fence[msg.partition()] = msg.offset() + 1
                 elif on_key is not None:
                     on_key(msg.key())
-    finally:
-        consumer.unassign()
-    return after_fence
+        return after_fence
 
 
 def fence_consumer(bootstrap: str, group_id: str) -> Consumer:

@@ -60,8 +60,8 @@ def create_change_topic(bootstrap: str, name: str, partitions: int) -> None:
         "segment.ms": str(10 * 60 * 1000),
         "min.compaction.lag.ms": "0",
     })
-    futures = admin(bootstrap).create_topics([topic], operation_timeout=30)
-    futures[name].result()
+    client = admin(bootstrap)   # must outlive the futures
+    client.create_topics([topic], operation_timeout=30)[name].result()
 
 
 def delete_topics(bootstrap: str, names: list[str]) -> None:
@@ -69,7 +69,8 @@ def delete_topics(bootstrap: str, names: list[str]) -> None:
     present = [n for n in names if n in existing_topics(bootstrap)]
     if not present:
         return
-    for future in admin(bootstrap).delete_topics(present, operation_timeout=30).values():
+    client = admin(bootstrap)
+    for future in client.delete_topics(present, operation_timeout=30).values():
         try:
             future.result()
         except KafkaException:

@@ -52,7 +52,7 @@ def test_non_integer_primary_key(endpoints, conn, capsys):
 
 def test_alter_syntax_error_reports_server_error(endpoints, conn, capsys):
     create_sample_table(conn, DB, "syn", rows=10)
-    err = assert_refused(endpoints, capsys, "syn", "ADD COLUMNN c INT", "the ALTER is not valid")
+    err = assert_refused(endpoints, capsys, "syn", "ADDD COLUMN c INT", "the ALTER is not valid")
     assert "1064" in err
 
 

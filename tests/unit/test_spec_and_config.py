@@ -1,18 +1,10 @@
 """Spec validation, endpoint parsing (no credential leaks), chunk planning, connector config."""
 import pytest
 
-from applier.chunks import plan_chunks
 from connectors.config import connector_config, redact
 from migration.endpoints import ConfigError, Endpoints, parse_mysql_dsn
 from migration.spec import MigrationSpec
 from streams.topics import TopicNames
-
-
-def test_plan_chunks_covers_range_without_overlap():
-    chunks = plan_chunks(1, 10, 4)
-    assert chunks == [(1, 4), (5, 8), (9, 10)]
-    assert plan_chunks(5, 4, 10) == []
-    assert plan_chunks(7, 7, 100) == [(7, 7)]
 
 
 def test_spec_from_table_arg_and_errors():
