@@ -26,6 +26,9 @@ from streams.topics import TopicNames, committed_offsets, partition_count
 log = logging.getLogger("stream_osc.cutover")
 
 SENTRY_COMMENT = "stream-osc cutover sentry"
+PRE_DRAIN_PASSES = 5          # catch-up passes before the lock, at most
+PRE_DRAIN_ENOUGH_KEYS = 50    # a pass with no more keys than this, and no longer than
+PRE_DRAIN_ENOUGH_S = 0.25     # this, leaves little enough for the locked drain
 
 
 class CutoverAborted(Exception):
@@ -56,6 +59,15 @@ class _Renamer(threading.Thread):
                     f"{qualified(db, ctx.spec.new_table)} TO {qualified(db, ctx.spec.table)}")
         self.error: Exception | None = None
         self.finished_at = 0.0
+
+    @property
+    def started(self) -> bool:
+        return self.ident is not None
+
+    def close_unless_started(self) -> None:
+        """Close the connection of a RENAME that was never issued (run() closes it otherwise)."""
+        if not self.started:
+            self.conn.close()
 
     def run(self) -> None:
         try:
@@ -94,34 +106,47 @@ class Cutover:
             if change is not None and change.pk is not None:
                 keys.add(change.pk)
 
+        started = time.monotonic()
         positions = reader.read(start, token, timeout, collect)
+        read_at = time.monotonic()
         if in_transaction:
             with_retry(lambda: recopy_keys(conn, self.ctx.pair, keys))
         else:
             recopy_keys(conn, self.ctx.pair, keys, in_transaction=False)
+        log_event(log, "drained to fence", logging.DEBUG, fence=token, keys=len(keys),
+                  read_ms=round((read_at - started) * 1000, 1), recopy_ms=round((time.monotonic() - read_at) * 1000, 1))
         return positions, len(keys)
 
     def attempt(self, window_s: float) -> CutoverResult:
         """One bounded attempt; the applier group must be stopped (its committed offsets are the start)."""
         spec, ctx = self.ctx.spec, self.ctx
+        db = spec.database
         consumer = fence_consumer(ctx.endpoints.kafka_bootstrap, ctx.migration.group_id)
         reader = FenceReader(consumer, self.names.changes, self.partitions)
         lock_conn = ctx.db()
         renamer: _Renamer | None = None
         locked_at = 0.0
         try:
-            # Catch up without the lock, so that only the last moment's changes remain for the window.
-            start = committed_offsets(consumer, self.names.changes, self.partitions)
-            start, _ = self._drain(lock_conn, reader, start, f"pre-{uuid.uuid4().hex[:12]}", 30.0, True)
-
-            query(lock_conn, "SET SESSION lock_wait_timeout = %s", (max(1, int(window_s)),))
-            db = spec.database
             tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
             if self.is_mariadb:
+                # Sentry and RENAME session are made ready before the lock: neither belongs in the window.
                 self._drop_stale_sentry(lock_conn)
                 query(lock_conn, f"CREATE TABLE {qualified(db, spec.old_table)} (sentry INT) COMMENT=%s",
                       (SENTRY_COMMENT,))
                 tables.append(qualified(db, spec.old_table))
+                renamer = _Renamer(ctx, timeout_s=max(2, int(window_s) + 2))
+            # Catch up without the lock, so that only the last moment's changes remain for the window:
+            # each pass drains what arrived during the one before, until few keys are left.
+            # A pass is short enough when it re-copied few keys and took little time (the changes made
+            # during a pass are what the next one, or the locked drain, has to handle).
+            start = committed_offsets(consumer, self.names.changes, self.partitions)
+            for _ in range(PRE_DRAIN_PASSES):
+                pass_started = time.monotonic()
+                start, keys = self._drain(lock_conn, reader, start, f"pre-{uuid.uuid4().hex[:12]}", 30.0, True)
+                if keys <= PRE_DRAIN_ENOUGH_KEYS and time.monotonic() - pass_started <= PRE_DRAIN_ENOUGH_S:
+                    break
+
+            query(lock_conn, "SET SESSION lock_wait_timeout = %s", (max(1, int(window_s)),))
             try:
                 query(lock_conn, "LOCK TABLES " + ", ".join(f"{t} WRITE" for t in tables))
             except pymysql.err.OperationalError as exc:
@@ -129,26 +154,14 @@ class Cutover:
             locked_at = time.monotonic()
             locked_wall = time.time()
             deadline = locked_at + window_s
-            if self.is_mariadb:
-                renamer = _Renamer(ctx, timeout_s=max(2, int(window_s) + 2))
-                renamer.start()
             try:
                 _, drained = self._drain(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
                                          max(deadline - time.monotonic(), 0.01), False)
             except FenceTimeout as exc:
                 raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
-            if self.is_mariadb:
-                assert renamer is not None
-                probe = ctx.db()
-                try:
-                    while not renamer.waiting_on_lock(probe):
-                        if time.monotonic() > deadline or not renamer.is_alive():
-                            raise CutoverAborted("the RENAME session did not queue within the window")
-                        time.sleep(0.005)
-                finally:
-                    probe.close()
-                if time.monotonic() > deadline:
-                    raise CutoverAborted(f"window of {window_s:.1f} s exceeded")
+            drained_at = time.monotonic()
+            if renamer is not None:
+                self._queue_rename(renamer, deadline)
                 query(lock_conn, f"DROP TABLE {qualified(db, spec.old_table)}")
                 query(lock_conn, "UNLOCK TABLES")
                 renamer.join()
@@ -162,7 +175,8 @@ class Cutover:
                                  f"{qualified(db, spec.new_table)} TO {qualified(db, spec.table)}")
                 query(lock_conn, "UNLOCK TABLES")
                 blocked = (time.monotonic() - locked_at) * 1000
-            log_event(log, "tables swapped", blocked_ms=round(blocked, 1), drained_keys=drained)
+            log_event(log, "tables swapped", blocked_ms=round(blocked, 1), drained_keys=drained,
+                      drain_ms=round((drained_at - locked_at) * 1000, 1))
             return CutoverResult(True, blocked, drained, locked_at=locked_wall)
         except CutoverAborted as exc:
             self._roll_back(lock_conn, renamer)
@@ -170,13 +184,33 @@ class Cutover:
             log_event(log, "cutover attempt rolled back", logging.WARNING, reason=str(exc))
             return CutoverResult(False, blocked, 0, str(exc))
         finally:
+            if renamer is not None:
+                renamer.close_unless_started()
             consumer.close()
             lock_conn.close()
+
+    def _queue_rename(self, renamer: _Renamer, deadline: float) -> None:
+        """Issue the RENAME and wait until it queues on the lock session's metadata locks.
+
+        It is issued only after the drain: while a RENAME waits on the metadata lock, the lock
+        session's fence commit was seen to reach the binlog about a second late.
+        """
+        renamer.start()
+        probe = self.ctx.db()
+        try:
+            while not renamer.waiting_on_lock(probe):
+                if time.monotonic() > deadline or not renamer.is_alive():
+                    raise CutoverAborted("the RENAME session did not queue within the window")
+                time.sleep(0.002)
+        finally:
+            probe.close()
+        if time.monotonic() > deadline:
+            raise CutoverAborted(f"window of {self.ctx.spec.cutover_window_s:.1f} s exceeded")
 
     def _roll_back(self, lock_conn: pymysql.connections.Connection, renamer: _Renamer | None) -> None:
         """Unlock with the sentry still in place (so a queued RENAME fails), then remove the sentry."""
         query(lock_conn, "UNLOCK TABLES")
-        if renamer is not None:
+        if renamer is not None and renamer.started:
             renamer.join()
         if self.is_mariadb:
             self._drop_stale_sentry(lock_conn)

@@ -23,7 +23,7 @@ from migration.logs import log_event
 from migration.spec import MigrationSpec, with_overrides
 from migration.state import Migration, StateStore
 from migration.workers import WorkerGroup
-from monitor.progress import Progress
+from monitor.progress import Progress, copy_fraction
 from streams.topics import TopicNames, delete_topics, group_lag
 
 log = logging.getLogger("stream_osc.runner")
@@ -151,10 +151,9 @@ class Runner:
 
     def _show_copy(self, ctx: RunContext, force: bool = False) -> None:
         chunks = self.store.chunks(ctx.migration.id)
-        span = sum(end - start + 1 for _, start, end, *_ in chunks) or 1
-        done_span = sum(min(nxt, end + 1) - start for _, start, end, nxt, *_ in chunks)
         rows = sum(r[4] for r in chunks)
-        self.progress.copy(done_span / span, rows, sum(r[5] for r in chunks), len(chunks), force)
+        self.progress.copy(copy_fraction(chunks, self.spec.chunk_size), rows, sum(r[5] for r in chunks),
+                           len(chunks), force)
 
     def _start_appliers(self, ctx: RunContext) -> None:
         self.appliers = WorkerGroup(ctx, apply_worker, self.spec.apply_workers, "apply").start()

@@ -18,6 +18,18 @@ def bar(fraction: float, width: int = 30) -> str:
     return "[" + "#" * filled + "-" * (width - filled) + "]"
 
 
+def copy_fraction(chunks: list[tuple[int, int, int, int, int, int]], chunk_rows: int) -> float:
+    """Share of the bulk copy done, from (chunk_no, start, end, next_pk, rows_copied, done) rows.
+
+    Chunks are planned to hold `chunk_rows` rows each, so a chunk's part is its rows copied over
+    that; key spans are not used because keys can be sparse (one far-away key would stretch them).
+    """
+    if not chunks:
+        return 1.0
+    parts = [1.0 if done else min(rows / chunk_rows, 0.99) for *_, rows, done in chunks]
+    return sum(parts) / len(parts)
+
+
 class CopyRate:
     """Rows/s and ETA from successive (time, done fraction, rows) samples."""
 

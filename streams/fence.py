@@ -63,7 +63,7 @@ class FenceReader:
             if remaining <= 0:
                 raise FenceTimeout(f"fence {token} not seen in partitions {sorted(waiting)} of {self.topic} "
                                    f"after {timeout:.1f} s")
-            for msg in self.consumer.consume(num_messages=5000, timeout=min(remaining, 0.1)):
+            for msg in self.consumer.consume(num_messages=5000, timeout=min(remaining, 0.005)):
                 if msg.error() or msg.partition() not in waiting:
                     continue
                 key = decode_key(msg.key(), "")

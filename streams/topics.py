@@ -38,7 +38,8 @@ class TopicNames:
 
 
 def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+    # log_level 4: warnings and errors only (not librdkafka's informational queue-purge notices)
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, "log_level": 4})
 
 
 def check_reachable(bootstrap: str, timeout: float = 10.0) -> None:

@@ -1,7 +1,7 @@
 """Progress display: bar, ETA, rate."""
 import io
 
-from monitor.progress import CopyRate, Progress, bar, format_duration
+from monitor.progress import CopyRate, Progress, bar, copy_fraction, format_duration
 
 
 def test_bar_and_duration():
@@ -27,3 +27,11 @@ def test_progress_lines_on_a_pipe():
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("copy [") and "500 rows" in lines[0]
     assert lines[-1] == "done"
+
+
+def test_copy_fraction_counts_rows_not_key_span():
+    # one chunk done, one half copied, one far-away key range untouched
+    chunks = [(0, 1, 100, 101, 100, 1), (1, 101, 200, 151, 50, 0), (2, 201, 10**9, 201, 0, 0)]
+    assert copy_fraction(chunks, 100) == (1.0 + 0.5 + 0.0) / 3
+    assert copy_fraction([(0, 1, 9, 5, 500, 0)], 100) == 0.99     # never 100 % before done
+    assert copy_fraction([], 100) == 1.0
