@@ -22,6 +22,7 @@ demo: setup
 	$(OSC) demo
 
 bench: setup
+	$(VENV)/bin/pip install -q -e '.[bench]'
 	$(PY) -m bench
 
 up: setup

@@ -1,0 +1,73 @@
+"""`python -m bench`: run the interleaved benchmark on the embedded stack (or the configured endpoints)."""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from typing import Any
+
+from bench.config import BenchConfig, parse_args
+from bench.plot import scaling_plot, timeline_plot
+from bench.report import read_previous, summarise, write_json, write_markdown
+from bench.run import Schedule
+from bench.sysbench import BenchError
+from migration.db import connect, scalar
+from migration.endpoints import ENV_KEYS, Endpoints
+from stack import services
+from stack.config import StackConfig
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _meta(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
+    conn = connect(endpoints.mysql)
+    try:
+        server = scalar(conn, "SELECT VERSION()")
+    finally:
+        conn.close()
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"command": config.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{os.cpu_count()} cores, {mem_gib:.0f} GiB", "server": server,
+            "sizes": list(config.sizes), "alter": config.alter, "tools": list(config.tools),
+            "scenarios": list(config.scenarios), "repetitions": config.repetitions,
+            "light_rate": config.light_rate, "heavy_rate": config.heavy_rate, "load_threads": config.load_threads,
+            "baseline_s": config.baseline_s, "time_limit_s": config.limit_for(max(config.sizes)),
+            "gh_ost": config.gh_ost}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    config = parse_args(argv, shlex.join(["python", "-m", "bench", *argv]))
+    if not any(os.environ.get(var) for var in ENV_KEYS.values()):
+        _say("bringing the embedded stack up (stream-osc stack up)")
+        services.up(StackConfig())
+    endpoints = Endpoints.load()
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = config.out_dir / "benchmarks.json", config.out_dir / "benchmarks.md"
+    invocations, runs = read_previous(json_path) if config.append else ([], [])
+    invocations.append(_meta(config, endpoints))
+    number = len(invocations) - 1
+
+    def record(run: dict[str, Any]) -> None:
+        runs.append({"invocation": number, **run})
+        write_json(json_path, invocations, runs)
+
+    try:
+        Schedule(config, endpoints, record, _say).run()
+    except BenchError as exc:
+        _say(f"bench: error: {exc}")
+        return 2
+    finally:
+        if runs:
+            plots = [p for p in (timeline_plot(config.out_dir, runs), scaling_plot(config.out_dir, summarise(runs)))
+                     if p]
+            write_markdown(md_path, invocations, runs, plots)
+            _say(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""The one configuration object of a benchmark run, built from the command line."""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+TOOLS = ("server-copy", "alter-copy", "online-ddl", "stream-osc", "pt-osc", "gh-ost")
+SCENARIOS = ("idle", "light", "heavy")
+ALTER = "MODIFY k BIGINT NOT NULL DEFAULT 0, ADD COLUMN status VARCHAR(16) NOT NULL DEFAULT 'new'"
+GH_OST_ENV = "STREAM_OSC_BENCH_GH_OST"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to run: table sizes, tools, scenarios, load rates, repetitions and limits."""
+
+    sizes: tuple[int, ...]
+    tools: tuple[str, ...]
+    scenarios: tuple[str, ...]
+    repetitions: int
+    light_rate: int              # sysbench oltp_write_only transactions/s (4 row writes each)
+    heavy_rate: int
+    load_threads: int
+    baseline_s: float            # load without migration, before each loaded scenario
+    time_limit_s: float | None   # per tool run; None: derived from the table size
+    database: str
+    table: str
+    alter: str
+    gh_ost: str | None
+    out_dir: Path
+    append: bool                 # keep the runs already in <out>/benchmarks.json
+    command: str
+
+    def rate(self, scenario: str) -> int:
+        """Transactions/s of a scenario's load (0 when idle)."""
+        return {"idle": 0, "light": self.light_rate, "heavy": self.heavy_rate}[scenario]
+
+    def limit_for(self, rows: int) -> float:
+        """Seconds a single tool run may take before it is stopped and reported unfinished."""
+        return self.time_limit_s or 300.0 + rows / 1_000_000 * 300.0
+
+
+def _csv(allowed: tuple[str, ...]):
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(x.strip() for x in text.split(",") if x.strip())
+        unknown = [x for x in items if x not in allowed]
+        if unknown or not items:
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(allowed)} (got {text!r})")
+        return items
+    return parse
+
+
+def _rows(text: str) -> int:
+    """Row counts like 5000000, 5M or 50k."""
+    factor = {"k": 1_000, "m": 1_000_000}.get(text[-1:].lower(), 1)
+    try:
+        value = int(float(text[:-1] if factor > 1 else text) * factor)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a row count: {text!r}") from None
+    if value < 1000:
+        raise argparse.ArgumentTypeError("a table needs at least 1000 rows")
+    return value
+
+
+def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
+    """Build the BenchConfig from argv (see `python -m bench --help`)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Run the same ALTER with every tool, interleaved, idle and under sysbench write load; "
+                    "write docs/benchmarks.{md,json} and plots.")
+    parser.add_argument("--rows", type=_rows, default=5_000_000, help="table size, e.g. 1M (default 5M)")
+    parser.add_argument("--scaling", action="store_true",
+                        help="run the sizes 1M, 5M and 20M instead of --rows (stream-osc and server-copy only, "
+                             "unless --tools is given)")
+    parser.add_argument("--tools", type=_csv(TOOLS), help=f"comma-separated subset of {','.join(TOOLS)}")
+    parser.add_argument("--scenarios", type=_csv(SCENARIOS), default=SCENARIOS, help="idle,light,heavy")
+    parser.add_argument("--repetitions", type=int, default=3, help="runs of each tool per scenario (default 3)")
+    parser.add_argument("--light-rate", type=int, default=50, help="light load, sysbench tx/s (default 50)")
+    parser.add_argument("--heavy-rate", type=int, default=250, help="heavy load, sysbench tx/s (default 250)")
+    parser.add_argument("--load-threads", type=int, default=8, help="sysbench threads (default 8)")
+    parser.add_argument("--baseline", type=float, default=20.0, help="seconds of load alone per scenario")
+    parser.add_argument("--time-limit", type=float, help="seconds per tool run (default 300 + 300 per million rows)")
+    parser.add_argument("--database", default="sbtest", help="schema of the benchmark table (default sbtest)")
+    parser.add_argument("--out", type=Path, default=Path("docs"), help="folder of the report (default docs)")
+    parser.add_argument("--append", action="store_true",
+                        help="add to the runs already recorded in <out>/benchmarks.json (e.g. another size)")
+    args = parser.parse_args(argv)
+    if args.repetitions < 1:
+        parser.error("--repetitions must be at least 1")
+    gh_ost = os.environ.get(GH_OST_ENV) or None
+    default_tools = ("server-copy", "stream-osc") if args.scaling else TOOLS
+    return BenchConfig(
+        sizes=(1_000_000, 5_000_000, 20_000_000) if args.scaling else (args.rows,),
+        tools=args.tools or default_tools,
+        scenarios=args.scenarios,
+        repetitions=args.repetitions,
+        light_rate=args.light_rate,
+        heavy_rate=args.heavy_rate,
+        load_threads=args.load_threads,
+        baseline_s=args.baseline,
+        time_limit_s=args.time_limit,
+        database=args.database,
+        table="sbtest1",
+        alter=ALTER,
+        gh_ost=gh_ost,
+        out_dir=args.out,
+        append=args.append,
+        command=command,
+    )

@@ -1,0 +1,120 @@
+"""Steady write load: sysbench oltp_write_only at a fixed rate, read back second by second."""
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+from bench.sysbench import BenchError, sysbench_command
+from migration.db import connect, query
+from migration.endpoints import MySQLAddress
+
+REPORT = re.compile(r"^\[ (\d+)s \] thds: \d+ tps: ([\d.]+) .*lat \(ms,99%\): ([\d.]+) err/s: ([\d.]+)")
+ROW_COUNTERS = ("Handler_write", "Handler_update", "Handler_delete")   # rows written, as the binlog logs them
+
+
+@dataclass(frozen=True)
+class LoadWindow:
+    """What the application saw during one time window."""
+
+    seconds: float
+    tps: float | None             # None: the window held no whole second of reports
+    p99_ms_median: float | None   # median over the window's seconds of sysbench's per-second p99
+    p99_ms_max: float | None      # the worst second
+    errors: float
+    stalled_seconds: int          # seconds in which no transaction completed
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {"app_tps": None if self.tps is None else round(self.tps, 1),
+                "app_p99_ms": None if self.p99_ms_median is None else round(self.p99_ms_median, 2),
+                "app_p99_ms_worst_second": None if self.p99_ms_max is None else round(self.p99_ms_max, 2),
+                "app_errors": int(self.errors), "app_stalled_seconds": self.stalled_seconds}
+
+
+@dataclass
+class SysbenchLoad:
+    """A running `sysbench oltp_write_only --rate R` process and its per-second reports."""
+
+    addr: MySQLAddress
+    database: str
+    rows: int
+    rate: int
+    threads: int
+    lines: list[tuple[int, float, float, float]] = field(default_factory=list)  # (second, tps, p99, err/s)
+
+    def start(self) -> "SysbenchLoad":
+        cmd = sysbench_command(self.addr, self.database, self.rows, f"--rate={self.rate}",
+                               f"--threads={self.threads}", "--time=0", "--report-interval=1", "--percentile=99",
+                               "--rand-type=uniform", "--mysql-ignore-errors=all", "run")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.started = time.monotonic()
+        self.output: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True, name="sysbench-reader")
+        self.reader.start()
+        return self
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.output.append(line.rstrip())
+            match = REPORT.match(line)
+            if match:
+                second, tps, p99, err = match.groups()
+                self.lines.append((int(second), float(tps), float(p99), float(err)))
+
+    def now(self) -> float:
+        """Seconds since the load started (the clock of its reports)."""
+        return time.monotonic() - self.started
+
+    def stop(self) -> None:
+        """Stop sysbench; raise if it died by itself before."""
+        died = self.proc.poll()
+        if died is None:
+            self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.reader.join(timeout=10)
+        if died is not None:
+            tail = "\n".join(self.output[-5:])
+            raise BenchError(f"sysbench exited early (code {died}):\n{tail}")
+
+    def window(self, start: float, end: float) -> LoadWindow:
+        """Figures of the whole seconds between `start` and `end` (load clock)."""
+        inside = [line for line in self.lines if start < line[0] <= end + 0.999]
+        busy = [p99 for _, tps, p99, _ in inside if tps > 0]
+        return LoadWindow(
+            seconds=end - start,
+            tps=statistics.fmean(tps for _, tps, _, _ in inside) if inside else None,
+            p99_ms_median=statistics.median(busy) if busy else None,
+            p99_ms_max=max(busy) if busy else None,
+            errors=sum(err for *_, err in inside),
+            stalled_seconds=sum(1 for _, tps, _, _ in inside if tps == 0),
+        )
+
+
+def row_changes(addr: MySQLAddress) -> int:
+    """Rows inserted, updated and deleted by the server so far (each is one binlog row event)."""
+    conn = connect(addr)
+    try:
+        values = dict(query(conn, "SHOW GLOBAL STATUS WHERE Variable_name IN (%s, %s, %s)", ROW_COUNTERS))
+    finally:
+        conn.close()
+    return sum(int(v) for v in values.values())
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The load alone: what the application gets and how many binlog row events/s it makes."""
+
+    window: LoadWindow
+    row_events_per_s: float
+
+
+def measure_baseline(load: SysbenchLoad, seconds: float, warmup: float = 3.0) -> Baseline:
+    """Let a started load run `seconds` (after `warmup`) with nothing else going on."""
+    time.sleep(warmup)
+    start, before = load.now(), row_changes(load.addr)
+    time.sleep(seconds)
+    end, after = load.now(), row_changes(load.addr)
+    return Baseline(load.window(start, end), (after - before) / (end - start))

@@ -1,0 +1,181 @@
+"""Watch a stream-osc run from outside: stage timeline, copy and apply counters, lag, commit-to-applied latency."""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+import redis
+
+from applier.apply import ApplyStats
+from bench.table import BenchTable
+from migration.db import connect, qualified, query
+from migration.endpoints import Endpoints
+from migration.state import Migration, StateStore
+from streams.topics import TopicNames, group_lag
+
+STEADY_LAG = 1_000          # the runner's default --max-lag: below it the backlog is drained
+PROBE_INTERVAL_S = 0.05
+POLL_INTERVAL_S = 0.02
+
+
+@dataclass
+class Sample:
+    """One look at the migration: seconds since start, stage, rows copied, events applied, lag."""
+
+    t: float
+    stage: str
+    copied: int
+    applied: int
+    lag: int | None
+
+
+@dataclass
+class Observer:
+    """Samples the migration every `interval` s and, once the backlog is drained, probes apply latency.
+
+    The probe updates rows above sysbench's id range and polls `_<table>_new` until each written
+    token appears: the time between the write's commit and that moment is commit-to-applied latency.
+    """
+
+    endpoints: Endpoints
+    table: BenchTable
+    after_id: int                           # migrations with a larger id belong to this run
+    interval: float = 0.5
+    samples: list[Sample] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+
+    def start(self) -> "Observer":
+        self.started = time.monotonic()
+        self.stop_event = threading.Event()
+        self.steady = threading.Event()
+        self.migration: Migration | None = None
+        self.threads = [threading.Thread(target=self._sample_loop, daemon=True, name="bench-sampler"),
+                        threading.Thread(target=self._probe_loop, daemon=True, name="bench-probe")]
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for thread in self.threads:
+            thread.join(timeout=30)
+
+    # sampling ------------------------------------------------------------------------------------
+    def _sample_loop(self) -> None:
+        conn = connect(self.endpoints.mysql)
+        client = redis.Redis.from_url(self.endpoints.redis_url)
+        store = StateStore(conn, "stream_osc")
+        try:
+            while not self.stop_event.wait(self.interval):
+                try:
+                    self._sample(store, client)
+                except (pymysql.err.MySQLError, redis.RedisError):
+                    continue   # a missed sample is not an error of the migration
+        finally:
+            conn.close()
+
+    def _sample(self, store: StateStore, client: redis.Redis) -> None:
+        migration = store.latest(self.table.database, self.table.table)
+        if migration is None or migration.id <= self.after_id:
+            return
+        self.migration = migration
+        copied = store.copy_progress(migration.id)[0]
+        applied = ApplyStats(client, migration.id).read().get("events", 0)
+        lag = None
+        if migration.stage in ("apply", "validate", "cutover"):
+            names = TopicNames(migration.prefix, self.table.database, self.table.table)
+            lag = group_lag(self.endpoints.kafka_bootstrap, migration.group_id, names.changes,
+                            int(migration.options.get("partitions", 8)))
+            if migration.stage != "apply" or lag <= STEADY_LAG:
+                self.steady.set()
+        self.samples.append(Sample(round(time.monotonic() - self.started, 2), migration.stage, copied, applied, lag))
+
+    # latency probe -------------------------------------------------------------------------------
+    def _probe_loop(self) -> None:
+        while not self.steady.wait(0.2):
+            if self.stop_event.is_set():
+                return
+        writer, reader = connect(self.endpoints.mysql), connect(self.endpoints.mysql)
+        new_table = qualified(self.table.database, f"_{self.table.table}_new")
+        ids = self.table.probe_ids()
+        sent: dict[str, float] = {}
+        seen: set[str] = set()
+        n, next_probe = 0, 0.0
+        try:
+            while not self.stop_event.is_set():
+                now = time.monotonic()
+                if now >= next_probe:
+                    n += 1
+                    token = f"probe-{n}"
+                    query(writer, f"UPDATE {self.table.name} SET c=%s WHERE id=%s", (token, ids[n % len(ids)]))
+                    sent[token] = time.monotonic()
+                    next_probe = now + PROBE_INTERVAL_S
+                try:
+                    rows = query(reader, f"SELECT c FROM {new_table} WHERE id IN ({','.join(map(str, ids))})")
+                except pymysql.err.MySQLError:
+                    return   # swapped: `_<table>_new` is gone
+                arrived = time.monotonic()
+                for (token,) in rows:
+                    if token in sent and token not in seen:
+                        seen.add(token)
+                        self.latencies_ms.append((arrived - sent[token]) * 1000)
+                time.sleep(POLL_INTERVAL_S)
+        except pymysql.err.MySQLError:
+            return   # writes blocked at cutover or the table renamed under the probe
+        finally:
+            writer.close()
+            reader.close()
+
+    # figures -------------------------------------------------------------------------------------
+    def figures(self, rows: int) -> dict[str, Any]:
+        """Phase times, copy and apply rates, latency percentiles and the timeline."""
+        out: dict[str, Any] = {}
+        first = {}
+        for s in self.samples:
+            first.setdefault(s.stage, s)
+        copy_start = first.get("copy")
+        copy_end = next((first[st] for st in ("apply", "validate", "cutover", "cleanup", "done") if st in first), None)
+        if copy_start and copy_end:
+            out["copy_seconds"] = round(copy_end.t - copy_start.t, 1)
+            out["copy_rows_per_s"] = round(rows / max(copy_end.t - copy_start.t, 0.001))
+        out["stage_start_s"] = {stage: s.t for stage, s in first.items()}
+        drain = [s for s in self.samples if s.lag is not None]
+        if drain:
+            done = next((s for s in drain if s.lag <= STEADY_LAG), drain[-1])
+            start = drain[0]
+            backlog = start.lag + (start.applied or 0)
+            out["backlog_events"] = backlog
+            if backlog >= 5 * STEADY_LAG and done.t > start.t:
+                out["apply_capacity_events_per_s"] = round((done.applied - start.applied) / (done.t - start.t))
+                out["drain_seconds"] = round(done.t - start.t, 1)
+        if self.latencies_ms:
+            ordered = sorted(self.latencies_ms)
+            out["apply_latency_ms_p50"] = round(statistics.median(ordered), 1)
+            out["apply_latency_ms_p99"] = round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 1)
+            out["apply_latency_probes"] = len(ordered)
+        out["timeline"] = [[s.t, s.stage, s.copied, s.applied, s.lag] for s in self.samples]
+        return out
+
+
+def latest_migration_id(endpoints: Endpoints, table: BenchTable) -> int:
+    """Id of the table's most recent stream-osc migration (0 if none)."""
+    conn = connect(endpoints.mysql)
+    try:
+        latest = StateStore(conn, "stream_osc").latest(table.database, table.table)
+        return latest.id if latest else 0
+    finally:
+        conn.close()
+
+
+def cutover_blocked_ms(endpoints: Endpoints, table: BenchTable, after_id: int) -> int | None:
+    """Writes blocked at the swap, as the migration recorded it."""
+    conn = connect(endpoints.mysql)
+    try:
+        latest = StateStore(conn, "stream_osc").latest(table.database, table.table)
+        return latest.cutover_blocked_ms if latest and latest.id > after_id else None
+    finally:
+        conn.close()

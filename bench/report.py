@@ -1,0 +1,189 @@
+"""Aggregate the runs into docs/benchmarks.json and docs/benchmarks.md."""
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ANALYSIS_START, ANALYSIS_END = "<!-- analysis -->", "<!-- /analysis -->"
+# figures summarised per tool/scenario/size: (key in a run, how runs are combined)
+PER_RUN = {
+    "peak_rss_mb": max, "copy_rows_per_s": statistics.median, "copy_seconds": statistics.median,
+    "apply_capacity_events_per_s": statistics.median, "backlog_events": statistics.median,
+    "apply_latency_ms_p50": statistics.median, "apply_latency_ms_p99": max, "apply_latency_probes": sum,
+    "cutover_blocked_ms": max, "app_tps": statistics.median, "app_p99_ms": statistics.median,
+    "app_p99_ms_worst_second": max, "app_errors": sum, "app_stalled_seconds": max,
+    "baseline_app_tps": statistics.median, "baseline_app_p99_ms": statistics.median,
+    "binlog_row_events_per_s": statistics.median,
+}
+
+
+def _key(run: dict[str, Any]) -> tuple[str, str, int]:
+    return run["tool"], run["scenario"], run["rows"]
+
+
+def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One result per (tool, scenario, rows), shaped as the issue asks, with ratios from the same repetition."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    for run in runs:
+        groups[_key(run)].append(run)
+    def same_run(r: dict[str, Any]) -> tuple[int, str, int, int]:
+        return r.get("invocation", 0), r["scenario"], r["rows"], r["repetition"]
+
+    copy_time = {same_run(r): r["seconds"] for r in runs if r["tool"] == "server-copy" and r["finished"]}
+    results = []
+    for (tool, scenario, rows), group in groups.items():
+        done = [r for r in group if r["finished"]]
+        secs = [r["seconds"] for r in done]
+        result: dict[str, Any] = {
+            "tool": tool, "scenario": scenario, "rows": rows,
+            "seconds_median": round(statistics.median(secs), 1) if secs else None,
+            "seconds_min": round(min(secs), 1) if secs else None,
+            "seconds_max": round(max(secs), 1) if secs else None,
+            "runs": len(group), "finished_runs": len(done), "finished": len(done) == len(group),
+            "load_tx_per_s": group[0]["load_tx_per_s"],
+        }
+        reasons = sorted({r["reason"] for r in group if r.get("reason")})
+        if reasons:
+            result["reasons"] = reasons
+        ratios = [r["seconds"] / copy_time[same_run(r)] for r in done if same_run(r) in copy_time]
+        if ratios:
+            result["ratio_to_server_copy"] = round(statistics.median(ratios), 2)
+        if secs:
+            result["rows_per_s"] = round(rows / statistics.median(secs))
+        for key, combine in PER_RUN.items():
+            values = [r[key] for r in done if r.get(key) is not None]
+            if values:
+                result[key] = round(combine(values), 2)
+        if result.get("app_p99_ms") and result.get("baseline_app_p99_ms"):
+            result["app_p99_vs_baseline"] = round(result["app_p99_ms"] / result["baseline_app_p99_ms"], 2)
+        if result.get("apply_capacity_events_per_s") and result.get("binlog_row_events_per_s"):
+            result["apply_capacity_vs_load"] = round(
+                result["apply_capacity_events_per_s"] / result["binlog_row_events_per_s"], 1)
+        results.append(result)
+    for result in results:   # loaded vs idle time of the same tool and size
+        idle = next((r for r in results if r["tool"] == result["tool"] and r["rows"] == result["rows"]
+                     and r["scenario"] == "idle"), None)
+        if result["scenario"] != "idle" and idle and idle["seconds_median"] and result["seconds_median"]:
+            result["ratio_to_own_idle"] = round(result["seconds_median"] / idle["seconds_median"], 2)
+    return results
+
+
+def write_json(path: Path, invocations: list[dict[str, Any]], runs: list[dict[str, Any]]) -> None:
+    """docs/benchmarks.json: the summary per tool/scenario/size, how it was run, every run (with its timeline)."""
+    doc = {"results": summarise(runs), "invocations": invocations, "runs": runs}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def read_previous(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Invocations and runs of an existing benchmarks.json (for --append)."""
+    if not path.exists():
+        return [], []
+    doc = json.loads(path.read_text())
+    return doc.get("invocations", []), doc.get("runs", [])
+
+
+def _fmt(value: Any, suffix: str = "") -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.1f}{suffix}" if value < 100 else f"{value:,.0f}{suffix}"
+    return f"{value:,}{suffix}" if isinstance(value, int) else f"{value}{suffix}"
+
+
+def _main_table(results: list[dict[str, Any]]) -> list[str]:
+    lines = ["| rows | scenario | tool | median s | min–max s | finished | × server-copy | × own idle | rows/s | "
+             "app tx/s (baseline) | app p99 ms (baseline) | peak RSS MB |",
+             "| ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    order = {"idle": 0, "light": 1, "heavy": 2}
+    for r in sorted(results, key=lambda r: (r["rows"], order[r["scenario"]], r["tool"])):
+        spread = f"{_fmt(r['seconds_min'])}–{_fmt(r['seconds_max'])}" if r["seconds_min"] is not None else "–"
+        finished = f"{r['finished_runs']}/{r['runs']}"
+        app = (f"{_fmt(r.get('app_tps'))} ({_fmt(r.get('baseline_app_tps'))})" if r.get("app_tps") is not None
+               else "–")
+        p99 = (f"{_fmt(r.get('app_p99_ms'))} ({_fmt(r.get('baseline_app_p99_ms'))})" if r.get("app_p99_ms")
+               else "–")
+        lines.append(f"| {r['rows']:,} | {r['scenario']} | {r['tool']} | {_fmt(r['seconds_median'])} | {spread} | "
+                     f"{finished} | {_fmt(r.get('ratio_to_server_copy'))} | {_fmt(r.get('ratio_to_own_idle'))} | "
+                     f"{_fmt(r.get('rows_per_s'))} | {app} | {p99} | {_fmt(r.get('peak_rss_mb'))} |")
+    return lines
+
+
+def _stream_osc_table(results: list[dict[str, Any]]) -> list[str]:
+    lines = ["| rows | scenario | copy s | copy rows/s | binlog row events/s of the load | apply capacity events/s "
+             "(× load) | commit→applied p50 / p99 ms (probes) | writes blocked at cutover ms (max) | peak RSS MB |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in sorted((r for r in results if r["tool"] == "stream-osc"), key=lambda r: (r["rows"], r["load_tx_per_s"])):
+        capacity = (f"{_fmt(r.get('apply_capacity_events_per_s'))} ({_fmt(r.get('apply_capacity_vs_load'))}×)"
+                    if r.get("apply_capacity_events_per_s") else "– (no backlog to drain)")
+        latency = (f"{_fmt(r.get('apply_latency_ms_p50'))} / {_fmt(r.get('apply_latency_ms_p99'))} "
+                   f"({_fmt(r.get('apply_latency_probes'))})" if r.get("apply_latency_probes") else "–")
+        lines.append(f"| {r['rows']:,} | {r['scenario']} | {_fmt(r.get('copy_seconds'))} | "
+                     f"{_fmt(r.get('copy_rows_per_s'))} | {_fmt(r.get('binlog_row_events_per_s'))} | {capacity} | "
+                     f"{latency} | {_fmt(r.get('cutover_blocked_ms'))} | {_fmt(r.get('peak_rss_mb'))} |")
+    return lines
+
+
+def _unfinished(runs: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for r in runs:
+        if not r["finished"]:
+            lines.append(f"- {r['tool']}, {r['scenario']}, {r['rows']:,} rows, repetition {r['repetition'] + 1}: "
+                         f"{r['reason']}")
+    return sorted(set(lines)) or ["- none"]
+
+
+def _kept_analysis(path: Path) -> str:
+    """The hand-written analysis section of an existing report, kept across runs."""
+    if not path.exists():
+        return f"{ANALYSIS_START}\n## Analysis\n\n(not written yet)\n{ANALYSIS_END}"
+    text = path.read_text()
+    start, end = text.find(ANALYSIS_START), text.find(ANALYSIS_END)
+    if start < 0 or end < 0:
+        return f"{ANALYSIS_START}\n## Analysis\n\n(not written yet)\n{ANALYSIS_END}"
+    return text[start:end + len(ANALYSIS_END)]
+
+
+def _invocation(meta: dict[str, Any]) -> list[str]:
+    return [
+        f"- command: `{meta['command']}`",
+        f"- date: {meta['date']}; machine: {meta['machine']}; server: {meta['server']}",
+        f"- table: sysbench `oltp` table, {', '.join(f'{n:,}' for n in meta['sizes'])} rows; "
+        f"change: `ALTER TABLE … {meta['alter']}`",
+        f"- load: sysbench `oltp_write_only --rate` (4 row writes per transaction), light "
+        f"{meta['light_rate']} tx/s, heavy {meta['heavy_rate']} tx/s, {meta['load_threads']} threads; "
+        f"baseline {meta['baseline_s']:.0f} s of load alone before each loaded scenario",
+        f"- {meta['repetitions']} repetition(s); in each, every scenario runs every tool once, in rotated order, "
+        f"each on a table freshly restored from the same template; time limit per run "
+        f"{meta['time_limit_s']:.0f} s", ""]
+
+
+def write_markdown(path: Path, invocations: list[dict[str, Any]], runs: list[dict[str, Any]],
+                   plots: list[str]) -> None:
+    """docs/benchmarks.md: how it was run, the tables, what did not finish, the plots, the analysis."""
+    results = summarise(runs)
+    lines = [
+        "# Benchmarks", "",
+        "Generated by `python -m bench` (`make bench`); the section between the analysis markers is kept "
+        "across runs. Raw runs, timelines and the summary are in `benchmarks.json`.", "",
+        "## How these figures were produced", "",
+        *[line for meta in invocations for line in _invocation(meta)],
+        "Columns: `× server-copy` is the median over repetitions of the tool's time divided by the server-side "
+        "copy's time in the same repetition and scenario. `app p99` is the median over the run's seconds of "
+        "sysbench's per-second 99th-percentile latency (rate mode, so queueing behind a blocked table counts); "
+        "seconds with no completed transaction are counted in `app_stalled_seconds` in the JSON. "
+        "Peak RSS is the tool process's maximum resident set (wait4 rusage).", "",
+        "## Results", "", *_main_table(results), "",
+        "## stream-osc in detail", "", *_stream_osc_table(results), "",
+        "Apply capacity is the rate at which the appliers drained the backlog that built up during the copy "
+        "(events applied ÷ drain time); commit→applied is measured by a probe that updates rows outside "
+        "sysbench's range every 50 ms once the backlog is drained and polls the new table until each value "
+        "appears.", "",
+        "## Runs that did not finish", "", *_unfinished(runs), "",
+    ]
+    if plots:
+        lines += ["## Plots", "", *[f"![{p}]({p})" for p in plots], ""]
+    lines += [_kept_analysis(path), ""]
+    path.write_text("\n".join(lines))

@@ -1,0 +1,103 @@
+"""The interleaved schedule: for each size, repetition and scenario, every tool once on a fresh table."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.config import GH_OST_ENV, BenchConfig
+from bench.load import Baseline, SysbenchLoad, measure_baseline
+from bench.streamosc import stream_osc
+from bench.sysbench import BenchError
+from bench.table import BenchTable
+from bench.tools import Outcome, ToolRun, alter_copy, gh_ost, online_ddl, pt_osc, server_copy
+from migration.endpoints import Endpoints
+
+TOOL_FUNCS: dict[str, Callable[[ToolRun], Outcome]] = {
+    "server-copy": server_copy, "alter-copy": alter_copy, "online-ddl": online_ddl,
+    "stream-osc": stream_osc, "pt-osc": pt_osc, "gh-ost": gh_ost,
+}
+WARMUP_S = 3.0
+
+
+def rotated(tools: tuple[str, ...], by: int) -> list[str]:
+    """The tool order of one repetition: rotated so no tool always runs first (A B C, B C A, …)."""
+    k = by % len(tools)
+    return list(tools[k:] + tools[:k])
+
+
+class Schedule:
+    """Runs the whole benchmark and hands each finished run to `record`."""
+
+    def __init__(self, config: BenchConfig, endpoints: Endpoints, record: Callable[[dict[str, Any]], None],
+                 say: Callable[[str], None]) -> None:
+        self.config, self.endpoints, self.record, self.say = config, endpoints, record, say
+
+    def run(self) -> None:
+        for rows in self.config.sizes:
+            table = BenchTable(self.endpoints.mysql, self.config.database, self.config.table, rows)
+            self.say(f"preparing {rows:,} rows (sysbench prepare, kept as template {table.template})")
+            table.ensure_template()
+            for rep in range(self.config.repetitions):
+                for scenario in self.config.scenarios:
+                    baseline = self._baseline(table, scenario)
+                    for tool in rotated(self.config.tools, rep):
+                        self.record(self._one(table, tool, scenario, rep, baseline))
+
+    def _load(self, table: BenchTable, rate: int) -> SysbenchLoad:
+        return SysbenchLoad(self.endpoints.mysql, table.database, table.rows, rate, self.config.load_threads).start()
+
+    def _baseline(self, table: BenchTable, scenario: str) -> Baseline | None:
+        rate = self.config.rate(scenario)
+        if not rate:
+            return None
+        table.restore()
+        load = self._load(table, rate)
+        try:
+            baseline = measure_baseline(load, self.config.baseline_s, WARMUP_S)
+        finally:
+            load.stop()
+        self.say(f"  baseline {scenario}: {baseline.window.tps:.0f} tx/s, p99 {baseline.window.p99_ms_median} ms, "
+                 f"{baseline.row_events_per_s:.0f} binlog row events/s")
+        return baseline
+
+    def _one(self, table: BenchTable, tool: str, scenario: str, rep: int, baseline: Baseline | None
+             ) -> dict[str, Any]:
+        rate = self.config.rate(scenario)
+        if tool == "gh-ost" and not self.config.gh_ost:
+            return {"tool": tool, "scenario": scenario, "rows": table.rows, "repetition": rep, "seconds": None,
+                    "finished": False, "skipped": True, "load_tx_per_s": rate,
+                    "reason": f"skipped: no gh-ost binary (set {GH_OST_ENV} to its path; the Go module proxy "
+                              "here does not serve gh-ost)"}
+        table.restore()
+        run = ToolRun(self.endpoints, table, self.config.alter, self.config.limit_for(table.rows), self.config.gh_ost)
+        load = self._load(table, rate) if rate else None
+        load_error = None
+        try:
+            if load:
+                time.sleep(WARMUP_S)
+            start = load.now() if load else 0.0
+            outcome = TOOL_FUNCS[tool](run)
+            end = load.now() if load else 0.0
+        finally:
+            if load:
+                try:
+                    load.stop()
+                except BenchError as exc:
+                    load_error = str(exc)
+        finished = outcome.finished and table.altered()
+        reason = outcome.reason or (None if finished else "the table does not have the new schema afterwards")
+        result: dict[str, Any] = {
+            "tool": tool, "scenario": scenario, "rows": table.rows, "repetition": rep,
+            "seconds": round(outcome.seconds, 2), "finished": finished, "reason": reason,
+            "load_tx_per_s": rate, **outcome.figures,
+        }
+        if load and baseline:
+            result.update(load.window(start, end).as_dict())
+            result.update({f"baseline_{k}": v for k, v in baseline.window.as_dict().items()})
+            result["binlog_row_events_per_s"] = round(baseline.row_events_per_s)
+        if load_error:
+            result["load_error"] = load_error
+        state = "finished" if finished else f"NOT finished ({reason})"
+        self.say(f"  {tool:<11} {scenario:<5} rep {rep + 1}: {outcome.seconds:7.1f} s  {state}")
+        return result

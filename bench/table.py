@@ -1,0 +1,81 @@
+"""The sysbench table: prepared once per size as a template, restored before every tool run."""
+from __future__ import annotations
+
+import subprocess
+
+import pymysql
+
+from bench.sysbench import BenchError, sysbench_command
+from migration.db import connect, qualified, query, scalar
+from migration.endpoints import MySQLAddress
+
+LEFTOVERS = ("_{t}_new", "_{t}_old", "_{t}_gho", "_{t}_ghc", "_{t}_del")
+PROBE_ROWS = 8   # rows above the sysbench id range, written only by the latency probe
+
+
+class BenchTable:
+    """`db.sbtest1` plus its pristine template `db.sbtest1_<rows>`."""
+
+    def __init__(self, addr: MySQLAddress, database: str, table: str, rows: int) -> None:
+        self.addr, self.database, self.table, self.rows = addr, database, table, rows
+        self.template = f"{table}_tpl_{rows}"
+
+    @property
+    def name(self) -> str:
+        return qualified(self.database, self.table)
+
+    def probe_ids(self) -> list[int]:
+        """Primary keys of the probe rows (sysbench only touches ids 1..rows)."""
+        return [self.rows + 1 + i for i in range(PROBE_ROWS)]
+
+    def _conn(self) -> pymysql.connections.Connection:
+        conn = connect(self.addr)
+        query(conn, "SET SESSION sql_log_bin = 0")   # restoring is set-up, not part of any measurement
+        return conn
+
+    def ensure_template(self) -> None:
+        """Create the template with `sysbench prepare` unless one of this size already exists."""
+        conn = self._conn()
+        try:
+            query(conn, f"CREATE DATABASE IF NOT EXISTS `{self.database}`")
+            tpl = qualified(self.database, self.template)
+            exists = scalar(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+                            (self.database, self.template))
+            if exists and scalar(conn, f"SELECT COUNT(*) FROM {tpl}") == self.rows + PROBE_ROWS:
+                return
+            self.drop_all(conn)
+            result = subprocess.run(sysbench_command(self.addr, self.database, self.rows, "prepare"),
+                                    capture_output=True, text=True)
+            if result.returncode != 0:
+                raise BenchError(f"sysbench prepare failed: {result.stderr.strip() or result.stdout.strip()}")
+            query(conn, f"INSERT INTO {self.name} (id, k, c, pad) VALUES "
+                        + ", ".join(f"({pk}, 0, 'probe', 'probe')" for pk in self.probe_ids()))
+            query(conn, f"DROP TABLE IF EXISTS {tpl}")
+            query(conn, f"RENAME TABLE {self.name} TO {tpl}")
+        finally:
+            conn.close()
+
+    def drop_all(self, conn: pymysql.connections.Connection) -> None:
+        """Drop the table and every shadow table a tool may leave (triggers go with the table)."""
+        for name in (self.table, *(p.format(t=self.table) for p in LEFTOVERS)):
+            query(conn, f"DROP TABLE IF EXISTS {qualified(self.database, name)}")
+
+    def restore(self) -> None:
+        """Recreate the table from the template (same rows and index layout every run)."""
+        conn = self._conn()
+        try:
+            self.drop_all(conn)
+            query(conn, f"CREATE TABLE {self.name} LIKE {qualified(self.database, self.template)}")
+            query(conn, f"INSERT INTO {self.name} SELECT * FROM {qualified(self.database, self.template)}")
+        finally:
+            conn.close()
+
+    def altered(self) -> bool:
+        """Whether the table now has the new schema (k BIGINT and the added column)."""
+        conn = connect(self.addr)
+        try:
+            cols = dict(query(conn, "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
+                                    "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (self.database, self.table)))
+        finally:
+            conn.close()
+        return cols.get("k") == "bigint" and "status" in cols
