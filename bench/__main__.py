@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+import migration
 
 from bench.config import BenchConfig, parse_args
 from bench.plot import scaling_plot, timeline_plot
@@ -22,6 +26,19 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+def _source() -> str:
+    """Commit of the stream-osc code being measured (and whether it had uncommitted changes)."""
+    root = Path(migration.__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"{root} (not a git checkout)"
+    return f"{commit}{' with uncommitted changes' if dirty else ''}"
+
+
 def _meta(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
     conn = connect(endpoints.mysql)
     try:
@@ -35,7 +52,7 @@ def _meta(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
             "scenarios": list(config.scenarios), "repetitions": config.repetitions,
             "light_rate": config.light_rate, "heavy_rate": config.heavy_rate, "load_threads": config.load_threads,
             "baseline_s": config.baseline_s, "time_limit_s": config.limit_for(max(config.sizes)),
-            "gh_ost": config.gh_ost}
+            "gh_ost": config.gh_ost, "stream_osc_source": _source()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -149,7 +149,8 @@ def _kept_analysis(path: Path) -> str:
 def _invocation(meta: dict[str, Any]) -> list[str]:
     return [
         f"- command: `{meta['command']}`",
-        f"- date: {meta['date']}; machine: {meta['machine']}; server: {meta['server']}",
+        f"- date: {meta['date']}; machine: {meta['machine']}; server: {meta['server']}; stream-osc at "
+        f"{meta.get('stream_osc_source', '?')}",
         f"- table: sysbench `oltp` table, {', '.join(f'{n:,}' for n in meta['sizes'])} rows; "
         f"change: `ALTER TABLE … {meta['alter']}`",
         f"- load: sysbench `oltp_write_only --rate` (4 row writes per transaction), light "
