@@ -77,8 +77,10 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
     parser.add_argument("--tools", type=_csv(TOOLS), help=f"comma-separated subset of {','.join(TOOLS)}")
     parser.add_argument("--scenarios", type=_csv(SCENARIOS), default=SCENARIOS, help="idle,light,heavy")
     parser.add_argument("--repetitions", type=int, default=3, help="runs of each tool per scenario (default 3)")
-    parser.add_argument("--light-rate", type=int, default=50, help="light load, sysbench tx/s (default 50)")
-    parser.add_argument("--heavy-rate", type=int, default=250, help="heavy load, sysbench tx/s (default 250)")
+    parser.add_argument("--light-rate", type=int, default=250,
+                        help="light load, sysbench tx/s (default 250, about 1,000 row writes/s)")
+    parser.add_argument("--heavy-rate", type=int, default=1000,
+                        help="heavy load, sysbench tx/s (default 1000, about 4,000 row writes/s)")
     parser.add_argument("--load-threads", type=int, default=8, help="sysbench threads (default 8)")
     parser.add_argument("--baseline", type=float, default=20.0, help="seconds of load alone per scenario")
     parser.add_argument("--time-limit", type=float, help="seconds per tool run (default 300 + 300 per million rows)")
