@@ -9,7 +9,7 @@ import pymysql
 from applier.chunks import key_ranges
 from applier.recopy import recopy_keys, with_retry
 from applier.table import TablePair
-from migration.context import RunContext
+from migration.context import RunContext, WorkStopped
 from migration.db import query, quote_ident, scalar
 from migration.logs import log_event
 
@@ -82,6 +82,8 @@ def validate_range(ctx: RunContext, lo: int, hi: int) -> int:
     """
     conn = ctx.db()
     try:
+        if not ctx.wait_while_paused(conn):
+            raise WorkStopped(f"validation of {ctx.spec.qualified_name} stopped")
         diff = differing_keys(conn, ctx.pair, lo, hi)
         repaired = len(diff)
         for _ in range(ROUNDS):

@@ -1,16 +1,21 @@
-"""Handlers of the migration commands: migrate, status, cutover, resume, pause, abort."""
+"""Handlers of the migration commands: migrate, status, cutover, resume, pause, abort, worker."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 
+from connectors.health import describe_failure
+from connectors.rest import ConnectClient, ConnectError
 from migration.checks import PreflightError
 from migration.db import connect, qualified, query
 from migration.endpoints import Endpoints
+from migration.lease import STALE_S, live_coordinator
 from migration.runner import Runner, remove_capture
 from migration.spec import MigrationSpec, load_migration_file
-from migration.state import StateStore
+from migration.state import Migration, StateStore
+from migration.worker_process import JoinedWorker
 from monitor.progress import Progress
 from streams.topics import TopicNames, group_lag
 
@@ -78,7 +83,8 @@ def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> s
 def cmd_migrate(args: argparse.Namespace, cutover_now: bool = False) -> int:
     spec = spec_from_args(args, alter_required=not cutover_now and args.command == "migrate")
     endpoints = Endpoints.load(args.config)
-    return Runner(endpoints, spec, Progress(quiet=args.quiet), cutover_now=cutover_now).run()
+    return Runner(endpoints, spec, Progress(quiet=args.quiet), cutover_now=cutover_now,
+                  resume_live=args.command == "resume").run()
 
 
 def cmd_cutover(args: argparse.Namespace) -> int:
@@ -105,6 +111,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         "validation_diffs": migration.validation_diffs, "cutover_blocked_ms": migration.cutover_blocked_ms,
         "connector": migration.connector, "error": migration.error,
     }
+    if migration.status not in ("done", "aborted"):
+        doc["coordinator"] = _coordinator_line(store, migration.id)
+        doc["connector_state"] = _connector_line(endpoints, migration, args.table)
     if migration.stage in ("apply", "validate", "cutover"):
         names = TopicNames(migration.prefix, db, tbl)
         try:
@@ -118,6 +127,23 @@ def cmd_status(args: argparse.Namespace) -> int:
         for key, value in doc.items():
             print(f"{key:>20}: {value}")
     return 0
+
+
+def _coordinator_line(store: StateStore, migration_id: int) -> str:
+    live = live_coordinator(store, migration_id)
+    return f"{live[0]} (heartbeat {live[1]:.1f} s ago)" if live else "none running"
+
+
+def _connector_line(endpoints: Endpoints, migration: Migration, table: str) -> str:
+    try:
+        state = ConnectClient(endpoints.connect_url).state(migration.connector)
+    except ConnectError as exc:
+        return f"unknown ({exc})"
+    if state is None:
+        return "missing from Kafka Connect"
+    if state.failed:
+        return "FAILED: " + describe_failure(migration.connector, state, table)
+    return f"{state.connector} (tasks: {', '.join(state.tasks) or 'none'})"
 
 
 def cmd_pause(args: argparse.Namespace, status: str = "paused") -> int:
@@ -144,6 +170,10 @@ def cmd_abort(args: argparse.Namespace) -> int:
     if migration.stage in ("cleanup", "done"):
         raise PreflightError(f"migration {migration.id} already swapped the tables; nothing to abort")
     store.update(migration.id, status="aborted")
+    _wait_for_coordinator_exit(store, migration.id)
+    if store.get(migration.id).stage in ("cleanup", "done"):
+        raise PreflightError(f"migration {migration.id} swapped the tables before the abort took effect; "
+                             f"the new table is in place and the original is {db}._{tbl}_old")
     spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql,
                          metadata_schema=args.metadata_schema or "stream_osc")
     remove_capture(conn, endpoints, spec, migration)
@@ -151,6 +181,29 @@ def cmd_abort(args: argparse.Namespace) -> int:
     print(f"migration {migration.id} of {args.table} aborted; connector, topics and {spec.new_table} removed",
           file=sys.stdout)
     return 0
+
+
+def _wait_for_coordinator_exit(store: StateStore, migration_id: int) -> None:
+    """Give a live coordinator the time to see the abort and stop (it checks every few seconds)."""
+    deadline = time.monotonic() + 2 * STALE_S
+    while live_coordinator(store, migration_id) is not None:
+        if time.monotonic() > deadline:
+            raise PreflightError(f"the coordinator of migration {migration_id} did not stop; try the abort again")
+        time.sleep(0.5)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Join a running migration with more copy workers and appliers."""
+    endpoints = Endpoints.load(args.config)
+    db, tbl = spec_table(args.table)
+    return JoinedWorker(endpoints, db, tbl, args.metadata_schema or "stream_osc", Progress(quiet=args.quiet),
+                        args.copy_workers, args.apply_workers).run()
+
+
+def spec_table(table: str) -> tuple[str, str]:
+    """DB.TABLE -> (db, table), with the same error as migrate."""
+    spec = MigrationSpec.from_table_arg(table, "-")
+    return spec.database, spec.table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -169,6 +222,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         parser = sub.add_parser(name, help=text)
         add_spec_options(parser)
         parser.set_defaults(func=func)
+
+    worker = sub.add_parser("worker", help="add copy workers and appliers to a running migration (any machine)")
+    worker.add_argument("--table", required=True, help="DB.TABLE of the running migration")
+    worker.add_argument("--config", help="TOML file with [endpoints]")
+    worker.add_argument("--metadata-schema", help="schema for stream-osc's state (default stream_osc)")
+    worker.add_argument("--copy-workers", type=int, help="copy threads in this process (default: the migration's)")
+    worker.add_argument("--apply-workers", type=int, help="applier threads in this process (default: the migration's)")
+    worker.add_argument("--quiet", action="store_true", help="no progress lines")
+    worker.set_defaults(func=cmd_worker)
 
     for name, func, text in (("status", cmd_status, "show stage, progress and lag"),
                              ("pause", cmd_pause, "stop all copy and apply writes until resume"),

@@ -15,6 +15,10 @@ from migration.spec import MigrationSpec
 from migration.state import Migration, StateStore
 
 
+class WorkStopped(Exception):
+    """The migration was aborted (or the run stopped) while a worker waited out a pause."""
+
+
 @dataclass
 class RunContext:
     """Shared by the coordinator and its worker threads; holds no state that is not also durable."""

@@ -48,6 +48,12 @@ def query(conn: pymysql.connections.Connection, sql: str, args: Iterable[Any] | 
         return list(cur.fetchall())
 
 
+def query_count(conn: pymysql.connections.Connection, sql: str, args: Iterable[Any] | None = None) -> int:
+    """Run a statement and return the number of rows it changed."""
+    with conn.cursor() as cur:
+        return cur.execute(sql, args)
+
+
 def scalar(conn: pymysql.connections.Connection, sql: str, args: Iterable[Any] | None = None) -> Any:
     """First column of the first row, or None."""
     rows = query(conn, sql, args)

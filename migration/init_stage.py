@@ -9,6 +9,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 
 import pymysql
 
@@ -129,8 +130,12 @@ def undo_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
 
 
 def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
-             info: ServerInfo) -> Migration | None:
-    """Run init; returns the migration at stage `copy` (None for a dry run, after its checks)."""
+             info: ServerInfo, coordinator: str,
+             on_created: Callable[[Migration], None] = lambda migration: None) -> Migration | None:
+    """Run init as `coordinator`; returns the migration at stage `copy` (None for a dry run, after its checks).
+
+    `on_created` is called once the migration row exists (to start its coordinator heartbeat).
+    """
     pk = preflight(conn, endpoints, spec, info)
     create_new_table(conn, spec, pk)
     if spec.dry_run:
@@ -142,7 +147,9 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
         store.ensure_schema()
         if store.active(spec.database, spec.table):
             raise PreflightError(f"a migration of {spec.qualified_name} is already in progress")
-        migration = store.create(spec.database, spec.table, spec.alter, topic_prefix(spec), pk, spec_options(spec))
+        migration = store.create(spec.database, spec.table, spec.alter, topic_prefix(spec), pk, spec_options(spec),
+                                 coordinator)
+        on_created(migration)
         store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
         start_capture(conn, endpoints, spec, info, migration)
         src = qualified(spec.database, spec.table)

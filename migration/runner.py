@@ -11,6 +11,7 @@ from applier.apply import ApplyStats, apply_worker
 from applier.chunks import ChunkQueue
 from applier.copy import DuplicateKeyInSource, copy_worker
 from applier.table import load_pair
+from connectors.health import describe_failure
 from connectors.rest import ConnectClient, ConnectError
 from cutover.swap import SENTRY_COMMENT, Cutover
 from cutover.validate import validate
@@ -19,6 +20,7 @@ from migration.context import RunContext
 from migration.db import ServerInfo, connect, qualified, query, scalar
 from migration.endpoints import Endpoints
 from migration.init_stage import run_init, undo_init
+from migration.lease import CoordinatorLease, live_coordinator, owner_name
 from migration.logs import log_event
 from migration.spec import MigrationSpec, with_overrides
 from migration.state import Migration, StateStore
@@ -41,11 +43,13 @@ class Runner:
     """Coordinates one migration in this process (workers in other processes may join)."""
 
     def __init__(self, endpoints: Endpoints, spec: MigrationSpec, progress: Progress,
-                 cutover_now: bool = False) -> None:
+                 cutover_now: bool = False, resume_live: bool = False) -> None:
         self.endpoints = endpoints
         self.spec = spec
         self.progress = progress
         self.cutover_now = cutover_now
+        self.resume_live = resume_live   # a live coordinator elsewhere: un-pause it instead of refusing
+        self.lease = CoordinatorLease(endpoints.mysql, spec.metadata_schema, owner_name())
         self.conn = connect(endpoints.mysql)
         self.info = ServerInfo.read(self.conn)
         self.store = StateStore(self.conn, spec.metadata_schema)
@@ -55,23 +59,38 @@ class Runner:
 
     # entry ---------------------------------------------------------------------------------------
     def run(self) -> int:
+        """Run (or continue) the migration of spec's table to its end; 0 on success."""
+        try:
+            return self._run()
+        finally:
+            self.lease.stop(self.conn)
+
+    def _run(self) -> int:
         migration = self.store.active(self.spec.database, self.spec.table)
-        if migration is not None and migration.stage == "init":
-            # Killed during init: nothing was copied yet, so start init over from a clean slate.
-            undo_init(self.conn, self.endpoints, self.spec, migration)
-            migration = None
+        if migration is not None:
+            if " ".join(migration.alter_sql.split()) != " ".join(self.spec.alter.split()):
+                raise PreflightError(f"another migration of {self.spec.qualified_name} is in progress "
+                                     f"(ALTER {migration.alter_sql!r}); resume or abort it first")
+            live = live_coordinator(self.store, migration.id)
+            if live is not None:
+                return self._join_live(migration, *live)
+            if not self.lease.claim(self.store, migration.id):
+                raise PreflightError(f"another process took over migration {migration.id} just now")
+            if migration.stage == "init":
+                # Killed during init: nothing was copied yet, so start init over from a clean slate.
+                undo_init(self.conn, self.endpoints, self.spec, migration)
+                migration = None
         if migration is None:
             self.progress.say(f"init: checking {self.spec.qualified_name} and starting change capture")
-            migration = run_init(self.conn, self.endpoints, self.spec, self.info)
+            migration = run_init(self.conn, self.endpoints, self.spec, self.info, self.lease.owner,
+                                 on_created=lambda created: self.lease.start(created.id))
             if migration is None:
                 self.progress.say("dry run: every check passed and the ALTER is valid; nothing was changed")
                 return 0
             self.progress.say(f"init: migration {migration.id} captures {self.spec.qualified_name} via connector "
                               f"{migration.connector}; copying PKs {migration.min_pk}..{migration.max_pk}")
         else:
-            if " ".join(migration.alter_sql.split()) != " ".join(self.spec.alter.split()):
-                raise PreflightError(f"another migration of {self.spec.qualified_name} is in progress "
-                                     f"(ALTER {migration.alter_sql!r}); resume or abort it first")
+            self.lease.start(migration.id)
             self.spec = with_overrides(self.spec, **{k: migration.options[k] for k in RESUMABLE_OPTIONS
                                                      if k in migration.options})
             self.progress.say(f"resuming migration {migration.id} of {self.spec.qualified_name} "
@@ -79,6 +98,20 @@ class Runner:
             if migration.status != "running":
                 self.store.update(migration.id, status="running", error=None)
         return self._run_stages(self.store.get(migration.id))
+
+    def _join_live(self, migration: Migration, owner: str, age_s: float) -> int:
+        """Another process coordinates this migration: `resume` un-pauses it, `migrate` refuses."""
+        if not self.resume_live:
+            raise PreflightError(f"migration {migration.id} of {self.spec.qualified_name} is being run by {owner} "
+                                 f"(heartbeat {age_s:.0f} s ago); add workers with `stream-osc worker --table "
+                                 f"{self.spec.qualified_name}` or pause/abort it")
+        if migration.status in ("paused", "waiting"):
+            self.store.update(migration.id, status="running", error=None)
+            self.progress.say(f"migration {migration.id} of {self.spec.qualified_name} resumed; {owner} continues it")
+        else:
+            self.progress.say(f"migration {migration.id} of {self.spec.qualified_name} is already {migration.status} "
+                              f"under {owner}")
+        return 0
 
     def _context(self, migration: Migration) -> RunContext:
         pair = load_pair(self.conn, self.spec.database, self.spec.table, self.spec.new_table, migration.pk_column)
@@ -103,6 +136,7 @@ class Runner:
                     self._set_stage(ctx, "validate")
                     stage = "validate"
                 if stage == "validate":
+                    self._hold_while_paused(ctx)
                     self._validate(ctx)
                 if self.spec.cutover == "manual" and not self.cutover_now:
                     self._stop_appliers()
@@ -196,6 +230,7 @@ class Runner:
     def _cutover(self, ctx: RunContext) -> None:
         cutover = Cutover(ctx, self.info.is_mariadb)
         for attempt in range(1, self.spec.cutover_attempts + 1):
+            self._hold_while_paused(ctx)
             if self.appliers is None:
                 self._start_appliers(ctx)
             self._wait_for_lag(ctx, self.spec.max_lag_events)
@@ -237,11 +272,30 @@ class Runner:
         query(self.conn, f"DROP TABLE IF EXISTS {qualified(self.spec.database, self.spec.new_table)}")
         self.store.delete(migration.id)
 
+    def _hold_while_paused(self, ctx: RunContext) -> None:
+        """Wait (writing nothing) while an operator has the migration paused."""
+        announced = False
+        while True:
+            status = self.store.get(ctx.migration.id).status
+            if status == "aborted":
+                raise MigrationStopped(f"migration {ctx.migration.id} was aborted")
+            if status != "paused":
+                break
+            if not announced:
+                self.progress.say(f"paused: no writes until `stream-osc resume --table {self.spec.qualified_name}`")
+                announced = True
+            self._check_health(ctx)
+            time.sleep(0.5)
+        if announced:
+            self.progress.say("resumed")
+
     def _check_health(self, ctx: RunContext) -> None:
         """Stop when the connector failed or the migration was aborted (checked every 2 s)."""
         if time.monotonic() - self.last_health_check < 2.0:
             return
         self.last_health_check = time.monotonic()
+        if self.lease.lost.is_set():
+            raise MigrationStopped(f"migration {ctx.migration.id}: another process took over as coordinator")
         status = self.store.get(ctx.migration.id).status
         if status == "aborted":
             raise MigrationStopped(f"migration {ctx.migration.id} was aborted")
@@ -249,8 +303,7 @@ class Runner:
         if state is None:
             raise MigrationStopped(f"connector {ctx.migration.connector} is missing from Kafka Connect")
         if state.failed:
-            raise MigrationStopped(f"connector {ctx.migration.connector} failed: {state.error_line()} "
-                                   "(fix the cause, then `stream-osc resume`)")
+            raise MigrationStopped(describe_failure(ctx.migration.connector, state, self.spec.qualified_name))
 
 
 def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,

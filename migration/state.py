@@ -7,7 +7,7 @@ from typing import Any
 
 import pymysql
 
-from migration.db import qualified, query, quote_ident
+from migration.db import qualified, query, query_count, quote_ident
 from streams.events import FENCE_KEY_COLUMN
 
 STAGES = ("init", "copy", "apply", "validate", "cutover", "cleanup", "done")
@@ -46,6 +46,9 @@ class Migration:
         return f"{self.prefix}.appliers"
 
 
+# columns added after the first release of the metadata schema: name -> definition
+LATER_COLUMNS = {"coordinator": "VARCHAR(200) NULL", "heartbeat_at": "TIMESTAMP(6) NULL"}
+
 _COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error, "
             "validation_diffs, cutover_blocked_ms, cutover_at, options")
 
@@ -73,9 +76,15 @@ class StateStore:
             error TEXT NULL, validation_diffs BIGINT NOT NULL DEFAULT 0, cutover_blocked_ms INT NULL, cutover_at DOUBLE NULL,
             options TEXT NOT NULL,
             active_key VARCHAR(140) NULL,
+            coordinator VARCHAR(200) NULL, heartbeat_at TIMESTAMP(6) NULL,
             created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
             updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
             UNIQUE KEY active_key (active_key)) ENGINE=InnoDB""")
+        present = {r[0] for r in query(self.conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS "
+                                                   "WHERE TABLE_SCHEMA=%s AND TABLE_NAME='migrations'", (self.schema,))}
+        for column, definition in LATER_COLUMNS.items():   # metadata schemas made by earlier versions
+            if column not in present:
+                query(self.conn, f"ALTER TABLE {self.t('migrations')} ADD COLUMN {quote_ident(column)} {definition}")
         query(self.conn, f"""CREATE TABLE IF NOT EXISTS {self.t('chunks')} (
             migration_id BIGINT NOT NULL, chunk_no INT NOT NULL,
             start_pk BIGINT NOT NULL, end_pk BIGINT NOT NULL, next_pk BIGINT NOT NULL,
@@ -108,17 +117,50 @@ class StateStore:
                                 "ORDER BY id DESC LIMIT 1", (database, table))
         return self._row(rows[0]) if rows else None
 
+    def exists(self, migration_id: int) -> bool:
+        return bool(query(self.conn, f"SELECT 1 FROM {self.t('migrations')} WHERE id=%s", (migration_id,)))
+
     def get(self, migration_id: int) -> Migration:
         rows = query(self.conn, f"SELECT {_COLUMNS} FROM {self.t('migrations')} WHERE id=%s", (migration_id,))
         return self._row(rows[0])
 
     def create(self, database: str, table: str, alter_sql: str, prefix: str, pk_column: str,
-               options: dict[str, Any]) -> Migration:
+               options: dict[str, Any], coordinator: str | None = None) -> Migration:
+        """Insert the migration row (stage init), owned by `coordinator` if given."""
         with self.conn.cursor() as cur:
             cur.execute(f"INSERT INTO {self.t('migrations')} (db, tbl, alter_sql, stage, status, prefix, pk_column, "
-                        "options, active_key) VALUES (%s,%s,%s,'init','running',%s,%s,%s,%s)",
-                        (database, table, alter_sql, prefix, pk_column, json.dumps(options), f"{database}.{table}"))
+                        "options, active_key, coordinator, heartbeat_at) "
+                        "VALUES (%s,%s,%s,'init','running',%s,%s,%s,%s,%s,NOW(6))",
+                        (database, table, alter_sql, prefix, pk_column, json.dumps(options), f"{database}.{table}",
+                         coordinator))
             return self.get(cur.lastrowid)
+
+    # coordinator lease ----------------------------------------------------------------------------
+    def claim_coordinator(self, migration_id: int, owner: str, stale_s: float, dead_owner: str | None = None) -> bool:
+        """Become (or stay) the migration's coordinator unless another one's heartbeat is fresh.
+
+        `dead_owner` names a coordinator known to be dead, whose fresh heartbeat does not count.
+        """
+        return bool(query_count(self.conn, f"UPDATE {self.t('migrations')} SET coordinator=%s, heartbeat_at=NOW(6) "
+                                           "WHERE id=%s AND (coordinator IS NULL OR coordinator=%s OR coordinator=%s "
+                                           "OR heartbeat_at IS NULL OR heartbeat_at < NOW(6) - INTERVAL %s SECOND)",
+                                (owner, migration_id, owner, dead_owner, stale_s)))
+
+    def heartbeat(self, migration_id: int, owner: str) -> bool:
+        """Renew our lease; False if another coordinator has taken over."""
+        return bool(query_count(self.conn, f"UPDATE {self.t('migrations')} SET heartbeat_at=NOW(6) "
+                                           "WHERE id=%s AND coordinator=%s", (migration_id, owner)))
+
+    def release_coordinator(self, migration_id: int, owner: str) -> None:
+        query(self.conn, f"UPDATE {self.t('migrations')} SET coordinator=NULL WHERE id=%s AND coordinator=%s",
+              (migration_id, owner))
+
+    def live_coordinator(self, migration_id: int, stale_s: float) -> tuple[str, float] | None:
+        """(owner, seconds since its heartbeat) of a coordinator whose heartbeat is fresh, else None."""
+        rows = query(self.conn, f"SELECT coordinator, TIMESTAMPDIFF(MICROSECOND, heartbeat_at, NOW(6)) / 1e6 "
+                                f"FROM {self.t('migrations')} WHERE id=%s AND coordinator IS NOT NULL "
+                                "AND heartbeat_at >= NOW(6) - INTERVAL %s SECOND", (migration_id, stale_s))
+        return (rows[0][0], float(rows[0][1])) if rows else None
 
     def update(self, migration_id: int, **values: Any) -> None:
         """Set columns of the migration row (stage, status, error, ...)."""

@@ -1,12 +1,16 @@
 """Helpers for integration tests: connections, leftovers, waiting on conditions."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
 from connectors.rest import ConnectClient
+from cutover.swap import SENTRY_COMMENT
 from migration.db import connect, query
 from migration.endpoints import Endpoints
+from migration.state import Migration, StateStore
 from streams.topics import existing_topics
 
 
@@ -46,3 +50,31 @@ def leftovers(endpoints: Endpoints, db: str, table: str) -> list[str]:
               if c.startswith(marker.replace("_", "-"))]
     found += [f"topic {t}" for t in existing_topics(endpoints.kafka_bootstrap) if marker in t]
     return found
+
+
+def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run `stream-osc ARGS` in a subprocess, as an operator would, and wait for it."""
+    return subprocess.run([sys.executable, "-m", "migration.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def start_cli(*args: str) -> subprocess.Popen:
+    """Start `stream-osc ARGS` in a subprocess (output discarded unless it fails the test later)."""
+    return subprocess.Popen([sys.executable, "-m", "migration.cli", *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def migration_row(conn, db: str, table: str) -> Migration | None:
+    """The latest migration of db.table, read fresh from the metadata schema."""
+    store = StateStore(conn, "stream_osc")
+    return store.latest(db, table)
+
+
+def table_is_original(conn, db: str, table: str) -> bool:
+    """db.table is still the original (schema unchanged) and no real table holds the _<table>_old name."""
+    types = dict(query(conn, "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
+                             "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (db, table)))
+    old_comment = query(conn, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                              "AND TABLE_NAME=%s", (db, f"_{table}_old"))
+    return types.get("k") == "int" and "flag" not in types and (not old_comment or
+                                                                old_comment[0][0] == SENTRY_COMMENT)

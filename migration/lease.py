@@ -1,0 +1,96 @@
+"""The coordinator lease: one process at a time runs a migration's stages; its heartbeat is in the database."""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+
+import pymysql
+
+from migration.db import connect
+from migration.endpoints import MySQLAddress
+from migration.logs import log_event
+from migration.state import StateStore
+
+log = logging.getLogger("stream_osc.lease")
+
+HEARTBEAT_S = 2.0
+STALE_S = 15.0   # a coordinator silent this long is taken for dead; another may take over
+
+
+def owner_name() -> str:
+    """host:pid:random, unique per process start, readable in `status`."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def is_dead_here(owner: str) -> bool:
+    """True when `owner` ran on this host and its process is gone (no need to wait for its heartbeat to age)."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def live_coordinator(store: StateStore, migration_id: int) -> tuple[str, float] | None:
+    """The migration's running coordinator as (owner, seconds since heartbeat), or None."""
+    live = store.live_coordinator(migration_id, STALE_S)
+    return None if live is None or is_dead_here(live[0]) else live
+
+
+class CoordinatorLease:
+    """Renews the coordinator heartbeat from a thread with its own connection; `lost` when taken over."""
+
+    def __init__(self, mysql: MySQLAddress, schema: str, owner: str) -> None:
+        self.mysql = mysql
+        self.schema = schema
+        self.owner = owner
+        self.migration_id: int | None = None
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def claim(self, store: StateStore, migration_id: int) -> bool:
+        """Take the migration over unless a live coordinator holds it (a dead one's lease is taken at once)."""
+        current = store.live_coordinator(migration_id, STALE_S)
+        dead = current[0] if current is not None and is_dead_here(current[0]) else None
+        return store.claim_coordinator(migration_id, self.owner, STALE_S, dead)
+
+    def start(self, migration_id: int) -> None:
+        """Begin heartbeats for a migration this process has claimed."""
+        self.migration_id = migration_id
+        self._thread = threading.Thread(target=self._run, name="coordinator-lease", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        conn: pymysql.connections.Connection | None = None
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                conn = conn or connect(self.mysql)
+                store = StateStore(conn, self.schema)
+                if not store.heartbeat(self.migration_id, self.owner):
+                    if store.exists(self.migration_id):   # (a discarded migration has no row left)
+                        log_event(log, "coordinator lease lost", logging.ERROR, migration=self.migration_id)
+                        self.lost.set()
+                    break
+            except Exception as exc:  # noqa: BLE001 - a missed beat is retried; STALE_S allows several
+                log_event(log, "heartbeat failed", logging.WARNING, reason=str(exc))
+                conn = None
+        if conn is not None:
+            conn.close()
+
+    def stop(self, conn: pymysql.connections.Connection) -> None:
+        """Stop heartbeats and give the migration up, so a successor need not wait for STALE_S."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.migration_id is not None and not self.lost.is_set():
+            StateStore(conn, self.schema).release_coordinator(self.migration_id, self.owner)

@@ -1,0 +1,104 @@
+"""`stream-osc worker`: an extra process of copy workers and appliers that joins a running migration.
+
+It follows the migration's durable stage: copy workers while the stage is `copy` (chunks are pulled
+from the Redis queue the coordinator seeds), appliers (members of the migration's consumer group)
+from `apply` until the swap. It exits when the migration is done or aborted. Coordination happens
+only through the database, Redis and Kafka, so it may run on any machine.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import pymysql
+
+from applier.apply import apply_worker
+from applier.copy import copy_worker
+from applier.table import load_pair
+from migration.checks import PreflightError
+from migration.context import RunContext
+from migration.db import connect
+from migration.endpoints import Endpoints
+from migration.logs import log_event
+from migration.spec import MigrationSpec
+from migration.state import Migration, StateStore
+from migration.workers import WorkerGroup
+from monitor.progress import Progress
+
+log = logging.getLogger("stream_osc.worker")
+
+APPLY_STAGES = ("apply", "validate", "cutover")
+ERR_NO_SUCH_TABLE = 1146   # an applier's statement after the swap: _<table>_new has been renamed
+
+
+def spec_of(migration: Migration, copy_workers: int | None, apply_workers: int | None) -> MigrationSpec:
+    """The migration's recorded spec, with this process's own worker counts."""
+    options = dict(migration.options)
+    if copy_workers is not None:
+        options["copy_workers"] = copy_workers
+    if apply_workers is not None:
+        options["apply_workers"] = apply_workers
+    return MigrationSpec.from_table_arg(f"{migration.database}.{migration.table}", migration.alter_sql, **options)
+
+
+class JoinedWorker:
+    """Runs the worker kind the migration's current stage needs, until the migration ends."""
+
+    def __init__(self, endpoints: Endpoints, database: str, table: str, schema: str, progress: Progress,
+                 copy_workers: int | None = None, apply_workers: int | None = None) -> None:
+        self.endpoints = endpoints
+        self.conn = connect(endpoints.mysql)
+        self.store = StateStore(self.conn, schema)
+        migration = self.store.active(database, table)
+        if migration is None:
+            raise PreflightError(f"no unfinished migration of {database}.{table} to join")
+        self.migration_id = migration.id
+        self.progress = progress
+        self.copy_workers = copy_workers
+        self.apply_workers = apply_workers
+
+    def _finished(self, migration: Migration) -> bool:
+        return migration.status in ("done", "aborted") or migration.stage in ("cleanup", "done")
+
+    def run(self) -> int:
+        """Work until the migration is finished; 0 then."""
+        while True:
+            migration = self.store.get(self.migration_id)
+            if self._finished(migration):
+                self.progress.say(f"worker: migration {migration.id} is {migration.status}; exiting")
+                return 0
+            if migration.stage == "copy":
+                self._run_group(migration, copy_worker, "copy", lambda m: m.stage == "copy")
+            elif migration.stage in APPLY_STAGES:
+                self._run_group(migration, apply_worker, "apply", lambda m: m.stage in APPLY_STAGES)
+            # init, or no chunk free for now (leased by others, or the coordinator re-seeds the queue)
+            time.sleep(1.0)
+
+    def _run_group(self, migration: Migration, target: Callable[[RunContext, int], None], kind: str,
+                   still: Callable[[Migration], bool]) -> None:
+        """Run one kind of worker while `still(migration)` holds (or until the threads end by themselves)."""
+        spec = spec_of(migration, self.copy_workers, self.apply_workers)
+        pair = load_pair(self.conn, spec.database, spec.table, spec.new_table, migration.pk_column)
+        ctx = RunContext(self.endpoints, spec, migration, pair)
+        count = spec.copy_workers if kind == "copy" else spec.apply_workers
+        log_event(log, "workers joined", migration=migration.id, kind=kind, count=count, stage=migration.stage)
+        group = WorkerGroup(ctx, target, count, kind).start()
+        try:
+            while group.alive():
+                group.wait(1.0)
+                current = self.store.get(migration.id)
+                if not still(current) or self._finished(current):
+                    break
+        finally:
+            group.stop()
+        if group.errors and not self._ended_by_swap(group.errors[0]):
+            raise group.errors[0]
+
+    def _ended_by_swap(self, error: BaseException) -> bool:
+        """An applier error that only means the tables were swapped meanwhile."""
+        swapped = self._finished(self.store.get(self.migration_id))
+        if swapped or (isinstance(error, pymysql.err.ProgrammingError) and error.args[0] == ERR_NO_SUCH_TABLE):
+            log_event(log, "workers stopped by the swap", migration=self.migration_id, reason=str(error))
+            return True
+        return False
