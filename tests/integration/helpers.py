@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from connectors.rest import ConnectClient
 from cutover.swap import SENTRY_COMMENT
@@ -58,10 +59,15 @@ def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def start_cli(*args: str) -> subprocess.Popen:
-    """Start `stream-osc ARGS` in a subprocess (output discarded unless it fails the test later)."""
-    return subprocess.Popen([sys.executable, "-m", "migration.cli", *args], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def start_cli(*args: str, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
+    """Start `stream-osc ARGS` in a subprocess; its stdout and stderr go to `log` (appended) if given."""
+    out = open(log, "ab") if log is not None else subprocess.DEVNULL
+    try:
+        return subprocess.Popen([sys.executable, "-m", "migration.cli", *args], stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
+    finally:
+        if log is not None:
+            out.close()
 
 
 def migration_row(conn, db: str, table: str) -> Migration | None:

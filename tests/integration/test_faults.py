@@ -1,0 +1,194 @@
+"""Fault injection: under seeded write traffic, one process of the migration or of the stack is killed
+(SIGKILL) at a random moment, or the tool's database connections are cut; what died is restarted and
+the migration must still end with every row equal to the original.
+
+`make test` runs a small sample; `make test-slow` runs the full set (-m slow). Every run prints its seed,
+fault and the stage it hit, so a failure can be replayed with `-k <seed>`.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from cutover.compare import compare_tables
+from migration.db import query
+from migration.endpoints import Endpoints
+from migration.traffic import Traffic, create_sample_table
+from stack import services
+from stack.config import StackConfig
+from tests.integration.helpers import db_conn, leftovers, migration_row, start_cli, wait_for
+
+pytestmark = pytest.mark.integration
+
+DB = "faults"
+ROWS = 40_000
+ALTER = "MODIFY k BIGINT NOT NULL DEFAULT 0, ADD COLUMN flag TINYINT NOT NULL DEFAULT 1"
+FAULTS = ("copy_worker", "applier", "coordinator", "connect", "kafka", "redis", "db_connections")
+STAGES = ("copy", "apply", "validate", "cutover")
+TOOL_USER, TOOL_PASSWORD = "osc_tool", "tool-secret"
+MAX_RESTARTS = 8
+RUN_TIMEOUT_S = 300
+
+SAMPLE_SEEDS = [7, 12]                       # in `make test`
+SLOW_SEEDS = list(range(100, 121))           # 21 runs: every fault three times, stages drawn by seed
+
+
+@dataclass
+class Run:
+    """One fault-injection run: its processes, its log folder and what happened."""
+
+    seed: int
+    fault: str
+    stage: str
+    delay_s: float
+    logs: Path
+    env: dict[str, str]
+    table: str
+    coordinator: subprocess.Popen | None = None
+    worker: subprocess.Popen | None = None
+    hit_stage: str = ""
+    restarts: list[str] = field(default_factory=list)
+
+    @classmethod
+    def plan(cls, seed: int, tmp_path: Path, env: dict[str, str]) -> "Run":
+        rng = random.Random(seed)
+        fault = FAULTS[seed % len(FAULTS)]
+        stages = {"copy_worker": ("copy",), "applier": STAGES[1:]}.get(fault, STAGES)
+        return cls(seed, fault, rng.choice(stages), rng.uniform(0.0, 0.4), tmp_path, env, f"f{seed}")
+
+    def start_coordinator(self, command: str) -> None:
+        args = [command, "--table", f"{DB}.{self.table}", "--quiet", "--copy-workers", "1", "--apply-workers", "1",
+                "--chunk-size", "4000", "--batch-size", "500", "--partitions", "4"]
+        if command == "migrate":
+            args += ["--alter", ALTER]
+        self.coordinator = start_cli(*args, env=self.env, log=self.logs / "coordinator.log")
+
+    def start_worker(self) -> None:
+        self.worker = start_cli("worker", "--table", f"{DB}.{self.table}", "--quiet", "--copy-workers", "2",
+                                "--apply-workers", "2", env=self.env, log=self.logs / "worker.log")
+
+    def describe(self) -> str:
+        return (f"seed={self.seed} fault={self.fault} target_stage={self.stage} hit_stage={self.hit_stage or '-'} "
+                f"restarts={self.restarts}")
+
+
+def tool_env(endpoints: Endpoints) -> dict[str, str]:
+    """Environment of the tool's processes: its own database user, so its connections can be told apart."""
+    env = dict(os.environ)
+    addr = endpoints.mysql
+    env.update({"STREAM_OSC_MYSQL_DSN": f"mysql://{TOOL_USER}:{TOOL_PASSWORD}@{addr.host}:{addr.port}/",
+                "STREAM_OSC_KAFKA_BOOTSTRAP": endpoints.kafka_bootstrap,
+                "STREAM_OSC_CONNECT_URL": endpoints.connect_url, "STREAM_OSC_REDIS_URL": endpoints.redis_url})
+    return env
+
+
+def create_tool_user(conn) -> None:
+    for host in ("%", "localhost"):
+        query(conn, f"CREATE USER IF NOT EXISTS '{TOOL_USER}'@'{host}' IDENTIFIED BY '{TOOL_PASSWORD}'")
+        query(conn, f"GRANT ALL PRIVILEGES ON *.* TO '{TOOL_USER}'@'{host}'")
+
+
+def kill_service(config: StackConfig, name: str) -> None:
+    pid = services.service_pid(config, name)
+    assert pid is not None, f"{name} is not running"
+    os.killpg(pid, signal.SIGKILL)
+    wait_for(lambda: services.service_pid(config, name) is None, 30, f"{name} to die")
+
+
+def inject(run: Run, conn, config: StackConfig) -> None:
+    """Cause the run's fault now."""
+    if run.fault in ("copy_worker", "applier"):
+        run.worker.kill()
+        run.worker.wait()
+        run.start_worker()
+    elif run.fault == "coordinator":
+        run.coordinator.kill()
+        run.coordinator.wait()
+        run.start_coordinator("resume")
+    elif run.fault in ("connect", "kafka", "redis"):
+        kill_service(config, run.fault)
+        services.up(config, [run.fault])          # Redis comes back empty: its state is rebuilt
+    elif run.fault == "db_connections":
+        for (thread_id,) in query(conn, "SELECT ID FROM information_schema.PROCESSLIST WHERE USER=%s", (TOOL_USER,)):
+            try:
+                query(conn, f"KILL CONNECTION {int(thread_id)}")
+            except Exception:  # noqa: BLE001 - the connection may be gone already
+                pass
+
+
+def supervise(run: Run, conn, config: StackConfig) -> None:
+    """Restart what died until the coordinator finishes the migration (like an operator, or systemd)."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while run.coordinator.poll() != 0:
+        assert time.monotonic() < deadline, f"migration did not finish in {RUN_TIMEOUT_S} s: {run.describe()}"
+        assert len(run.restarts) <= MAX_RESTARTS, f"too many restarts: {run.describe()}"
+        if run.coordinator.poll() is not None:
+            services.up(config)
+            run.restarts.append(f"coordinator(exit {run.coordinator.returncode})")
+            run.start_coordinator("resume")
+        if run.worker.poll() not in (None, 0):
+            run.restarts.append(f"worker(exit {run.worker.returncode})")
+            run.start_worker()
+        time.sleep(0.2)
+    run.worker.wait(60)
+
+
+def run_with_fault(seed: int, endpoints: Endpoints, stack_config: StackConfig | None, tmp_path: Path) -> None:
+    if stack_config is None:
+        pytest.skip("fault injection restarts the embedded stack's processes")
+    conn = db_conn(endpoints)
+    create_tool_user(conn)
+    run = Run.plan(seed, tmp_path, tool_env(endpoints))
+    query(conn, f"DROP TABLE IF EXISTS {DB}._{run.table}_old")
+    create_sample_table(conn, DB, run.table, rows=ROWS, seed=seed)
+    traffic = Traffic(endpoints.mysql, DB, run.table, seed=seed, rate=150)
+    traffic.start()
+    try:
+        run.start_coordinator("migrate")
+        migration = wait_for(lambda: migration_row(conn, DB, run.table), 60, "the migration row")
+        wait_for(lambda: migration_row(conn, DB, run.table).stage != "init", 120, "the end of init")
+        run.start_worker()
+        order = ("copy",) + STAGES[1:] + ("cleanup", "done")
+        wait_for(lambda: order.index(migration_row(conn, DB, run.table).stage) >= order.index(run.stage)
+                 or run.coordinator.poll() is not None, 120, f"stage {run.stage}")
+        time.sleep(run.delay_s)   # the random moment within the stage
+        run.hit_stage = migration_row(conn, DB, run.table).stage
+        inject(run, conn, stack_config)
+        supervise(run, conn, stack_config)
+    except BaseException:
+        print(f"FAULT RUN FAILED: {run.describe()}; logs in {tmp_path}")
+        raise
+    finally:
+        stats = traffic.stop()
+        for proc in (run.coordinator, run.worker):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+        services.up(stack_config)
+    print(f"fault run: {run.describe()}")
+
+    final = migration_row(conn, DB, run.table)
+    assert final.id == migration.id and (final.stage, final.status) == ("done", "done"), run.describe()
+    assert stats.failures == [], stats.failures[:5]
+    written_after_swap = stats.keys_written_since(final.cutover_at)
+    result = compare_tables(conn, DB, f"_{run.table}_old", run.table, "id", written_after_swap)
+    assert result.compared > ROWS * 0.9
+    assert result.equal, (run.describe(), result.only_left[:5], result.only_right[:5], result.different[:5])
+    assert leftovers(endpoints, DB, run.table) == [f"table {DB}._{run.table}_old"]
+
+
+@pytest.mark.parametrize("seed", SAMPLE_SEEDS)
+def test_fault_sample(endpoints, stack_config, tmp_path, seed):
+    run_with_fault(seed, endpoints, stack_config, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SLOW_SEEDS)
+def test_fault_injection(endpoints, stack_config, tmp_path, seed):
+    run_with_fault(seed, endpoints, stack_config, tmp_path)
