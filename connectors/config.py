@@ -23,6 +23,7 @@ BASE_SETTINGS: dict[str, str] = {
     "schema.history.internal.skip.unparseable.ddl": "true",
     "schema.history.internal.store.only.captured.tables.ddl": "true",
     "heartbeat.interval.ms": "1000",          # keeps the position moving on a quiet table
+    "connect.keep.alive.interval.ms": "1000", # reconnect within a second when the binlog connection drops
     "poll.interval.ms": "20",
     "max.batch.size": "8192",
     "max.queue.size": "32768",

@@ -27,6 +27,7 @@ log = logging.getLogger("stream_osc.cutover")
 
 SENTRY_COMMENT = "stream-osc cutover sentry"
 PRE_DRAIN_PASSES = 5          # catch-up passes before the lock, at most
+PRE_DRAIN_TIMEOUT_S = 30.0    # a fence not captured by then means capture is stalled: retry the attempt later
 PRE_DRAIN_ENOUGH_KEYS = 50    # a pass with no more keys than this, and no longer than
 PRE_DRAIN_ENOUGH_S = 0.25     # this, leaves little enough for the locked drain
 
@@ -142,7 +143,11 @@ class Cutover:
             start = committed_offsets(consumer, self.names.changes, self.partitions)
             for _ in range(PRE_DRAIN_PASSES):
                 pass_started = time.monotonic()
-                start, keys = self._drain(lock_conn, reader, start, f"pre-{uuid.uuid4().hex[:12]}", 30.0, True)
+                try:
+                    start, keys = self._drain(lock_conn, reader, start, f"pre-{uuid.uuid4().hex[:12]}",
+                                              PRE_DRAIN_TIMEOUT_S, True)
+                except FenceTimeout as exc:
+                    raise CutoverAborted(f"change capture is behind: {exc}") from None
                 if keys <= PRE_DRAIN_ENOUGH_KEYS and time.monotonic() - pass_started <= PRE_DRAIN_ENOUGH_S:
                     break
 

@@ -93,4 +93,7 @@ class CoordinatorLease:
         if self._thread is not None:
             self._thread.join()
         if self.migration_id is not None and not self.lost.is_set():
-            StateStore(conn, self.schema).release_coordinator(self.migration_id, self.owner)
+            try:
+                StateStore(conn, self.schema).release_coordinator(self.migration_id, self.owner)
+            except pymysql.err.MySQLError as exc:   # the heartbeat then ages out (or the pid is seen gone)
+                log_event(log, "could not release the coordinator lease", logging.WARNING, reason=str(exc))

@@ -43,11 +43,30 @@ def _proc_stat(pid: int) -> list[str] | None:
 
 
 def start_time(pid: int) -> str | None:
-    """Start time of a live (non-zombie) process, or None."""
+    """Start time of a live process, or None once it has fully exited.
+
+    A multi-threaded process (a JVM) whose main thread is already a zombie still counts as alive
+    while any other thread runs: until the last one exits it keeps its files, and so its ports.
+    """
     stat = _proc_stat(pid)
-    if stat is None or stat[2] in ("Z", "X"):
+    if stat is None or (stat[2] in ("Z", "X") and not _other_threads_running(pid)):
         return None
     return stat[21]
+
+
+def _other_threads_running(pid: int) -> bool:
+    try:
+        tasks = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            state = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            return True
+    return False
 
 
 def write_pid_file(path: Path, pid: int) -> None:

@@ -7,6 +7,7 @@ cutover waits behind a transaction holding the table's metadata lock.
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
@@ -109,3 +110,48 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, stage):
     slack = 1_000   # fence, sentry, metadata and re-copied rows
     assert rows_written(conn) - written_before <= (ROWS - copied_before) + slack
     assert leftovers(endpoints, DB, table) == [f"table {DB}._{table}_old"]
+
+
+def write_counters(conn) -> tuple[int, int]:
+    """(Handler_write, Com_insert_select): the server's counters of rows and copy statements written."""
+    status = dict(query(conn, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Handler_write', 'Com_insert_select')"))
+    return int(status["Handler_write"]), int(status["Com_insert_select"])
+
+
+def unchanged_for(conn, seconds: float) -> bool:
+    """True if the write counters did not move during `seconds` (an observation window, not a wait)."""
+    before = write_counters(conn)
+    time.sleep(seconds)
+    return write_counters(conn) == before
+
+
+def test_pause_stops_every_write_and_resume_continues(endpoints):
+    table = "paused"
+    conn = db_conn(endpoints)
+    cli("abort", "--table", f"{DB}.{table}")
+    query(conn, f"DROP TABLE IF EXISTS {DB}._{table}_old")
+    create_sample_table(conn, DB, table, rows=150_000, seed=5)
+    proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--copy-workers", "2",
+                     "--batch-size", "300", "--chunk-size", "10000", "--quiet")
+    try:
+        migration = wait_for(lambda: migration_row(conn, DB, table), 60, "the migration row")
+        wait_for(lambda: rows_copied(conn, migration.id)[0] > 0, 60, "the copy to start")
+        paused_at = time.monotonic()
+        assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
+        wait_for(lambda: unchanged_for(conn, 1.0), 10, "the tool's writes to stop")
+        assert time.monotonic() - paused_at < 6
+        copied = rows_copied(conn, migration.id)
+        assert copied[0] < 150_000, "the copy finished before the pause could be seen"
+        assert unchanged_for(conn, 3.0) and rows_copied(conn, migration.id) == copied
+        status = cli("status", "--table", f"{DB}.{table}", "--json")
+        assert '"status": "paused"' in status.stdout and proc.poll() is None
+
+        resumed = cli("resume", "--table", f"{DB}.{table}")
+        assert resumed.returncode == 0 and "resumed" in resumed.stdout + resumed.stderr
+        wait_for(lambda: rows_copied(conn, migration.id)[0] > copied[0], 30, "the copy to continue")
+        assert proc.wait(300) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert migration_row(conn, DB, table).status == "done"
+    assert compare_tables(conn, DB, f"_{table}_old", table, "id").equal
