@@ -57,7 +57,8 @@ class Schedule:
             baseline = measure_baseline(load, self.config.baseline_s, WARMUP_S)
         finally:
             load.stop()
-        self.say(f"  baseline {scenario}: {baseline.window.tps:.0f} tx/s, p99 {baseline.window.p99_ms_median} ms, "
+        window = baseline.window
+        self.say(f"  baseline {scenario}: {window.tps or 0:.0f} tx/s, p99 {window.p99_ms_median or 0:.1f} ms, "
                  f"{baseline.row_events_per_s:.0f} binlog row events/s")
         return baseline
 

@@ -1,6 +1,9 @@
 """stream-osc as a contender: `stream-osc migrate` in its own process, observed from outside."""
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from bench.observe import Observer, cutover_blocked_ms, latest_migration_id
 from bench.tools import Outcome, ToolRun, _outcome, run_process, stream_osc_abort, stream_osc_command
 
@@ -16,8 +19,27 @@ def stream_osc(run: ToolRun) -> Outcome:
         observer.stop()
     outcome = _outcome(result, run, "stream-osc")
     outcome.figures.update(observer.figures(run.table.rows))
+    outcome.figures.update(cutover_log(result.output))
     if outcome.finished:
         outcome.figures["cutover_blocked_ms"] = cutover_blocked_ms(run.endpoints, run.table, before)
     else:
         stream_osc_abort(run)
     return outcome
+
+
+LOGFMT = re.compile(r'(\w+)=("[^"]*"|\S+)')
+
+
+def cutover_log(output: str) -> dict[str, Any]:
+    """Cutover attempts, rollback reasons and the locked drain time, from stream-osc's logfmt lines."""
+    rollbacks, figures = [], {}
+    for line in output.splitlines():
+        fields = {k: v.strip('"') for k, v in LOGFMT.findall(line)}
+        if fields.get("msg") == "cutover attempt rolled back":
+            rollbacks.append(fields.get("reason", "?"))
+        elif fields.get("msg") == "tables swapped" and "drain_ms" in fields:
+            figures["cutover_locked_drain_ms"] = float(fields["drain_ms"])
+    figures["cutover_attempts"] = len(rollbacks) + (1 if figures else 0)
+    if rollbacks:
+        figures["cutover_rollbacks"] = rollbacks
+    return figures

@@ -101,12 +101,16 @@ def online_ddl(run: ToolRun) -> Outcome:
 # external programs -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProcessResult:
-    """An external tool's exit: code (None when stopped at the time limit), peak RSS, last output."""
+    """An external tool's exit: code (None when stopped at the time limit), peak RSS, its output."""
 
     seconds: float
     code: int | None
     peak_rss_mb: float
-    tail: str
+    output: str
+
+    @property
+    def tail(self) -> str:
+        return "\n".join(self.output.strip().splitlines()[-4:])
 
 
 def run_process(cmd: list[str], limit_s: float, env: dict[str, str] | None = None,
@@ -135,8 +139,8 @@ def run_process(cmd: list[str], limit_s: float, env: dict[str, str] | None = Non
         proc.returncode = code if code is not None else -1   # reaped here, not by Popen
         seconds = time.monotonic() - started
         out.seek(0)
-        tail = "\n".join(out.read().strip().splitlines()[-4:])
-    return ProcessResult(seconds, code, usage.ru_maxrss / 1024, tail)
+        output = out.read()
+    return ProcessResult(seconds, code, usage.ru_maxrss / 1024, output)
 
 
 def _wait4_within(pid: int, timeout: float) -> tuple[int, int, Any]:
@@ -183,12 +187,12 @@ def gh_ost(run: ToolRun) -> Outcome:
 
 
 def stream_osc_command(run: ToolRun) -> tuple[list[str], dict[str, str]]:
-    """`stream-osc migrate … --quiet` from this virtualenv, with the endpoints in its environment."""
+    """`stream-osc migrate … --quiet` (logs at INFO) from this virtualenv, with the endpoints in its environment."""
     script = Path(sys.executable).with_name("stream-osc")
     binary = str(script) if script.exists() else shutil.which("stream-osc") or "stream-osc"
     env = dict(os.environ)
     env.update({var: getattr(run.endpoints, key) for key, var in ENV_KEYS.items()})
-    return [binary, "migrate", "--table", f"{run.table.database}.{run.table.table}", "--alter", run.alter,
+    return [binary, "--log-level", "INFO", "migrate", "--table", f"{run.table.database}.{run.table.table}", "--alter", run.alter,
             "--quiet"], env
 
 
