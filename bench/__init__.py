@@ -1,1 +1,1 @@
-"""Benchmark harness: stream-osc against the server-side copy, ALTER and pt-osc/gh-ost, interleaved (`python -m bench`)."""
+"""Benchmark harness: stream-osc against the server-side copy, ALTER, pt-osc and gh-ost (`python -m bench`)."""

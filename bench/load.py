@@ -79,9 +79,16 @@ class SysbenchLoad:
             tail = "\n".join(self.output[-5:])
             raise BenchError(f"sysbench exited early (code {died}):\n{tail}")
 
+    def _inside(self, start: float, end: float) -> list[tuple[int, float, float, float]]:
+        return [line for line in self.lines if start < line[0] <= end + 0.999]
+
+    def series(self, start: float, end: float) -> list[list[float]]:
+        """[seconds since `start`, tx/s, p99 ms] for each reported second between `start` and `end`."""
+        return [[round(second - start, 2), tps, p99] for second, tps, p99, _ in self._inside(start, end)]
+
     def window(self, start: float, end: float) -> LoadWindow:
         """Figures of the whole seconds between `start` and `end` (load clock)."""
-        inside = [line for line in self.lines if start < line[0] <= end + 0.999]
+        inside = self._inside(start, end)
         busy = [p99 for _, tps, p99, _ in inside if tps > 0]
         return LoadWindow(
             seconds=end - start,

@@ -30,7 +30,9 @@ def timeline_plot(out_dir: Path, runs: list[dict[str, Any]]) -> str | None:
     def rate(values: list[int]) -> list[float]:
         return [0.0] + [max(values[i] - values[i - 1], 0) / max(t[i] - t[i - 1], 1e-3) for i in range(1, len(values))]
 
-    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 6))
+    app = run.get("app_timeline") or []
+    fig, axes = plt.subplots(3 if app else 2, 1, sharex=True, figsize=(9, 8 if app else 6))
+    top, bottom = axes[0], axes[1]
     top.plot(t, rate(copied), label="copy rows/s")
     top.plot(t, rate(applied), label="apply events/s")
     if run.get("binlog_row_events_per_s"):
@@ -39,10 +41,18 @@ def timeline_plot(out_dir: Path, runs: list[dict[str, Any]]) -> str | None:
     top.legend(loc="upper right")
     bottom.plot(t, lag, color="tab:red", label="apply lag (events)")
     bottom.set_ylabel("events")
-    bottom.set_xlabel("seconds since start")
     bottom.legend(loc="upper right")
+    if app:
+        axes[2].plot([a[0] for a in app], [a[2] for a in app], color="tab:purple",
+                     label="application p99 ms (per second)")
+        if run.get("baseline_app_p99_ms"):
+            axes[2].axhline(run["baseline_app_p99_ms"], color="grey", linestyle="--", label="baseline p99")
+        axes[2].set_yscale("log")
+        axes[2].set_ylabel("ms")
+        axes[2].legend(loc="upper right")
+    axes[-1].set_xlabel("seconds since start")
     for stage, start in (run.get("stage_start_s") or {}).items():
-        for axis in (top, bottom):
+        for axis in axes:
             axis.axvline(start, color="black", linewidth=0.5)
         top.annotate(stage, (start, 0), textcoords="offset points", xytext=(2, 2), fontsize=7)
     fig.suptitle(f"stream-osc, {run['rows']:,} rows, {run['scenario']} load ({run['load_tx_per_s']} tx/s)")

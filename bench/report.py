@@ -114,8 +114,8 @@ def _main_table(results: list[dict[str, Any]]) -> list[str]:
 
 def _stream_osc_table(results: list[dict[str, Any]]) -> list[str]:
     lines = ["| rows | scenario | copy s | copy rows/s | binlog row events/s of the load | apply capacity events/s "
-             "(× load) | commit→applied p50 / p99 ms (probes) | writes blocked at cutover ms (max) | cutover attempts (max) "
-             "| peak RSS MB |",
+             "(× load) | commit→applied p50 / p99 ms (probes) | writes blocked at cutover ms (max) | "
+             "cutover attempts (max) | peak RSS MB |",
              "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in sorted((r for r in results if r["tool"] == "stream-osc"), key=lambda r: (r["rows"], r["load_tx_per_s"])):
         capacity = (f"{_fmt(r.get('apply_capacity_events_per_s'))} ({_fmt(r.get('apply_capacity_vs_load'))}×)"

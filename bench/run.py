@@ -95,6 +95,7 @@ class Schedule:
         }
         if load and baseline:
             result.update(load.window(start, end).as_dict())
+            result["app_timeline"] = load.series(start, end)
             result.update({f"baseline_{k}": v for k, v in baseline.window.as_dict().items()})
             result["binlog_row_events_per_s"] = round(baseline.row_events_per_s)
         if load_error:

@@ -192,7 +192,8 @@ def stream_osc_command(run: ToolRun) -> tuple[list[str], dict[str, str]]:
     binary = str(script) if script.exists() else shutil.which("stream-osc") or "stream-osc"
     env = dict(os.environ)
     env.update({var: getattr(run.endpoints, key) for key, var in ENV_KEYS.items()})
-    return [binary, "--log-level", "INFO", "migrate", "--table", f"{run.table.database}.{run.table.table}", "--alter", run.alter,
+    table = f"{run.table.database}.{run.table.table}"
+    return [binary, "--log-level", "INFO", "migrate", "--table", table, "--alter", run.alter,
             "--quiet"], env
 
 
