@@ -34,7 +34,7 @@ def check_services(endpoints: Endpoints, flavor: str) -> None:
     if not connect.has_plugin(CONNECTOR_CLASSES[flavor]):
         raise PreflightError(f"Kafka Connect at {endpoints.connect_url} has no {CONNECTOR_CLASSES[flavor]} plugin")
     try:
-        redis.Redis.from_url(endpoints.redis_url, socket_connect_timeout=5).ping()
+        redis.Redis.from_url(endpoints.redis_url, socket_connect_timeout=5, socket_timeout=5).ping()
     except redis.exceptions.RedisError:
         raise PreflightError(f"Redis at {redis_where(endpoints.redis_url)} is unreachable") from None
 

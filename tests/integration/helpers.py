@@ -76,6 +76,18 @@ def migration_row(conn, db: str, table: str) -> Migration | None:
     return store.latest(db, table)
 
 
+def latest_migration_id(conn, db: str, table: str) -> int:
+    """Id of the latest migration of db.table (0 if none), to tell a new migration from earlier ones."""
+    latest = migration_row(conn, db, table)
+    return latest.id if latest else 0
+
+
+def new_migration_row(conn, db: str, table: str, after_id: int) -> Migration | None:
+    """The migration of db.table started after `after_id`, once its row exists."""
+    latest = migration_row(conn, db, table)
+    return latest if latest is not None and latest.id > after_id else None
+
+
 def table_is_original(conn, db: str, table: str) -> bool:
     """db.table is still the original (schema unchanged) and no real table holds the _<table>_old name."""
     types = dict(query(conn, "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "

@@ -15,8 +15,8 @@ from cutover.compare import compare_tables
 from migration.db import query, scalar
 from migration.state import StateStore
 from migration.traffic import create_sample_table
-from tests.integration.helpers import (cli, db_conn, leftovers, migration_row, start_cli, table_is_original,
-                                       wait_for)
+from tests.integration.helpers import (cli, db_conn, latest_migration_id, leftovers, migration_row,
+                                       new_migration_row, start_cli, table_is_original, wait_for)
 
 pytestmark = pytest.mark.integration
 
@@ -53,9 +53,10 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, stage):
     StateStore(conn, "stream_osc").ensure_schema()
     if stage == "init":
         query(blocker, "LOCK TABLES stream_osc.chunks READ")
+    earlier = latest_migration_id(conn, DB, table)
     proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, *OPTIONS)
     try:
-        migration = wait_for(lambda: migration_row(conn, DB, table), 60, "the migration row")
+        migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
         if stage == "init":
             # init ends by writing the copy plan; our read lock on the chunk table holds it there
             wait_for(lambda: scalar(conn, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE "
@@ -131,10 +132,11 @@ def test_pause_stops_every_write_and_resume_continues(endpoints):
     cli("abort", "--table", f"{DB}.{table}")
     query(conn, f"DROP TABLE IF EXISTS {DB}._{table}_old")
     create_sample_table(conn, DB, table, rows=150_000, seed=5)
+    earlier = latest_migration_id(conn, DB, table)
     proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--copy-workers", "2",
                      "--batch-size", "300", "--chunk-size", "10000", "--quiet")
     try:
-        migration = wait_for(lambda: migration_row(conn, DB, table), 60, "the migration row")
+        migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
         wait_for(lambda: rows_copied(conn, migration.id)[0] > 0, 60, "the copy to start")
         paused_at = time.monotonic()
         assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
