@@ -11,15 +11,14 @@ from applier.recopy import recopy_keys, with_retry
 from migration.context import RunContext
 from migration.logs import log_event
 from streams.events import decode_key
-from streams.topics import TopicNames
+from streams.topics import TopicNames, client_config
 
 log = logging.getLogger("stream_osc.apply")
 
 
 def applier_consumer(ctx: RunContext, client_id: str) -> Consumer:
     """A member of the migration's applier group, reading the change topic from its start."""
-    return Consumer({
-        "bootstrap.servers": ctx.endpoints.kafka_bootstrap,
+    return Consumer(client_config(ctx.endpoints.kafka_bootstrap, **{
         "group.id": ctx.migration.group_id,
         "client.id": client_id,
         "enable.auto.commit": False,
@@ -27,7 +26,7 @@ def applier_consumer(ctx: RunContext, client_id: str) -> Consumer:
         "partition.assignment.strategy": "cooperative-sticky",
         "max.poll.interval.ms": 300000,
         "session.timeout.ms": 10000,
-    })
+    }))
 
 
 class ApplyStats:

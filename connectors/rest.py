@@ -15,6 +15,10 @@ class ConnectError(Exception):
     user_facing = True
 
 
+class ConnectUnreachable(ConnectError):
+    """Kafka Connect did not answer (down or restarting)."""
+
+
 @dataclass(frozen=True)
 class ConnectorState:
     """Connector and task states as Connect reports them."""
@@ -63,7 +67,7 @@ class ConnectClient:
             raise ConnectError(f"Kafka Connect at {self.url} answered {exc.code} to {method} {path}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ConnectError(f"Kafka Connect at {self.url} is unreachable ({reason})") from None
+            raise ConnectUnreachable(f"Kafka Connect at {self.url} is unreachable ({reason})") from None
 
     def check_reachable(self) -> None:
         self._call("GET", "/")

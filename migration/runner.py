@@ -24,6 +24,7 @@ from migration.lease import CoordinatorLease, live_coordinator, owner_name
 from migration.logs import log_event
 from migration.spec import MigrationSpec, with_overrides
 from migration.state import Migration, StateStore
+from migration.transient import is_transient
 from migration.workers import WorkerGroup
 from monitor.progress import Progress, copy_fraction
 from streams.topics import TopicNames, delete_topics, group_lag
@@ -31,6 +32,7 @@ from streams.topics import TopicNames, delete_topics, group_lag
 log = logging.getLogger("stream_osc.runner")
 
 RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old")
+MAX_TRANSIENT_FAILURES = 8   # with backoff 2, 4, 8, 16, then 30 s: about 2.5 minutes of outage
 
 
 class MigrationStopped(Exception):
@@ -97,7 +99,36 @@ class Runner:
                               f"at stage {migration.stage}")
             if migration.status != "running":
                 self.store.update(migration.id, status="running", error=None)
-        return self._run_stages(self.store.get(migration.id))
+        return self._run_stages_retrying(migration.id)
+
+    def _run_stages_retrying(self, migration_id: int) -> int:
+        """Run the stages; after a passing failure (a service restarting, a cut connection) wait and resume
+        from the durable state, a bounded number of times."""
+        failures = 0
+        while True:
+            try:
+                if failures:
+                    self._reconnect()
+                return self._run_stages(self.store.get(migration_id))
+            except Exception as exc:  # noqa: BLE001 - sorted by is_transient
+                if not is_transient(exc) or failures >= MAX_TRANSIENT_FAILURES:
+                    raise
+                failures += 1
+                delay = min(2 ** failures, 30)
+                self.progress.say(f"transient failure ({type(exc).__name__}: {exc}); resuming from the durable "
+                                  f"state in {delay} s ({failures}/{MAX_TRANSIENT_FAILURES})")
+                log_event(log, "transient failure", logging.WARNING, migration=migration_id, error=str(exc),
+                          retry_in_s=delay)
+                time.sleep(delay)
+
+    def _reconnect(self) -> None:
+        """A fresh database session for the coordinator (the old one may have been cut)."""
+        try:
+            self.conn.close()
+        except pymysql.err.Error:
+            pass
+        self.conn = connect(self.endpoints.mysql)
+        self.store = StateStore(self.conn, self.spec.metadata_schema)
 
     def _join_live(self, migration: Migration, owner: str, age_s: float) -> int:
         """Another process coordinates this migration: `resume` un-pauses it, `migrate` refuses."""

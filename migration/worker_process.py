@@ -22,7 +22,9 @@ from migration.db import connect
 from migration.endpoints import Endpoints
 from migration.logs import log_event
 from migration.spec import MigrationSpec
+from migration.runner import MAX_TRANSIENT_FAILURES
 from migration.state import Migration, StateStore
+from migration.transient import is_transient
 from migration.workers import WorkerGroup
 from monitor.progress import Progress
 
@@ -62,18 +64,36 @@ class JoinedWorker:
         return migration.status in ("done", "aborted") or migration.stage in ("cleanup", "done")
 
     def run(self) -> int:
-        """Work until the migration is finished; 0 then."""
+        """Work until the migration is finished; 0 then. Passing failures are waited out, then work resumes."""
+        failures = 0
         while True:
-            migration = self.store.get(self.migration_id)
-            if self._finished(migration):
-                self.progress.say(f"worker: migration {migration.id} is {migration.status}; exiting")
-                return 0
-            if migration.stage == "copy":
-                self._run_group(migration, copy_worker, "copy", lambda m: m.stage == "copy")
-            elif migration.stage in APPLY_STAGES:
-                self._run_group(migration, apply_worker, "apply", lambda m: m.stage in APPLY_STAGES)
-            # init, or no chunk free for now (leased by others, or the coordinator re-seeds the queue)
-            time.sleep(1.0)
+            try:
+                if failures:
+                    self.conn = connect(self.endpoints.mysql)
+                    self.store = StateStore(self.conn, self.store.schema)
+                if self._step():
+                    return 0
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - sorted by is_transient
+                if not is_transient(exc) or failures >= MAX_TRANSIENT_FAILURES:
+                    raise
+                failures += 1
+                log_event(log, "transient failure; resuming", logging.WARNING, error=str(exc), attempt=failures)
+                time.sleep(min(2 ** failures, 30))
+
+    def _step(self) -> bool:
+        """Run the workers the current stage needs until it changes; True once the migration is finished."""
+        migration = self.store.get(self.migration_id)
+        if self._finished(migration):
+            self.progress.say(f"worker: migration {migration.id} is {migration.status}; exiting")
+            return True
+        if migration.stage == "copy":
+            self._run_group(migration, copy_worker, "copy", lambda m: m.stage == "copy")
+        elif migration.stage in APPLY_STAGES:
+            self._run_group(migration, apply_worker, "apply", lambda m: m.stage in APPLY_STAGES)
+        # init, or no chunk free for now (leased by others, or the coordinator re-seeds the queue)
+        time.sleep(1.0)
+        return False
 
     def _run_group(self, migration: Migration, target: Callable[[RunContext, int], None], kind: str,
                    still: Callable[[Migration], bool]) -> None:

@@ -37,9 +37,17 @@ class TopicNames:
         return [self.changes, self.schema_history, self.heartbeat]
 
 
+def client_config(bootstrap: str, **settings: object) -> dict[str, object]:
+    """Settings every Kafka client of stream-osc starts from.
+
+    librdkafka's own log is limited to critical messages: while a broker restarts it would print a
+    line per reconnect attempt (20 a second); the failures that matter reach the caller as errors.
+    """
+    return {"bootstrap.servers": bootstrap, "log_level": 2, **settings}
+
+
 def admin(bootstrap: str) -> AdminClient:
-    # log_level 4: warnings and errors only (not librdkafka's informational queue-purge notices)
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, "log_level": 4})
+    return AdminClient(client_config(bootstrap, **{"socket.timeout.ms": 10000}))
 
 
 def check_reachable(bootstrap: str, timeout: float = 10.0) -> None:
@@ -97,7 +105,7 @@ def committed_offsets(consumer: Consumer, topic: str, partitions: int) -> dict[i
 
 def group_lag(bootstrap: str, group: str, topic: str, partitions: int) -> int:
     """Events in the topic the group has not committed yet."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
     try:
         ends = end_offsets(consumer, topic, partitions)
         done = committed_offsets(consumer, topic, partitions)
