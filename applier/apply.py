@@ -15,6 +15,10 @@ from streams.topics import TopicNames, client_config
 
 log = logging.getLogger("stream_osc.apply")
 
+# consume() returns when a batch is full or after this long: short enough that a lone change is
+# applied within tens of milliseconds, long enough to gather a batch under load
+APPLY_WAIT_S = 0.05
+
 
 def applier_consumer(ctx: RunContext, client_id: str) -> Consumer:
     """A member of the migration's applier group, reading the change topic from its start."""
@@ -59,7 +63,7 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
         while not ctx.stop.is_set():
             if not ctx.wait_while_paused(conn):
                 return
-            messages = consumer.consume(num_messages=ctx.spec.apply_batch_size, timeout=0.2)
+            messages = consumer.consume(num_messages=ctx.spec.apply_batch_size, timeout=APPLY_WAIT_S)
             if not messages:
                 continue
             started = time.monotonic()

@@ -75,6 +75,10 @@ class ConnectClient:
     def has_plugin(self, connector_class: str) -> bool:
         return any(p.get("class") == connector_class for p in self._call("GET", "/connector-plugins"))
 
+    def names(self) -> list[str]:
+        """Names of every connector on the Connect cluster."""
+        return list(self._call("GET", "/connectors"))
+
     def exists(self, name: str) -> bool:
         return self._call("GET", f"/connectors/{name}", ok_missing=True) is not None
 
@@ -111,11 +115,19 @@ class ConnectClient:
     def restart_failed(self, name: str) -> None:
         self._call("POST", f"/connectors/{name}/restart?includeTasks=true&onlyFailed=true")
 
+    def stop(self, name: str) -> None:
+        """Stop the connector and its tasks; its offsets are kept (Connect 3.5+)."""
+        self._call("PUT", f"/connectors/{name}/stop")
+
+    def resume(self, name: str) -> None:
+        """Start a stopped or paused connector again from its offsets."""
+        self._call("PUT", f"/connectors/{name}/resume")
+
     def remove(self, name: str) -> None:
         """Stop the connector, delete its offsets, then delete it (no trace left in Connect)."""
         if not self.exists(name):
             return
-        self._call("PUT", f"/connectors/{name}/stop")
+        self.stop(name)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             state = self.state(name)

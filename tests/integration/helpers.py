@@ -47,7 +47,7 @@ def leftovers(endpoints: Endpoints, db: str, table: str) -> list[str]:
     finally:
         conn.close()
     marker = f"streamosc_{table}_"
-    found += [f"connector {c}" for c in ConnectClient(endpoints.connect_url)._call("GET", "/connectors")
+    found += [f"connector {c}" for c in ConnectClient(endpoints.connect_url).names()
               if c.startswith(marker.replace("_", "-"))]
     found += [f"topic {t}" for t in existing_topics(endpoints.kafka_bootstrap) if marker in t]
     return found

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from connectors.rest import ConnectClient
 from cutover.compare import compare_tables
 from migration.db import query, scalar
 from migration.state import StateStore
@@ -157,3 +158,36 @@ def test_pause_stops_every_write_and_resume_continues(endpoints):
             proc.kill()
     assert migration_row(conn, DB, table).status == "done"
     assert compare_tables(conn, DB, f"_{table}_old", table, "id").equal
+
+
+def test_purged_binlog_position_stops_with_a_clear_error(endpoints):
+    table = "purged"
+    conn = db_conn(endpoints)
+    cli("abort", "--table", f"{DB}.{table}")
+    query(conn, f"DROP TABLE IF EXISTS {DB}._{table}_old")
+    create_sample_table(conn, DB, table, rows=2_000, seed=9)
+    waiting = cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--cutover", "manual", "--quiet")
+    assert waiting.returncode == 0, waiting.stderr
+    migration = migration_row(conn, DB, table)
+    assert migration.status == "waiting"
+    connect = ConnectClient(endpoints.connect_url)
+    try:
+        # Capture stops, changes happen, and the binlog holding them is purged before capture resumes.
+        connect.stop(migration.connector)
+        wait_for(lambda: connect.state(migration.connector).connector == "STOPPED", 60, "the connector to stop")
+        query(conn, f"UPDATE {DB}.{table} SET c = 'lost to capture' WHERE id <= 10")
+        query(conn, "FLUSH BINARY LOGS")
+        current = query(conn, "SHOW MASTER STATUS")[0][0]
+        query(conn, "PURGE BINARY LOGS TO %s", (current,))
+        connect.resume(migration.connector)
+        wait_for(lambda: connect.state(migration.connector).failed, 120, "the connector task to fail")
+
+        result = cli("cutover", "--table", f"{DB}.{table}")
+        assert result.returncode == 2
+        assert "binlog position is no longer on the server" in result.stderr and "stream-osc abort" in result.stderr
+        assert table_is_original(conn, DB, table)
+        status = cli("status", "--table", f"{DB}.{table}")
+        assert "FAILED" in status.stdout and "binlog position is no longer on the server" in status.stdout
+    finally:
+        assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
+    assert leftovers(endpoints, DB, table) == []
