@@ -58,12 +58,19 @@ def _meta(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     config = parse_args(argv, shlex.join(["python", "-m", "bench", *argv]))
+    if config.report_only:
+        invocations, runs = read_previous(config.out_dir / "benchmarks.json")
+        if not runs:
+            _say(f"bench: error: no runs recorded in {config.out_dir / 'benchmarks.json'}")
+            return 2
+        _write_report(config, invocations, runs)
+        return 0
     if not any(os.environ.get(var) for var in ENV_KEYS.values()):
         _say("bringing the embedded stack up (stream-osc stack up)")
         services.up(StackConfig())
     endpoints = Endpoints.load()
     config.out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = config.out_dir / "benchmarks.json", config.out_dir / "benchmarks.md"
+    json_path = config.out_dir / "benchmarks.json"
     invocations, runs = read_previous(json_path) if config.append else ([], [])
     invocations.append(_meta(config, endpoints))
     number = len(invocations) - 1
@@ -79,11 +86,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         if runs:
-            plots = [p for p in (timeline_plot(config.out_dir, runs), scaling_plot(config.out_dir, summarise(runs)))
-                     if p]
-            write_markdown(md_path, invocations, runs, plots)
-            _say(f"wrote {json_path} and {md_path}")
+            _write_report(config, invocations, runs)
     return 0
+
+
+def _write_report(config: BenchConfig, invocations: list[dict[str, Any]], runs: list[dict[str, Any]]) -> None:
+    """benchmarks.json, the plots and benchmarks.md from the recorded runs."""
+    json_path, md_path = config.out_dir / "benchmarks.json", config.out_dir / "benchmarks.md"
+    write_json(json_path, invocations, runs)
+    plots = [p for p in (timeline_plot(config.out_dir, runs), scaling_plot(config.out_dir, summarise(runs))) if p]
+    write_markdown(md_path, invocations, runs, plots)
+    _say(f"wrote {json_path} and {md_path}")
 
 
 if __name__ == "__main__":

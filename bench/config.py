@@ -31,6 +31,7 @@ class BenchConfig:
     gh_ost: str | None
     out_dir: Path
     append: bool                 # keep the runs already in <out>/benchmarks.json
+    report_only: bool            # only rewrite the report from <out>/benchmarks.json
     command: str
 
     def rate(self, scenario: str) -> int:
@@ -88,6 +89,8 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
     parser.add_argument("--out", type=Path, default=Path("docs"), help="folder of the report (default docs)")
     parser.add_argument("--append", action="store_true",
                         help="add to the runs already recorded in <out>/benchmarks.json (e.g. another size)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: rewrite benchmarks.md and the plots from <out>/benchmarks.json")
     args = parser.parse_args(argv)
     if args.repetitions < 1:
         parser.error("--repetitions must be at least 1")
@@ -109,5 +112,6 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
         gh_ost=gh_ost,
         out_dir=args.out,
         append=args.append,
+        report_only=args.report_only,
         command=command,
     )

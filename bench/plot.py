@@ -25,7 +25,7 @@ def timeline_plot(out_dir: Path, runs: list[dict[str, Any]]) -> str | None:
     t = [s[0] for s in run["timeline"]]
     copied = [s[2] for s in run["timeline"]]
     applied = [s[3] for s in run["timeline"]]   # the counter is removed at cleanup: rates are clipped at 0
-    lag = [s[4] if s[4] is not None else 0 for s in run["timeline"]]
+    lag_points = [(s[0], s[4]) for s in run["timeline"] if s[4] is not None]   # sampled from the apply stage on
 
     def rate(values: list[int]) -> list[float]:
         return [0.0] + [max(values[i] - values[i - 1], 0) / max(t[i] - t[i - 1], 1e-3) for i in range(1, len(values))]
@@ -39,7 +39,7 @@ def timeline_plot(out_dir: Path, runs: list[dict[str, Any]]) -> str | None:
         top.axhline(run["binlog_row_events_per_s"], color="grey", linestyle="--", label="load's binlog row events/s")
     top.set_ylabel("per second")
     top.legend(loc="upper right")
-    bottom.plot(t, lag, color="tab:red", label="apply lag (events)")
+    bottom.plot([p[0] for p in lag_points], [p[1] for p in lag_points], color="tab:red", label="apply lag (events)")
     bottom.set_ylabel("events")
     bottom.legend(loc="upper right")
     if app:

@@ -54,8 +54,8 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             result["ratio_to_server_copy"] = round(statistics.median(ratios), 2)
         if secs:
             result["rows_per_s"] = round(rows / statistics.median(secs))
-        for key, combine in PER_RUN.items():
-            values = [r[key] for r in done if r.get(key) is not None]
+        for key, combine in PER_RUN.items():   # measured in unfinished runs too (e.g. stopped at the limit)
+            values = [r[key] for r in group if r.get(key) is not None]
             if values:
                 result[key] = round(combine(values), 2)
         if result.get("app_p99_ms") and result.get("baseline_app_p99_ms"):
