@@ -75,11 +75,13 @@ def scaling_plot(out_dir: Path, results: list[dict[str, Any]]) -> str | None:
         left.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=tool)
     left.set_xlabel("rows")
     left.set_ylabel("seconds (idle, median)")
+    left.set_ylim(bottom=0)
     left.legend()
     rss = sorted((r["rows"], r["peak_rss_mb"]) for r in idle if r["tool"] == "stream-osc" and r.get("peak_rss_mb"))
     right.plot([p[0] for p in rss], [p[1] for p in rss], marker="o", color="tab:green")
     right.set_xlabel("rows")
     right.set_ylabel("stream-osc peak RSS (MB)")
+    right.set_ylim(bottom=0)
     name = "benchmarks-scaling.png"
     fig.tight_layout()
     fig.savefig(out_dir / name, dpi=100)
