@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 from connectors.health import describe_failure
@@ -178,8 +177,9 @@ def cmd_abort(args: argparse.Namespace) -> int:
                          metadata_schema=args.metadata_schema or "stream_osc")
     remove_capture(conn, endpoints, spec, migration)
     query(conn, f"DROP TABLE IF EXISTS {qualified(db, spec.new_table)}")
-    print(f"migration {migration.id} of {args.table} aborted; connector, topics and {spec.new_table} removed",
-          file=sys.stdout)
+    store.delete_work(migration.id)
+    print(f"migration {migration.id} of {args.table} aborted; connector, topics, {spec.new_table} and its copy plan "
+          "removed (its row stays, marked aborted)")
     return 0
 
 

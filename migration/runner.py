@@ -32,6 +32,7 @@ from streams.topics import TopicNames, delete_topics, group_lag
 log = logging.getLogger("stream_osc.runner")
 
 RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old")
+CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Connect before the run stops
 MAX_TRANSIENT_FAILURES = 8   # with backoff 2, 4, 8, 16, then 30 s: about 2.5 minutes of outage
 
 
@@ -58,6 +59,7 @@ class Runner:
         self.connect = ConnectClient(endpoints.connect_url)
         self.appliers: WorkerGroup | None = None
         self.last_health_check = 0.0
+        self.connector_missing_since: float | None = None
 
     # entry ---------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -332,7 +334,12 @@ class Runner:
             raise MigrationStopped(f"migration {ctx.migration.id} was aborted")
         state = self.connect.state(ctx.migration.connector)
         if state is None:
+            # A Connect worker that just restarted lists its connectors only once it has read its config topic.
+            self.connector_missing_since = self.connector_missing_since or time.monotonic()
+            if time.monotonic() - self.connector_missing_since < CONNECTOR_MISSING_GRACE_S:
+                return
             raise MigrationStopped(f"connector {ctx.migration.connector} is missing from Kafka Connect")
+        self.connector_missing_since = None
         if state.failed:
             raise MigrationStopped(describe_failure(ctx.migration.connector, state, self.spec.qualified_name))
 

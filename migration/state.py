@@ -173,8 +173,12 @@ class StateStore:
 
     def delete(self, migration_id: int) -> None:
         """Remove every metadata row of a migration (used when init fails: nothing is left)."""
-        query(self.conn, f"DELETE FROM {self.t('chunks')} WHERE migration_id=%s", (migration_id,))
+        self.delete_work(migration_id)
         query(self.conn, f"DELETE FROM {self.t('migrations')} WHERE id=%s", (migration_id,))
+
+    def delete_work(self, migration_id: int) -> None:
+        """Remove the chunk plan and fence table of a migration, keeping its row as history."""
+        query(self.conn, f"DELETE FROM {self.t('chunks')} WHERE migration_id=%s", (migration_id,))
         query(self.conn, f"DROP TABLE IF EXISTS {self.t(f'fence_{migration_id}')}")
 
     # chunks -------------------------------------------------------------------------------------

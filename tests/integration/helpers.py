@@ -31,7 +31,7 @@ def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str =
 
 
 def leftovers(endpoints: Endpoints, db: str, table: str) -> list[str]:
-    """Everything a migration of db.table could have left behind (finished metadata rows excepted)."""
+    """Everything a migration of db.table could have left behind (rows of finished or aborted ones excepted)."""
     found: list[str] = []
     conn = db_conn(endpoints)
     try:
@@ -42,7 +42,7 @@ def leftovers(endpoints: Endpoints, db: str, table: str) -> list[str]:
         if query(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA='stream_osc' "
                        "AND TABLE_NAME='migrations'"):
             rows = query(conn, "SELECT id, stage, status FROM stream_osc.migrations WHERE db=%s AND tbl=%s "
-                               "AND status <> 'done'", (db, table))
+                               "AND status NOT IN ('done', 'aborted')", (db, table))
             found += [f"metadata row {r}" for r in rows]
     finally:
         conn.close()

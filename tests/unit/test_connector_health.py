@@ -14,6 +14,13 @@ def test_purged_binlog_says_what_happened_and_what_to_do():
     assert "stream-osc abort --table shop.orders" in text and "binlog_expire_logs_seconds" in text
 
 
+def test_mariadb_refusing_a_purged_gtid_is_recognised():
+    trace = ("io.debezium.DebeziumException: Could not find GTID state requested by slave in any binlog files. "
+             "Probably the slave state is too old and required binlog files have been purged. Error code: 1236;")
+    text = describe_failure("c1", ConnectorState("RUNNING", ["FAILED"], trace), "shop.orders")
+    assert "binlog position is no longer on the server" in text
+
+
 def test_other_failures_show_the_connector_error_and_resume():
     state = ConnectorState("RUNNING", ["FAILED"], "io.debezium.text.ParsingException: DDL statement couldn't be parsed")
     text = describe_failure("c1", state, "shop.orders")
