@@ -11,7 +11,7 @@ from applier.recopy import recopy_keys, with_retry
 from migration.context import RunContext
 from migration.logs import log_event
 from streams.events import decode_key
-from streams.topics import TopicNames, client_config
+from streams.topics import TopicNames, consumer_config
 
 log = logging.getLogger("stream_osc.apply")
 
@@ -22,7 +22,7 @@ APPLY_WAIT_S = 0.05
 
 def applier_consumer(ctx: RunContext, client_id: str) -> Consumer:
     """A member of the migration's applier group, reading the change topic from its start."""
-    return Consumer(client_config(ctx.endpoints.kafka_bootstrap, **{
+    return Consumer(consumer_config(ctx.endpoints.kafka_bootstrap, **{
         "group.id": ctx.migration.group_id,
         "client.id": client_id,
         "enable.auto.commit": False,

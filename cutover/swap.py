@@ -30,6 +30,7 @@ PRE_DRAIN_PASSES = 5          # catch-up passes before the lock, at most
 PRE_DRAIN_TIMEOUT_S = 30.0    # a fence not captured by then means capture is stalled: retry the attempt later
 PRE_DRAIN_ENOUGH_KEYS = 50    # a pass with no more keys than this, and no longer than
 PRE_DRAIN_ENOUGH_S = 0.25     # this, leaves little enough for the locked drain
+PRE_DRAIN_MIN_SHRINK = 0.7    # a pass must leave at most this share of the previous one's keys to go on
 
 
 class CutoverAborted(Exception):
@@ -140,7 +141,9 @@ class Cutover:
             # each pass drains what arrived during the one before, until few keys are left.
             # A pass is short enough when it re-copied few keys and took little time (the changes made
             # during a pass are what the next one, or the locked drain, has to handle).
+            # A pass that did not shrink the work much shows the fence's round trip is the floor: stop there.
             start = committed_offsets(consumer, self.names.changes, self.partitions)
+            previous_keys: int | None = None
             for _ in range(PRE_DRAIN_PASSES):
                 pass_started = time.monotonic()
                 try:
@@ -150,6 +153,9 @@ class Cutover:
                     raise CutoverAborted(f"change capture is behind: {exc}") from None
                 if keys <= PRE_DRAIN_ENOUGH_KEYS and time.monotonic() - pass_started <= PRE_DRAIN_ENOUGH_S:
                     break
+                if previous_keys is not None and keys > previous_keys * PRE_DRAIN_MIN_SHRINK:
+                    break
+                previous_keys = keys
 
             query(lock_conn, "SET SESSION lock_wait_timeout = %s", (max(1, int(window_s)),))
             try:

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from streams.events import FENCE_KEY_COLUMN, decode_key, encode_key, fence_token
 from streams.murmur2 import partition_for
-from streams.topics import client_config
+from streams.topics import consumer_config
 
 
 class FenceTimeout(Exception):
@@ -80,5 +80,5 @@ class FenceReader:
 
 def fence_consumer(bootstrap: str, group_id: str) -> Consumer:
     """A consumer that reads partitions by assignment (it never joins or commits for the group)."""
-    return Consumer(client_config(bootstrap, **{"group.id": group_id, "enable.auto.commit": False,
+    return Consumer(consumer_config(bootstrap, **{"group.id": group_id, "enable.auto.commit": False,
                                                 "enable.partition.eof": False, "fetch.wait.max.ms": 10}))

@@ -46,6 +46,12 @@ def client_config(bootstrap: str, **settings: object) -> dict[str, object]:
     return {"bootstrap.servers": bootstrap, "log_level": 2, **settings}
 
 
+def consumer_config(bootstrap: str, **settings: object) -> dict[str, object]:
+    """client_config for a consumer, with its prefetch queue capped: librdkafka's default (64 MiB per
+    consumer) made a process's memory grow with the change backlog, not with what it works on."""
+    return client_config(bootstrap, **{"queued.max.messages.kbytes": 8192, **settings})
+
+
 def admin(bootstrap: str) -> AdminClient:
     return AdminClient(client_config(bootstrap, **{"socket.timeout.ms": 10000}))
 
@@ -105,7 +111,7 @@ def committed_offsets(consumer: Consumer, topic: str, partitions: int) -> dict[i
 
 def group_lag(bootstrap: str, group: str, topic: str, partitions: int) -> int:
     """Events in the topic the group has not committed yet."""
-    consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
+    consumer = Consumer(consumer_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
     try:
         ends = end_offsets(consumer, topic, partitions)
         done = committed_offsets(consumer, topic, partitions)
