@@ -5,7 +5,7 @@ import yaml
 
 from connectors.config import WORKER_SETTINGS
 from migration.endpoints import parse_mysql_dsn
-from stack.config import StackConfig
+from stack.config import PORT_ENV, StackConfig
 
 COMPOSE = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
@@ -15,7 +15,9 @@ def test_services_present():
     assert {"mysql", "kafka", "connect", "redis", "stream-osc"} <= set(SERVICES)
 
 
-def test_host_ports_match_the_embedded_stack():
+def test_host_ports_match_the_embedded_stack(monkeypatch):
+    for variable in PORT_ENV.values():   # the defaults, not a session's moved ports
+        monkeypatch.delenv(variable, raising=False)
     stack = StackConfig()
     published = {name: [p.split(":")[0] for p in svc.get("ports", [])] for name, svc in SERVICES.items()}
     assert str(stack.mysql_port) in published["mysql"]
