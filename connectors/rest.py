@@ -112,9 +112,6 @@ class ConnectClient:
         doc = self._call("GET", f"/connectors/{name}/offsets", ok_missing=True)
         return (doc or {}).get("offsets", [])
 
-    def restart_failed(self, name: str) -> None:
-        self._call("POST", f"/connectors/{name}/restart?includeTasks=true&onlyFailed=true")
-
     def stop(self, name: str) -> None:
         """Stop the connector and its tasks; its offsets are kept (Connect 3.5+)."""
         self._call("PUT", f"/connectors/{name}/stop")

@@ -88,8 +88,3 @@ class ServerInfo:
             log_bin=variables.get("log_bin", "OFF") == "ON",
             autoinc_lock_mode=int(variables.get("innodb_autoinc_lock_mode", 1)),
         )
-
-    def gtid_position(self, conn: pymysql.connections.Connection) -> str:
-        """The server's current GTID position (MariaDB gtid_binlog_pos, MySQL gtid_executed)."""
-        var = "@@global.gtid_binlog_pos" if self.is_mariadb else "@@global.gtid_executed"
-        return str(scalar(conn, f"SELECT {var}") or "")

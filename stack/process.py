@@ -128,15 +128,6 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
-def tcp_open(host: str, port: int, timeout: float = 1.0) -> bool:
-    """True when a TCP connection to host:port is accepted."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 # --- processes -------------------------------------------------------------------------------------
 
 def spawn(cmd: list[str], log: Path, pid_file: Path, cwd: Path, env: dict[str, str] | None = None) -> int:

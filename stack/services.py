@@ -127,11 +127,6 @@ def _start_one(config: StackConfig, service: Service) -> StartResult:
     return StartResult(service.name, pid, started=True, seconds=time.monotonic() - started)
 
 
-def ensure_up(config: StackConfig, names: Iterable[str] | None = None) -> bool:
-    """Bring the stack (or the named services) up; True if anything had to be started."""
-    return any(r.started for r in up(config, names))
-
-
 def stop_all(config: StackConfig, names: Iterable[str] | None = None,
              on_stopped: Callable[[str, int | None], None] | None = None) -> list[str]:
     """Stop the selected services in reverse start order; return the names of those that were running.
