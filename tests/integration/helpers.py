@@ -12,6 +12,7 @@ from cutover.swap import SENTRY_COMMENT
 from migration.db import connect, query
 from migration.endpoints import Endpoints
 from migration.state import Migration, StateStore
+from migration.traffic import create_sample_table
 from streams.topics import existing_topics
 
 
@@ -96,3 +97,10 @@ def table_is_original(conn, db: str, table: str) -> bool:
                               "AND TABLE_NAME=%s", (db, f"_{table}_old"))
     return types.get("k") == "int" and "flag" not in types and (not old_comment or
                                                                 old_comment[0][0] == SENTRY_COMMENT)
+
+
+def fresh_table(conn, db: str, table: str, rows: int, seed: int) -> None:
+    """A new sample table db.table, with whatever an earlier, interrupted run left of its migration removed."""
+    cli("abort", "--table", f"{db}.{table}")
+    query(conn, f"DROP TABLE IF EXISTS `{db}`.`_{table}_old`")
+    create_sample_table(conn, db, table, rows=rows, seed=seed)

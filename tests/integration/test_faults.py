@@ -20,11 +20,11 @@ import pytest
 from cutover.compare import compare_tables
 from migration.db import query
 from migration.endpoints import Endpoints
-from migration.traffic import Traffic, create_sample_table
+from migration.traffic import Traffic
 from stack import services
 from stack.config import StackConfig
-from tests.integration.helpers import (cli, db_conn, latest_migration_id, leftovers, migration_row, new_migration_row,
-                                       start_cli, wait_for)
+from tests.integration.helpers import (db_conn, fresh_table, latest_migration_id, leftovers, migration_row,
+                                       new_migration_row, start_cli, wait_for)
 
 pytestmark = pytest.mark.integration
 
@@ -147,9 +147,7 @@ def run_with_fault(seed: int, endpoints: Endpoints, stack_config: StackConfig | 
     conn = db_conn(endpoints)
     create_tool_user(conn)
     run = Run.plan(seed, tmp_path, tool_env(endpoints))
-    cli("abort", "--table", f"{DB}.{run.table}")   # a migration left by an earlier, interrupted run of this test
-    query(conn, f"DROP TABLE IF EXISTS {DB}._{run.table}_old")
-    create_sample_table(conn, DB, run.table, rows=ROWS, seed=seed)
+    fresh_table(conn, DB, run.table, rows=ROWS, seed=seed)
     traffic = Traffic(endpoints.mysql, DB, run.table, seed=seed, rate=150)
     traffic.start()
     earlier = latest_migration_id(conn, DB, run.table)

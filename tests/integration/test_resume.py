@@ -15,8 +15,7 @@ from connectors.rest import ConnectClient
 from cutover.compare import compare_tables
 from migration.db import query, scalar
 from migration.state import StateStore
-from migration.traffic import create_sample_table
-from tests.integration.helpers import (cli, db_conn, latest_migration_id, leftovers, migration_row,
+from tests.integration.helpers import (cli, db_conn, fresh_table, latest_migration_id, leftovers, migration_row,
                                        new_migration_row, start_cli, table_is_original, wait_for)
 
 pytestmark = pytest.mark.integration
@@ -47,9 +46,7 @@ def applier_waits_on_lock(conn) -> bool:
 def test_killed_coordinator_resumes_without_copying_twice(endpoints, stage):
     table = f"kill_{stage}"
     conn = db_conn(endpoints)
-    cli("abort", "--table", f"{DB}.{table}")   # a migration left by an earlier, interrupted run of this test
-    query(conn, f"DROP TABLE IF EXISTS {DB}._{table}_old")
-    create_sample_table(conn, DB, table, rows=ROWS, seed=3)
+    fresh_table(conn, DB, table, rows=ROWS, seed=3)
     blocker = db_conn(endpoints)
     StateStore(conn, "stream_osc").ensure_schema()
     if stage == "init":
@@ -130,9 +127,7 @@ def unchanged_for(conn, seconds: float) -> bool:
 def test_pause_stops_every_write_and_resume_continues(endpoints):
     table = "paused"
     conn = db_conn(endpoints)
-    cli("abort", "--table", f"{DB}.{table}")
-    query(conn, f"DROP TABLE IF EXISTS {DB}._{table}_old")
-    create_sample_table(conn, DB, table, rows=150_000, seed=5)
+    fresh_table(conn, DB, table, rows=150_000, seed=5)
     earlier = latest_migration_id(conn, DB, table)
     proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--copy-workers", "2",
                      "--batch-size", "300", "--chunk-size", "10000", "--quiet")
@@ -161,9 +156,7 @@ def test_pause_stops_every_write_and_resume_continues(endpoints):
 def test_purged_binlog_position_stops_with_a_clear_error(endpoints):
     table = "purged"
     conn = db_conn(endpoints)
-    cli("abort", "--table", f"{DB}.{table}")
-    query(conn, f"DROP TABLE IF EXISTS {DB}._{table}_old")
-    create_sample_table(conn, DB, table, rows=2_000, seed=9)
+    fresh_table(conn, DB, table, rows=2_000, seed=9)
     waiting = cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--cutover", "manual", "--quiet")
     assert waiting.returncode == 0, waiting.stderr
     migration = migration_row(conn, DB, table)
