@@ -16,12 +16,13 @@ def _pyplot():
 
 
 def timeline_plot(out_dir: Path, runs: list[dict[str, Any]]) -> str | None:
-    """benchmarks-stream-osc-timeline.png from the first finished stream-osc run under the heaviest load."""
+    """benchmarks-stream-osc-timeline.png from the first finished stream-osc run under the heaviest load
+    (of the latest invocation)."""
     plt = _pyplot()
     candidates = [r for r in runs if r["tool"] == "stream-osc" and r["finished"] and r.get("timeline")]
     if plt is None or not candidates:
         return None
-    run = max(candidates, key=lambda r: (r["load_tx_per_s"], r["rows"], -r["repetition"]))
+    run = max(candidates, key=lambda r: (r["load_tx_per_s"], r["rows"], r.get("invocation", 0), -r["repetition"]))
     t = [s[0] for s in run["timeline"]]
     copied = [s[2] for s in run["timeline"]]
     applied = [s[3] for s in run["timeline"]]   # the counter is removed at cleanup: rates are clipped at 0

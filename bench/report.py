@@ -21,25 +21,28 @@ PER_RUN = {
 }
 
 
-def _key(run: dict[str, Any]) -> tuple[str, str, int]:
-    return run["tool"], run["scenario"], run["rows"]
+def summarise(runs: list[dict[str, Any]],
+              invocations: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One result per (tool, scenario, rows, stream-osc commit), shaped as the issue asks, with ratios from the same
+    repetition; runs appended from invocations that measured different stream-osc code are not pooled."""
+    def source(run: dict[str, Any]) -> str | None:
+        index = run.get("invocation", 0)
+        known = invocations and index < len(invocations)
+        return invocations[index].get("stream_osc_source") if known else None
 
-
-def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One result per (tool, scenario, rows), shaped as the issue asks, with ratios from the same repetition."""
-    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str, int, str | None], list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
-        groups[_key(run)].append(run)
+        groups[run["tool"], run["scenario"], run["rows"], source(run)].append(run)
     def same_run(r: dict[str, Any]) -> tuple[int, str, int, int]:
         return r.get("invocation", 0), r["scenario"], r["rows"], r["repetition"]
 
     copy_time = {same_run(r): r["seconds"] for r in runs if r["tool"] == "server-copy" and r["finished"]}
     results = []
-    for (tool, scenario, rows), group in groups.items():
+    for (tool, scenario, rows, src), group in groups.items():
         done = [r for r in group if r["finished"]]
         secs = [r["seconds"] for r in done]
         result: dict[str, Any] = {
-            "tool": tool, "scenario": scenario, "rows": rows,
+            "tool": tool, "scenario": scenario, "rows": rows, "stream_osc_source": src,
             "seconds_median": round(statistics.median(secs), 1) if secs else None,
             "seconds_min": round(min(secs), 1) if secs else None,
             "seconds_max": round(max(secs), 1) if secs else None,
@@ -66,7 +69,7 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         results.append(result)
     for result in results:   # loaded vs idle time of the same tool and size
         idle = next((r for r in results if r["tool"] == result["tool"] and r["rows"] == result["rows"]
-                     and r["scenario"] == "idle"), None)
+                     and r["stream_osc_source"] == result["stream_osc_source"] and r["scenario"] == "idle"), None)
         if result["scenario"] != "idle" and idle and idle["seconds_median"] and result["seconds_median"]:
             result["ratio_to_own_idle"] = round(result["seconds_median"] / idle["seconds_median"], 2)
     return results
@@ -74,7 +77,7 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def write_json(path: Path, invocations: list[dict[str, Any]], runs: list[dict[str, Any]]) -> None:
     """docs/benchmarks.json: the summary per tool/scenario/size, how it was run, every run (with its timeline)."""
-    doc = {"results": summarise(runs), "invocations": invocations, "runs": runs}
+    doc = {"results": summarise(runs, invocations), "invocations": invocations, "runs": runs}
     path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
@@ -94,19 +97,25 @@ def _fmt(value: Any, suffix: str = "") -> str:
     return f"{value:,}{suffix}" if isinstance(value, int) else f"{value}{suffix}"
 
 
+def _at(r: dict[str, Any]) -> str:
+    return f" (at {r['stream_osc_source']})" if r.get("stream_osc_source") else ""
+
+
 def _main_table(results: list[dict[str, Any]]) -> list[str]:
     lines = ["| rows | scenario | tool | median s | min–max s | finished | × server-copy | × own idle | rows/s | "
              "app tx/s (baseline) | app p99 ms (baseline) | peak RSS MB |",
              "| ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     order = {"idle": 0, "light": 1, "heavy": 2}
-    for r in sorted(results, key=lambda r: (r["rows"], order[r["scenario"]], r["tool"])):
+    for r in sorted(results, key=lambda r: (r["rows"], order[r["scenario"]], r["tool"],
+                                            r.get("stream_osc_source") or "")):
         spread = f"{_fmt(r['seconds_min'])}–{_fmt(r['seconds_max'])}" if r["seconds_min"] is not None else "–"
         finished = f"{r['finished_runs']}/{r['runs']}"
         app = (f"{_fmt(r.get('app_tps'))} ({_fmt(r.get('baseline_app_tps'))})" if r.get("app_tps") is not None
                else "–")
         p99 = (f"{_fmt(r.get('app_p99_ms'))} ({_fmt(r.get('baseline_app_p99_ms'))})" if r.get("app_p99_ms")
                else "–")
-        lines.append(f"| {r['rows']:,} | {r['scenario']} | {r['tool']} | {_fmt(r['seconds_median'])} | {spread} | "
+        lines.append(f"| {r['rows']:,} | {r['scenario']} | {r['tool']}{_at(r)} | {_fmt(r['seconds_median'])} | "
+                     f"{spread} | "
                      f"{finished} | {_fmt(r.get('ratio_to_server_copy'))} | {_fmt(r.get('ratio_to_own_idle'))} | "
                      f"{_fmt(r.get('rows_per_s'))} | {app} | {p99} | {_fmt(r.get('peak_rss_mb'))} |")
     return lines
@@ -117,12 +126,13 @@ def _stream_osc_table(results: list[dict[str, Any]]) -> list[str]:
              "(× load) | commit→applied p50 / p99 ms (probes) | writes blocked at cutover ms (max) | "
              "cutover attempts (max) | peak RSS MB |",
              "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in sorted((r for r in results if r["tool"] == "stream-osc"), key=lambda r: (r["rows"], r["load_tx_per_s"])):
+    for r in sorted((r for r in results if r["tool"] == "stream-osc"),
+                    key=lambda r: (r["rows"], r["load_tx_per_s"], r.get("stream_osc_source") or "")):
         capacity = (f"{_fmt(r.get('apply_capacity_events_per_s'))} ({_fmt(r.get('apply_capacity_vs_load'))}×)"
                     if r.get("apply_capacity_events_per_s") else "– (no backlog to drain)")
         latency = (f"{_fmt(r.get('apply_latency_ms_p50'))} / {_fmt(r.get('apply_latency_ms_p99'))} "
                    f"({_fmt(r.get('apply_latency_probes'))})" if r.get("apply_latency_probes") else "–")
-        lines.append(f"| {r['rows']:,} | {r['scenario']} | {_fmt(r.get('copy_seconds'))} | "
+        lines.append(f"| {r['rows']:,} | {r['scenario']}{_at(r)} | {_fmt(r.get('copy_seconds'))} | "
                      f"{_fmt(r.get('copy_rows_per_s'))} | {_fmt(r.get('binlog_row_events_per_s'))} | {capacity} | "
                      f"{latency} | {_fmt(r.get('cutover_blocked_ms'))} | {_fmt(r.get('cutover_attempts'))} | "
                      f"{_fmt(r.get('peak_rss_mb'))} |")
@@ -167,7 +177,7 @@ def _invocation(meta: dict[str, Any]) -> list[str]:
 def write_markdown(path: Path, invocations: list[dict[str, Any]], runs: list[dict[str, Any]],
                    plots: list[str]) -> None:
     """docs/benchmarks.md: how it was run, the tables, what did not finish, the plots, the analysis."""
-    results = summarise(runs)
+    results = summarise(runs, invocations)
     lines = [
         "# Benchmarks", "",
         "Generated by `python -m bench` (`make bench`); the section between the analysis markers is kept "
