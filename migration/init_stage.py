@@ -115,17 +115,25 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
 
 def undo_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
               migration: Migration | None) -> None:
-    """Remove whatever init made: connector, topics, new table, metadata rows."""
+    """Remove whatever init made: connector, topics, new table, metadata rows.
+
+    If the connector or topics cannot be removed (Connect or Kafka down), the migration row stays, at
+    stage init, so that running the same command again finishes the clean-up before starting over.
+    """
+    removed = True
     if migration is not None:
         try:
             ConnectClient(endpoints.connect_url).remove(migration.connector)
         except ConnectError as exc:
             log_event(log, "could not remove connector", logging.ERROR, connector=migration.connector, reason=str(exc))
+            removed = False
         try:
             delete_topics(endpoints.kafka_bootstrap, TopicNames(migration.prefix, spec.database, spec.table).all())
         except Exception as exc:  # noqa: BLE001 - report, keep undoing
             log_event(log, "could not delete topics", logging.ERROR, reason=str(exc))
-        StateStore(conn, spec.metadata_schema).delete(migration.id)
+            removed = False
+        if removed:
+            StateStore(conn, spec.metadata_schema).delete(migration.id)
     query(conn, f"DROP TABLE IF EXISTS {qualified(spec.database, spec.new_table)}")
 
 

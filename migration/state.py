@@ -121,8 +121,14 @@ class StateStore:
         return bool(query(self.conn, f"SELECT 1 FROM {self.t('migrations')} WHERE id=%s", (migration_id,)))
 
     def get(self, migration_id: int) -> Migration:
+        migration = self.find(migration_id)
+        if migration is None:
+            raise LookupError(f"migration {migration_id} is not recorded in {self.schema}.migrations")
+        return migration
+
+    def find(self, migration_id: int) -> Migration | None:
         rows = query(self.conn, f"SELECT {_COLUMNS} FROM {self.t('migrations')} WHERE id=%s", (migration_id,))
-        return self._row(rows[0])
+        return self._row(rows[0]) if rows else None
 
     def create(self, database: str, table: str, alter_sql: str, prefix: str, pk_column: str,
                options: dict[str, Any], coordinator: str | None = None) -> Migration:

@@ -56,6 +56,7 @@ class JoinedWorker:
         if migration is None:
             raise PreflightError(f"no unfinished migration of {database}.{table} to join")
         self.migration_id = migration.id
+        self.database, self.table = database, table
         self.progress = progress
         self.copy_workers = copy_workers
         self.apply_workers = apply_workers
@@ -83,7 +84,10 @@ class JoinedWorker:
 
     def _step(self) -> bool:
         """Run the workers the current stage needs until it changes; True once the migration is finished."""
-        migration = self.store.get(self.migration_id)
+        migration = self._current()
+        if migration is None:
+            time.sleep(1.0)   # init was undone to start over: wait for the table's new migration
+            return False
         if self._finished(migration):
             self.progress.say(f"worker: migration {migration.id} is {migration.status}; exiting")
             return True
@@ -94,6 +98,15 @@ class JoinedWorker:
         # init, or no chunk free for now (leased by others, or the coordinator re-seeds the queue)
         time.sleep(1.0)
         return False
+
+    def _current(self) -> Migration | None:
+        """The migration to work for; follows the table's new migration when an interrupted init started over."""
+        migration = self.store.find(self.migration_id)
+        if migration is None:
+            migration = self.store.active(self.database, self.table)
+            if migration is not None:
+                self.migration_id = migration.id
+        return migration
 
     def _run_group(self, migration: Migration, target: Callable[[RunContext, int], None], kind: str,
                    still: Callable[[Migration], bool]) -> None:

@@ -32,13 +32,13 @@ DB = "faults"
 ROWS = 40_000
 ALTER = "MODIFY k BIGINT NOT NULL DEFAULT 0, ADD COLUMN flag TINYINT NOT NULL DEFAULT 1"
 FAULTS = ("copy_worker", "applier", "coordinator", "connect", "kafka", "redis", "db_connections")
-STAGES = ("copy", "apply", "validate", "cutover")
+STAGES = ("init", "copy", "apply", "validate", "cutover")
 TOOL_USER, TOOL_PASSWORD = "osc_tool", "tool-secret"
 MAX_RESTARTS = 8
 RUN_TIMEOUT_S = 300
 
-SAMPLE_SEEDS = [5, 7, 23]   # in `make test`: Redis during copy, a copy worker, the coordinator in cutover
-SLOW_SEEDS = list(range(100, 121))           # 21 runs: every fault three times, each time in another stage
+SAMPLE_SEEDS = [12, 16, 17]   # in `make test`: Redis during copy, the coordinator in cutover, Connect in init
+SLOW_SEEDS = list(range(100, 121))   # 21 runs: every fault three times, in three stages; every stage several times
 
 
 @dataclass
@@ -60,16 +60,17 @@ class Run:
     @classmethod
     def plan(cls, seed: int, tmp_path: Path, env: dict[str, str]) -> "Run":
         fault = FAULTS[seed % len(FAULTS)]
-        stages = {"copy_worker": ("copy",), "applier": STAGES[1:]}.get(fault, STAGES)
-        stage = stages[(seed // len(FAULTS)) % len(stages)]   # successive runs of a fault hit other stages
+        stages = {"copy_worker": ("copy",), "applier": STAGES[2:]}.get(fault, STAGES)
+        # successive runs of a fault hit other stages, and every stage is hit by several faults
+        stage = stages[(seed // len(FAULTS) + seed % len(FAULTS)) % len(stages)]
         return cls(seed, fault, stage, random.Random(seed).uniform(0.0, 0.4), tmp_path, env, f"f{seed}")
 
-    def start_coordinator(self, command: str) -> None:
-        args = [command, "--table", f"{DB}.{self.table}", "--quiet", "--copy-workers", "1", "--apply-workers", "1",
-                "--chunk-size", "4000", "--batch-size", "500", "--partitions", "4"]
-        if command == "migrate":
-            args += ["--alter", ALTER]
-        self.coordinator = start_cli(*args, env=self.env, log=self.logs / "coordinator.log")
+    def start_coordinator(self) -> None:
+        """`migrate`, first and again after a crash: the same command continues the migration."""
+        self.coordinator = start_cli("migrate", "--table", f"{DB}.{self.table}", "--alter", ALTER, "--quiet",
+                                     "--copy-workers", "1", "--apply-workers", "1", "--chunk-size", "4000",
+                                     "--batch-size", "500", "--partitions", "4", "--max-lag", "20",
+                                     env=self.env, log=self.logs / "coordinator.log")
 
     def start_worker(self) -> None:
         self.worker = start_cli("worker", "--table", f"{DB}.{self.table}", "--quiet", "--copy-workers", "2",
@@ -112,7 +113,7 @@ def inject(run: Run, conn, config: StackConfig) -> None:
     elif run.fault == "coordinator":
         run.coordinator.kill()
         run.coordinator.wait()
-        run.start_coordinator("resume")
+        run.start_coordinator()
     elif run.fault in ("connect", "kafka", "redis"):
         kill_service(config, run.fault)
         services.up(config, [run.fault])          # Redis comes back empty: its state is rebuilt
@@ -124,6 +125,19 @@ def inject(run: Run, conn, config: StackConfig) -> None:
                 pass
 
 
+def inject_at_random_moment(run: Run, conn, config: StackConfig) -> None:
+    """Wait the run's random delay into the current stage, note the stage, and cause the fault."""
+    time.sleep(run.delay_s)
+    run.hit_stage = current_stage(conn, run.table)
+    inject(run, conn, config)
+
+
+def current_stage(conn, table: str) -> str:
+    """Stage of the table's latest migration ("-" while it has none: init undone, not yet started again)."""
+    latest = migration_row(conn, DB, table)
+    return latest.stage if latest is not None else "-"
+
+
 def supervise(run: Run, conn, config: StackConfig) -> None:
     """Restart what died until the coordinator finishes the migration (like an operator, or systemd)."""
     deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -133,7 +147,7 @@ def supervise(run: Run, conn, config: StackConfig) -> None:
         if run.coordinator.poll() is not None:
             services.up(config)
             run.restarts.append(f"coordinator(exit {run.coordinator.returncode})")
-            run.start_coordinator("resume")
+            run.start_coordinator()
         if run.worker.poll() not in (None, 0):
             run.restarts.append(f"worker(exit {run.worker.returncode})")
             run.start_worker()
@@ -152,16 +166,18 @@ def run_with_fault(seed: int, endpoints: Endpoints, stack_config: StackConfig | 
     traffic.start()
     earlier = latest_migration_id(conn, DB, run.table)
     try:
-        run.start_coordinator("migrate")
-        migration = wait_for(lambda: new_migration_row(conn, DB, run.table, earlier), 120, "the migration row")
-        wait_for(lambda: migration_row(conn, DB, run.table).stage != "init", 120, "the end of init")
+        run.start_coordinator()
+        wait_for(lambda: new_migration_row(conn, DB, run.table, earlier), 120, "the migration row")
+        if run.stage == "init":
+            inject_at_random_moment(run, conn, stack_config)
+        wait_for(lambda: run.coordinator.poll() is not None or current_stage(conn, run.table) not in ("init", "-"),
+                 120, "the end of init")
         run.start_worker()
-        order = ("copy",) + STAGES[1:] + ("cleanup", "done")
-        wait_for(lambda: order.index(migration_row(conn, DB, run.table).stage) >= order.index(run.stage)
-                 or run.coordinator.poll() is not None, 120, f"stage {run.stage}")
-        time.sleep(run.delay_s)   # the random moment within the stage
-        run.hit_stage = migration_row(conn, DB, run.table).stage
-        inject(run, conn, stack_config)
+        if run.stage != "init":
+            order = ("-",) + STAGES + ("cleanup", "done")
+            wait_for(lambda: run.coordinator.poll() is not None
+                     or order.index(current_stage(conn, run.table)) >= order.index(run.stage), 120, f"stage {run.stage}")
+            inject_at_random_moment(run, conn, stack_config)
         supervise(run, conn, stack_config)
     except BaseException:
         for proc in (run.coordinator, run.worker):   # their Python stacks go to their logs (faulthandler)
@@ -178,8 +194,8 @@ def run_with_fault(seed: int, endpoints: Endpoints, stack_config: StackConfig | 
         services.up(stack_config)
     print(f"fault run: {run.describe()}")
 
-    final = migration_row(conn, DB, run.table)
-    assert final.id == migration.id and (final.stage, final.status) == ("done", "done"), run.describe()
+    final = migration_row(conn, DB, run.table)   # (a new id when init was interrupted and started over)
+    assert final.id > earlier and (final.stage, final.status) == ("done", "done"), run.describe()
     assert stats.failures == [], stats.failures[:5]
     written_after_swap = stats.keys_written_since(final.cutover_at)
     result = compare_tables(conn, DB, f"_{run.table}_old", run.table, "id", written_after_swap)
