@@ -9,10 +9,15 @@ BINLOG_GONE_MARKERS = ("no longer available on the server", "required binlog fil
                        "Error code: 1236")
 
 
+def binlog_gone(state: ConnectorState) -> bool:
+    """The failure is the connector's binlog position having been purged: restarting cannot help."""
+    return any(marker in (state.trace or "") for marker in BINLOG_GONE_MARKERS)
+
+
 def describe_failure(name: str, state: ConnectorState, table: str) -> str:
     """One sentence: what failed and what to do about it."""
     error = state.error_line()
-    if any(marker in (state.trace or "") for marker in BINLOG_GONE_MARKERS):
+    if binlog_gone(state):
         return (f"connector {name} cannot continue: its binlog position is no longer on the server (the binlog was "
                 "purged while capture was stopped or paused). Changes made since then cannot be captured, so this "
                 f"migration cannot finish: run `stream-osc abort --table {table}` and start again, with binlog "

@@ -120,6 +120,10 @@ class ConnectClient:
         """Start a stopped or paused connector again from its offsets."""
         self._call("PUT", f"/connectors/{name}/resume")
 
+    def restart_failed(self, name: str) -> None:
+        """Restart the connector's failed instances and tasks; they resume from the committed offsets."""
+        self._call("POST", f"/connectors/{name}/restart?includeTasks=true&onlyFailed=true")
+
     def remove(self, name: str) -> None:
         """Stop the connector, delete its offsets, then delete it (no trace left in Connect)."""
         if not self.exists(name):

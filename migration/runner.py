@@ -11,7 +11,7 @@ from applier.apply import ApplyStats, apply_worker
 from applier.chunks import ChunkQueue
 from applier.copy import DuplicateKeyInSource, copy_worker
 from applier.table import load_pair
-from connectors.health import describe_failure
+from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectClient, ConnectError
 from cutover.swap import SENTRY_COMMENT, Cutover
 from cutover.validate import validate
@@ -32,6 +32,7 @@ from streams.topics import TopicNames, delete_topics, group_lag
 log = logging.getLogger("stream_osc.runner")
 
 RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old")
+MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coordinator before it stops
 CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Connect before the run stops
 MAX_TRANSIENT_FAILURES = 8   # with backoff 2, 4, 8, 16, then 30 s: about 2.5 minutes of outage
 
@@ -60,6 +61,7 @@ class Runner:
         self.appliers: WorkerGroup | None = None
         self.last_health_check = 0.0
         self.connector_missing_since: float | None = None
+        self.connector_restarts = 0
 
     # entry ---------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -341,7 +343,15 @@ class Runner:
             raise MigrationStopped(f"connector {ctx.migration.connector} is missing from Kafka Connect")
         self.connector_missing_since = None
         if state.failed:
-            raise MigrationStopped(describe_failure(ctx.migration.connector, state, self.spec.qualified_name))
+            if binlog_gone(state) or self.connector_restarts >= MAX_CONNECTOR_RESTARTS:
+                raise MigrationStopped(describe_failure(ctx.migration.connector, state, self.spec.qualified_name))
+            # e.g. its binlog connection was cut mid-event: a restart resumes from the committed offset
+            self.connector_restarts += 1
+            self.progress.say(f"connector {ctx.migration.connector} failed ({state.error_line()}); restarting it from "
+                              f"its committed position ({self.connector_restarts}/{MAX_CONNECTOR_RESTARTS})")
+            log_event(log, "connector restarted", logging.WARNING, connector=ctx.migration.connector,
+                      error=state.error_line(), restarts=self.connector_restarts)
+            self.connect.restart_failed(ctx.migration.connector)
 
 
 def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
