@@ -12,7 +12,7 @@ from applier.chunks import ChunkQueue
 from applier.copy import DuplicateKeyInSource, copy_worker
 from applier.table import load_pair
 from connectors.health import binlog_gone, describe_failure
-from connectors.rest import ConnectClient, ConnectError
+from connectors.rest import ConnectClient, ConnectError, ConnectorState
 from cutover.swap import SENTRY_COMMENT, Cutover
 from cutover.validate import validate
 from migration.checks import PreflightError
@@ -33,6 +33,8 @@ log = logging.getLogger("stream_osc.runner")
 
 RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old")
 MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coordinator before it stops
+CONNECTOR_RESTART_WAIT_S = 10.0    # how long a restart may take to show (the task leaving FAILED)
+CONNECTOR_SETTLE_S = 5.0           # and how long it must then keep running to count as recovered
 CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Connect before the run stops
 MAX_TRANSIENT_FAILURES = 8   # with backoff 2, 4, 8, 16, then 30 s: about 2.5 minutes of outage
 
@@ -342,16 +344,32 @@ class Runner:
                 return
             raise MigrationStopped(f"connector {ctx.migration.connector} is missing from Kafka Connect")
         self.connector_missing_since = None
-        if state.failed:
+        name = ctx.migration.connector
+        while state is not None and state.failed:
             if binlog_gone(state) or self.connector_restarts >= MAX_CONNECTOR_RESTARTS:
-                raise MigrationStopped(describe_failure(ctx.migration.connector, state, self.spec.qualified_name))
+                raise MigrationStopped(describe_failure(name, state, self.spec.qualified_name))
             # e.g. its binlog connection was cut mid-event: a restart resumes from the committed offset
             self.connector_restarts += 1
-            self.progress.say(f"connector {ctx.migration.connector} failed ({state.error_line()}); restarting it from "
-                              f"its committed position ({self.connector_restarts}/{MAX_CONNECTOR_RESTARTS})")
-            log_event(log, "connector restarted", logging.WARNING, connector=ctx.migration.connector,
-                      error=state.error_line(), restarts=self.connector_restarts)
-            self.connect.restart_failed(ctx.migration.connector)
+            self.progress.say(f"connector {name} failed ({state.error_line()}); restarting it from its committed "
+                              f"position ({self.connector_restarts}/{MAX_CONNECTOR_RESTARTS})")
+            log_event(log, "connector restarted", logging.WARNING, connector=name, error=state.error_line(),
+                      restarts=self.connector_restarts)
+            self.connect.restart_failed(name)
+            state = self._state_after_restart(name)
+
+    def _state_after_restart(self, name: str) -> ConnectorState | None:
+        """The state of a restarted connector: once it has left FAILED, RUNNING for CONNECTOR_SETTLE_S
+        (a task that fails at start-up reports RUNNING first), or FAILED again."""
+        restarted_by = time.monotonic() + CONNECTOR_RESTART_WAIT_S
+        state = self.connect.state(name)
+        while state is not None and state.failed and time.monotonic() < restarted_by:
+            time.sleep(0.2)
+            state = self.connect.state(name)
+        settled_by = time.monotonic() + CONNECTOR_SETTLE_S
+        while state is not None and not state.failed and time.monotonic() < settled_by:
+            time.sleep(0.2)
+            state = self.connect.state(name)
+        return state
 
 
 def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,

@@ -15,6 +15,7 @@ from connectors.rest import ConnectClient
 from cutover.compare import compare_tables
 from migration.db import query, scalar
 from migration.state import StateStore
+from streams.topics import TopicNames, delete_topics
 from tests.integration.helpers import (cli, db_conn, fresh_table, latest_migration_id, leftovers, migration_row,
                                        new_migration_row, start_cli, table_is_original, wait_for)
 
@@ -183,6 +184,32 @@ def test_purged_binlog_position_stops_with_a_clear_error(endpoints):
         assert table_is_original(conn, DB, table)
         status = cli("status", "--table", f"{DB}.{table}")
         assert "FAILED" in status.stdout and "binlog position is no longer on the server" in status.stdout
+    finally:
+        assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
+    assert leftovers(endpoints, DB, table) == []
+
+
+def test_failing_connector_is_restarted_then_stops_the_migration(endpoints):
+    table = "brokenhist"
+    conn = db_conn(endpoints)
+    fresh_table(conn, DB, table, rows=2_000, seed=4)
+    waiting = cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--cutover", "manual", "--quiet")
+    assert waiting.returncode == 0, waiting.stderr
+    migration = migration_row(conn, DB, table)
+    connect = ConnectClient(endpoints.connect_url)
+    try:
+        # Without its schema history the task fails at every start: restarts cannot cure it.
+        delete_topics(endpoints.kafka_bootstrap, [TopicNames(migration.prefix, DB, table).schema_history])
+        connect.stop(migration.connector)
+        wait_for(lambda: connect.state(migration.connector).connector == "STOPPED", 60, "the connector to stop")
+        connect.resume(migration.connector)
+        wait_for(lambda: connect.state(migration.connector).failed, 120, "the connector task to fail")
+
+        result = cli("cutover", "--table", f"{DB}.{table}")
+        assert result.returncode == 2
+        assert result.stderr.count("restarting it from its committed position") == 3, result.stderr
+        assert f"connector {migration.connector} failed" in result.stderr.splitlines()[-1]
+        assert table_is_original(conn, DB, table)
     finally:
         assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
     assert leftovers(endpoints, DB, table) == []
