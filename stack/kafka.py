@@ -60,8 +60,15 @@ group.initial.rebalance.delay.ms=0
 
 
 def new_cluster_id() -> str:
-    """A random cluster id in Kafka's format (22 characters of URL-safe base64)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id in Kafka's format (22 characters of URL-safe base64).
+
+    Like Kafka's own Uuid.randomUuid, never one starting with "-": the storage tool's argument parser
+    would take it for an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def preflight(config: StackConfig) -> None:

@@ -39,7 +39,12 @@ def stack_config() -> StackConfig | None:
         yield None
         return
     config = _stack_config()
-    results = services.up(config)
+    running_before = {s.name for s in services.SERVICES if services.service_pid(config, s)}
+    try:
+        results = services.up(config)
+    except BaseException:
+        services.stop_all(config, [s.name for s in services.SERVICES if s.name not in running_before])
+        raise
     started = [r.name for r in results if r.started]
     try:
         yield config
