@@ -6,13 +6,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from connectors.config import CONNECTOR_CLASSES
 from stack.base import Service
 from stack.config import StackConfig
 from stack.java import java_binary, java_command, render_log4j2, require_jars
 from stack.process import StackError, tail
 
 NAME = "connect"
-MARIADB_CONNECTOR = "io.debezium.connector.mariadb.MariaDbConnector"
+MARIADB_CONNECTOR = CONNECTOR_CLASSES["mariadb"]
 
 
 def home(config: StackConfig) -> Path:

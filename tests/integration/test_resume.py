@@ -14,7 +14,7 @@ import pytest
 from connectors.rest import ConnectClient
 from cutover.compare import compare_tables
 from migration.db import query, scalar
-from migration.state import StateStore
+from migration.state import Migration, StateStore
 from streams.topics import TopicNames, delete_topics
 from tests.integration.helpers import (cli, db_conn, fresh_table, latest_migration_id, leftovers, migration_row,
                                        new_migration_row, start_cli, table_is_original, wait_for)
@@ -154,19 +154,29 @@ def test_pause_stops_every_write_and_resume_continues(endpoints):
     assert compare_tables(conn, DB, f"_{table}_old", table, "id").equal
 
 
-def test_purged_binlog_position_stops_with_a_clear_error(endpoints):
-    table = "purged"
-    conn = db_conn(endpoints)
-    fresh_table(conn, DB, table, rows=2_000, seed=9)
+def waiting_migration(conn, table: str, seed: int) -> Migration:
+    """A small table's migration run with --cutover manual: in sync, coordinator gone, waiting for cutover."""
+    fresh_table(conn, DB, table, rows=2_000, seed=seed)
     waiting = cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--cutover", "manual", "--quiet")
     assert waiting.returncode == 0, waiting.stderr
     migration = migration_row(conn, DB, table)
     assert migration.status == "waiting"
+    return migration
+
+
+def stop_connector(connect: ConnectClient, name: str) -> None:
+    connect.stop(name)
+    wait_for(lambda: connect.state(name).connector == "STOPPED", 60, "the connector to stop")
+
+
+def test_purged_binlog_position_stops_with_a_clear_error(endpoints):
+    table = "purged"
+    conn = db_conn(endpoints)
+    migration = waiting_migration(conn, table, seed=9)
     connect = ConnectClient(endpoints.connect_url)
     try:
         # Capture stops, changes happen, and the binlog holding them is purged before capture resumes.
-        connect.stop(migration.connector)
-        wait_for(lambda: connect.state(migration.connector).connector == "STOPPED", 60, "the connector to stop")
+        stop_connector(connect, migration.connector)
         query(conn, f"UPDATE {DB}.{table} SET c = 'lost to capture' WHERE id <= 10")
         query(conn, "FLUSH BINARY LOGS")
         current = query(conn, "SHOW MASTER STATUS")[0][0]
@@ -192,16 +202,12 @@ def test_purged_binlog_position_stops_with_a_clear_error(endpoints):
 def test_failing_connector_is_restarted_then_stops_the_migration(endpoints):
     table = "brokenhist"
     conn = db_conn(endpoints)
-    fresh_table(conn, DB, table, rows=2_000, seed=4)
-    waiting = cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--cutover", "manual", "--quiet")
-    assert waiting.returncode == 0, waiting.stderr
-    migration = migration_row(conn, DB, table)
+    migration = waiting_migration(conn, table, seed=4)
     connect = ConnectClient(endpoints.connect_url)
     try:
         # Without its schema history the task fails at every start: restarts cannot cure it.
         delete_topics(endpoints.kafka_bootstrap, [TopicNames(migration.prefix, DB, table).schema_history])
-        connect.stop(migration.connector)
-        wait_for(lambda: connect.state(migration.connector).connector == "STOPPED", 60, "the connector to stop")
+        stop_connector(connect, migration.connector)
         connect.resume(migration.connector)
         wait_for(lambda: connect.state(migration.connector).failed, 120, "the connector task to fail")
 
