@@ -5,7 +5,7 @@ import logging
 import time
 
 import redis
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from applier.recopy import recopy_keys, with_retry
 from migration.context import RunContext
@@ -51,6 +51,39 @@ class ApplyStats:
         return {k.decode(): int(v) for k, v in self.r.hgetall(self.key).items()}
 
 
+class OffsetCommitter:
+    """Commits an applier's consumed positions after each write, and again later if a commit was refused.
+
+    A commit refused mid-rebalance leaves the committed offset behind the consumer's position; on a
+    quiet table no later batch would move it, and the group's lag would never reach zero. The owed
+    commit is retried whenever the applier finds no new message (re-applying is harmless either way:
+    a partition that moved is re-read by its new owner from the committed offset).
+    """
+
+    def __init__(self, consumer: Consumer, worker_no: int) -> None:
+        self.consumer = consumer
+        self.worker_no = worker_no
+        self.owed = False
+
+    def after_batch(self) -> None:
+        self.owed = not self._commit()
+
+    def when_idle(self) -> None:
+        if self.owed:
+            self.owed = not self._commit()
+
+    def _commit(self) -> bool:
+        try:
+            self.consumer.commit(asynchronous=False)
+            return True
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError._NO_OFFSET:   # nothing consumed since the last commit
+                return True
+            log_event(log, "offset commit refused; retrying when idle", logging.WARNING, worker=self.worker_no,
+                      reason=str(exc))
+            return False
+
+
 def apply_worker(ctx: RunContext, worker_no: int) -> None:
     """Consume, re-copy the batch's distinct keys, commit offsets after the write; until stopped."""
     names = TopicNames(ctx.migration.prefix, ctx.spec.database, ctx.spec.table)
@@ -58,6 +91,7 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
     consumer.subscribe([names.changes])
     conn = ctx.db(autocommit=True)
     stats = ApplyStats(ctx.redis(), ctx.migration.id)
+    committer = OffsetCommitter(consumer, worker_no)
     pk = ctx.migration.pk_column
     try:
         while not ctx.stop.is_set():
@@ -65,6 +99,7 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
                 return
             messages = consumer.consume(num_messages=ctx.spec.apply_batch_size, timeout=APPLY_WAIT_S)
             if not messages:
+                committer.when_idle()
                 continue
             started = time.monotonic()
             keys: set[int] = set()
@@ -78,11 +113,7 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
                     keys.add(change.pk)
             if keys:
                 with_retry(lambda: recopy_keys(conn, ctx.pair, keys))
-            try:
-                consumer.commit(asynchronous=False)
-            except KafkaException as exc:
-                # Partitions moved to another member mid-batch: it re-reads them (apply is idempotent).
-                log_event(log, "offset commit skipped", logging.WARNING, worker=worker_no, reason=str(exc))
+            committer.after_batch()
             stats.add(len(messages), len(keys), (time.monotonic() - started) * 1000)
     finally:
         conn.close()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +58,20 @@ def stack_config() -> StackConfig | None:
 def endpoints(stack_config: StackConfig | None) -> Endpoints:
     """Endpoints.load(): the STREAM_OSC_* variables if set, else the embedded stack (brought up first)."""
     return Endpoints.load()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Attach the tails of the logs a failed test's CLI processes wrote (`*.log` in its tmp_path) to its report."""
+    outcome = yield
+    report = outcome.get_result()
+    tmp_path = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.when == "call" and report.failed and tmp_path is not None:
+        for path in sorted(Path(tmp_path).glob("*.log")):
+            report.sections.append((f"stream-osc log {path.name}", path.read_text(errors="replace")[-20_000:]))
+
+
+@pytest.fixture
+def cli_log(tmp_path: Path) -> Path:
+    """A log file for a CLI process started by the test; its tail is shown if the test fails."""
+    return tmp_path / "stream-osc.log"

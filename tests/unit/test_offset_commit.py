@@ -1,0 +1,47 @@
+"""An applier's refused offset commit is owed and retried when idle (pure logic, fake consumer)."""
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, KafkaException
+
+from applier.apply import OffsetCommitter
+
+
+class ScriptedConsumer:
+    """Stands in for a consumer whose commits fail with the given error codes, in order, then succeed."""
+
+    def __init__(self, *failures: int) -> None:
+        self.failures = list(failures)
+        self.commits = 0
+
+    def commit(self, asynchronous: bool = True) -> None:
+        assert asynchronous is False
+        self.commits += 1
+        if self.failures:
+            raise KafkaException(KafkaError(self.failures.pop(0)))
+
+
+def test_a_commit_refused_mid_rebalance_is_retried_when_idle():
+    consumer = ScriptedConsumer(KafkaError.REBALANCE_IN_PROGRESS)
+    committer = OffsetCommitter(consumer, 0)
+    committer.after_batch()
+    assert committer.owed
+    committer.when_idle()
+    assert not committer.owed and consumer.commits == 2
+    committer.when_idle()
+    assert consumer.commits == 2, "nothing is owed, so an idle poll commits nothing"
+
+
+def test_a_commit_refused_twice_stays_owed():
+    consumer = ScriptedConsumer(KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION)
+    committer = OffsetCommitter(consumer, 0)
+    committer.after_batch()
+    committer.when_idle()
+    assert committer.owed
+    committer.when_idle()
+    assert not committer.owed and consumer.commits == 3
+
+
+def test_nothing_to_commit_is_not_owed():
+    committer = OffsetCommitter(ScriptedConsumer(KafkaError._NO_OFFSET), 0)
+    committer.after_batch()
+    assert not committer.owed
