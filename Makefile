@@ -23,7 +23,7 @@ demo: setup
 
 bench: setup
 	$(VENV)/bin/pip install -q -e '.[bench]'
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH_ARGS)
 
 up: setup
 	$(OSC) stack up

@@ -52,7 +52,7 @@ def _meta(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
             "scenarios": list(config.scenarios), "repetitions": config.repetitions,
             "light_rate": config.light_rate, "heavy_rate": config.heavy_rate, "load_threads": config.load_threads,
             "baseline_s": config.baseline_s, "time_limit_s": config.limit_for(max(config.sizes)),
-            "gh_ost": config.gh_ost, "stream_osc_source": _source()}
+            "gh_ost": config.gh_ost, "stream_osc_source": _source(), "fit_buffer_pool": config.fit_buffer_pool}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from migration.endpoints import ENV_KEYS
+
 TOOLS = ("server-copy", "alter-copy", "online-ddl", "stream-osc", "pt-osc", "gh-ost")
 SCENARIOS = ("idle", "light", "heavy")
 ALTER = "MODIFY k BIGINT NOT NULL DEFAULT 0, ADD COLUMN status VARCHAR(16) NOT NULL DEFAULT 'new'"
@@ -33,6 +35,7 @@ class BenchConfig:
     append: bool                 # keep the runs already in <out>/benchmarks.json
     report_only: bool            # only rewrite the report from <out>/benchmarks.json
     command: str
+    fit_buffer_pool: bool = True  # grow the embedded server's buffer pool to hold the tables (bench/server.py)
 
     def rate(self, scenario: str) -> int:
         """Transactions/s of a scenario's load (0 when idle)."""
@@ -89,6 +92,10 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
     parser.add_argument("--out", type=Path, default=Path("docs"), help="folder of the report (default docs)")
     parser.add_argument("--append", action="store_true",
                         help="add to the runs already recorded in <out>/benchmarks.json (e.g. another size)")
+    parser.add_argument("--keep-buffer-pool", action="store_true",
+                        help="leave the embedded server's buffer pool as it is (by default it is grown online to "
+                             "hold three copies of the table, within half the machine's memory; a server given "
+                             "by STREAM_OSC_* variables is never changed)")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: rewrite benchmarks.md and the plots from <out>/benchmarks.json")
     args = parser.parse_args(argv)
@@ -114,4 +121,5 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
         append=args.append,
         report_only=args.report_only,
         command=command,
+        fit_buffer_pool=not args.keep_buffer_pool and not any(os.environ.get(var) for var in ENV_KEYS.values()),
     )

@@ -171,7 +171,16 @@ def _invocation(meta: dict[str, Any]) -> list[str]:
         f"baseline {meta['baseline_s']:.0f} s of load alone before each loaded scenario",
         f"- {meta['repetitions']} repetition(s); in each, every scenario runs every tool once, in rotated order, "
         f"each on a table freshly restored from the same template; time limit per run "
-        f"{meta['time_limit_s']:.0f} s", ""]
+        f"{meta['time_limit_s']:.0f} s", *_buffer_pool_line(meta), ""]
+
+
+def _buffer_pool_line(meta: dict[str, Any]) -> list[str]:
+    if "fit_buffer_pool" not in meta:    # invocations recorded before the buffer pool was sized
+        return ["- buffer pool: the embedded stack's 1 GiB"]
+    if not meta["fit_buffer_pool"]:
+        return ["- buffer pool: left as the server had it"]
+    return ["- buffer pool: grown online before the runs to hold three copies of the table, within half the "
+            "machine's memory (`buffer_pool_mb` of each run in the JSON)"]
 
 
 def write_markdown(path: Path, invocations: list[dict[str, Any]], runs: list[dict[str, Any]],

@@ -32,12 +32,17 @@ class Schedule:
     def __init__(self, config: BenchConfig, endpoints: Endpoints, record: Callable[[dict[str, Any]], None],
                  say: Callable[[str], None]) -> None:
         self.config, self.endpoints, self.record, self.say = config, endpoints, record, say
+        self.buffer_pool_mb: int | None = None
 
     def run(self) -> None:
         for rows in self.config.sizes:
             table = BenchTable(self.endpoints.mysql, self.config.database, self.config.table, rows)
             self.say(f"preparing {rows:,} rows (sysbench prepare, kept as template {table.template})")
             table.ensure_template()
+            self.buffer_pool_mb = None
+            if self.config.fit_buffer_pool:
+                self.buffer_pool_mb = table.fit_buffer_pool() // 2 ** 20
+                self.say(f"buffer pool: {self.buffer_pool_mb:,} MB for {rows:,} rows")
             for rep in range(self.config.repetitions):
                 for scenario in self.config.scenarios:
                     baseline = self._baseline(table, scenario)
@@ -91,7 +96,7 @@ class Schedule:
         result: dict[str, Any] = {
             "tool": tool, "scenario": scenario, "rows": table.rows, "repetition": rep,
             "seconds": round(outcome.seconds, 2), "finished": finished, "reason": reason,
-            "load_tx_per_s": rate, **outcome.figures,
+            "load_tx_per_s": rate, "buffer_pool_mb": self.buffer_pool_mb, **outcome.figures,
         }
         if load and baseline:
             result.update(load.window(start, end).as_dict())

@@ -5,6 +5,7 @@ import subprocess
 
 import pymysql
 
+from bench.server import fit_buffer_pool
 from bench.sysbench import BenchError, sysbench_command
 from migration.db import connect, qualified, query, scalar
 from migration.endpoints import MySQLAddress
@@ -52,6 +53,14 @@ class BenchTable:
                         + ", ".join(f"({pk}, 0, 'probe', 'probe')" for pk in self.probe_ids()))
             query(conn, f"DROP TABLE IF EXISTS {tpl}")
             query(conn, f"RENAME TABLE {self.name} TO {tpl}")
+        finally:
+            conn.close()
+
+    def fit_buffer_pool(self) -> int:
+        """Grow the server's buffer pool to hold this table's copies (see bench/server.py); returns bytes."""
+        conn = self._conn()
+        try:
+            return fit_buffer_pool(conn, self.database, self.template)
         finally:
             conn.close()
 

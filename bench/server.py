@@ -1,0 +1,46 @@
+"""The benchmark server's buffer pool, sized to hold the tables a run touches, as a production server's is."""
+from __future__ import annotations
+
+import os
+import time
+
+import pymysql
+
+from bench.sysbench import BenchError
+from migration.db import query, scalar
+
+GIB = 2 ** 30
+TABLE_COPIES = 3          # the original, the new (or shadow) table, and the one being restored from
+MEMORY_SHARE = 0.5        # never more than this share of the machine's memory
+RESIZE_TIMEOUT_S = 300.0
+
+
+def wanted_buffer_pool(table_bytes: int, memory_bytes: int, current_bytes: int) -> int:
+    """Whole GiB holding TABLE_COPIES of the table, within MEMORY_SHARE of memory; never below the current size."""
+    want = -(-table_bytes * TABLE_COPIES // GIB) * GIB
+    cap = int(memory_bytes * MEMORY_SHARE) // GIB * GIB
+    return max(current_bytes, min(want, cap))
+
+
+def fit_buffer_pool(conn: pymysql.connections.Connection, database: str, template: str) -> int:
+    """Grow innodb_buffer_pool_size (online) so the template's table and its copies fit; returns the size."""
+    table_bytes = int(scalar(conn, "SELECT DATA_LENGTH + INDEX_LENGTH FROM information_schema.TABLES "
+                                   "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (database, template)) or 0)
+    current = int(scalar(conn, "SELECT @@innodb_buffer_pool_size"))
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    wanted = wanted_buffer_pool(table_bytes, memory, current)
+    if wanted == current:
+        return current
+    query(conn, "SET GLOBAL innodb_buffer_pool_size = %s", (wanted,))
+    deadline = time.monotonic() + RESIZE_TIMEOUT_S
+    while int(scalar(conn, "SELECT @@innodb_buffer_pool_size")) != wanted or _resizing(conn):
+        if time.monotonic() > deadline:
+            raise BenchError(f"the buffer pool did not grow to {wanted // GIB} GiB within {RESIZE_TIMEOUT_S:.0f} s")
+        time.sleep(0.5)
+    return wanted
+
+
+def _resizing(conn: pymysql.connections.Connection) -> bool:
+    status = query(conn, "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_resize_status'")
+    text = status[0][1] if status else ""
+    return bool(text) and "ompleted" not in text
