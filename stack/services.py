@@ -80,26 +80,32 @@ def up(config: StackConfig, names: Iterable[str] | None = None,
 
     Services already running are left alone (only checked for readiness). Everything that can be
     checked up front (executables, free ports, jars) is, before anything starts. On a failure the
-    service that failed is stopped again and StackError names its log.
+    service that failed and those this call started before it are stopped again, and StackError
+    names the failed service's log.
     """
     services = select(names)
     results: list[StartResult] = []
-    with _locked(config):
-        to_start = [s for s in services if service_pid(config, s) is None]
-        for service in to_start:
-            remove(config.pid_file(service.name))
-            service.preflight(config)
-        for service in to_start:
-            for port, label in service.ports(config):
-                if port_in_use(config.host, port):
-                    raise StackError(f"port {port} ({label}) is already in use by another process")
-        if any(s.name in JAVA_SERVICES for s in to_start) and not installed(config):
-            install(config)
-        for service in services:
-            result = _start_one(config, service) if service in to_start else _check_one(config, service)
-            results.append(result)
-            if on_ready:
-                on_ready(result)
+    try:
+        with _locked(config):
+            to_start = [s for s in services if service_pid(config, s) is None]
+            for service in to_start:
+                remove(config.pid_file(service.name))
+                service.preflight(config)
+            for service in to_start:
+                for port, label in service.ports(config):
+                    if port_in_use(config.host, port):
+                        raise StackError(f"port {port} ({label}) is already in use by another process")
+            if any(s.name in JAVA_SERVICES for s in to_start) and not installed(config):
+                install(config)
+            for service in services:
+                result = _start_one(config, service) if service in to_start else _check_one(config, service)
+                results.append(result)
+                if on_ready:
+                    on_ready(result)
+    except BaseException:
+        # nothing is left half up: the services this call started go down again
+        stop_all(config, [r.name for r in results if r.started])
+        raise
     return results
 
 

@@ -40,12 +40,7 @@ def stack_config() -> StackConfig | None:
         yield None
         return
     config = _stack_config()
-    running_before = {s.name for s in services.SERVICES if services.service_pid(config, s)}
-    try:
-        results = services.up(config)
-    except BaseException:
-        services.stop_all(config, [s.name for s in services.SERVICES if s.name not in running_before])
-        raise
+    results = services.up(config)   # on a failure it stops again what it started
     started = [r.name for r in results if r.started]
     try:
         yield config
