@@ -95,7 +95,7 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
     pk = ctx.migration.pk_column
     try:
         while not ctx.stop.is_set():
-            if not ctx.wait_while_paused(conn):
+            if not ctx.wait_while_paused_or_throttled(conn):
                 return
             messages = consumer.consume(num_messages=ctx.spec.apply_batch_size, timeout=APPLY_WAIT_S)
             if not messages:

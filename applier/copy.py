@@ -78,7 +78,7 @@ def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: Chu
                                             "WHERE migration_id=%s AND chunk_no=%s", (ctx.migration.id, chunk_no))[0]
     copied = 0
     while not done and next_pk <= end:
-        if not ctx.wait_while_paused(conn):
+        if not ctx.wait_while_paused_or_throttled(conn):
             return copied
         if not queue.renew(chunk_no):
             raise LeaseLost(f"lease of chunk {chunk_no} expired")
@@ -97,7 +97,7 @@ def copy_worker(ctx: RunContext, worker_no: int) -> None:
     queue = ChunkQueue(ctx.redis(), ctx.migration.id)
     try:
         while not ctx.stop.is_set():
-            if not ctx.wait_while_paused(conn):
+            if not ctx.wait_while_paused_or_throttled(conn):
                 return
             chunk_no = queue.claim()
             if chunk_no is None:

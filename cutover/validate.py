@@ -82,7 +82,7 @@ def validate_range(ctx: RunContext, lo: int, hi: int) -> int:
     """
     conn = ctx.db()
     try:
-        if not ctx.wait_while_paused(conn):
+        if not ctx.wait_while_paused_or_throttled(conn):
             raise WorkStopped(f"validation of {ctx.spec.qualified_name} stopped")
         diff = differing_keys(conn, ctx.pair, lo, hi)
         repaired = len(diff)

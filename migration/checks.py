@@ -13,6 +13,7 @@ from migration.db import ServerInfo, query, scalar
 from migration.endpoints import Endpoints, redis_where
 from migration.logs import log_event
 from migration.spec import MigrationSpec
+from monitor.throttle import over, parse_thresholds, read_status, unknown_variables
 from streams.topics import check_reachable
 
 log = logging.getLogger("stream_osc.checks")
@@ -85,6 +86,19 @@ def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> st
             raise PreflightError(f"table {db}.{leftover} already exists (left from an earlier run?): drop or rename "
                                  f"it, or run `stream-osc abort --table {db}.{table}` if a migration is unfinished")
     return column
+
+
+def check_load_thresholds(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:
+    """Every variable named in --max-load / --critical-load is a numeric global status variable here."""
+    for option, text in (("--max-load", spec.max_load), ("--critical-load", spec.critical_load)):
+        unknown = unknown_variables(conn, parse_thresholds(text, option))
+        if unknown:
+            raise PreflightError(f"{option}: the server has no numeric global status variable "
+                                 f"{', '.join(unknown)} (see SHOW GLOBAL STATUS)")
+    critical = parse_thresholds(spec.critical_load, "--critical-load")
+    reached = over(read_status(conn, sorted(critical)), critical) if critical else None
+    if reached is not None:
+        raise PreflightError(f"--critical-load is already reached ({reached}): not starting")
 
 
 def check_privileges(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:

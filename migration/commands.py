@@ -5,6 +5,8 @@ import argparse
 import json
 import time
 
+import redis
+
 from connectors.health import describe_failure
 from connectors.rest import ConnectClient, ConnectError
 from migration.checks import PreflightError
@@ -16,12 +18,13 @@ from migration.spec import MigrationSpec, load_migration_file
 from migration.state import Migration, StateStore
 from migration.worker_process import JoinedWorker
 from monitor.progress import Progress
+from monitor.throttle import note_key
 from streams.topics import TopicNames, group_lag
 
 SPEC_OPTIONS = {
     "copy_workers": int, "apply_workers": int, "chunk_size": int, "batch_size": int, "apply_batch_size": int,
     "partitions": int, "cutover_window_s": float, "cutover_attempts": int, "max_lag_events": int,
-    "metadata_schema": str,
+    "metadata_schema": str, "max_load": str, "critical_load": str,
 }
 
 
@@ -39,6 +42,10 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cutover-attempts", type=int, help="cutover attempts before giving up (default 10)")
     parser.add_argument("--max-lag", dest="max_lag_events", type=int,
                         help="apply lag (events) under which validation and cutover start (default 1000)")
+    parser.add_argument("--max-load", help="hold copy, apply and validation back while a global status "
+                                           "variable is at or above a limit, e.g. Threads_running=25 (comma-separated)")
+    parser.add_argument("--critical-load", help="stop the migration (resumable) when a global status variable "
+                                                "reaches a limit, e.g. Threads_running=100")
     parser.add_argument("--metadata-schema", help="schema for stream-osc's state (default stream_osc)")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
 
@@ -113,6 +120,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if migration.status not in ("done", "aborted"):
         doc["coordinator"] = _coordinator_line(store, migration.id)
         doc["connector_state"] = _connector_line(endpoints, migration, args.table)
+        doc["throttled"] = _throttle_line(endpoints, migration)
     if migration.stage in ("apply", "validate", "cutover"):
         names = TopicNames(migration.prefix, db, tbl)
         try:
@@ -126,6 +134,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         for key, value in doc.items():
             print(f"{key:>20}: {value}")
     return 0
+
+
+def _throttle_line(endpoints: Endpoints, migration: Migration) -> str:
+    """Why the workers hold back (--max-load), or "no"."""
+    try:
+        note = redis.Redis.from_url(endpoints.redis_url, socket_timeout=5).get(note_key(migration.id))
+    except redis.RedisError as exc:
+        return f"unknown (Redis: {type(exc).__name__})"
+    return f"yes: {note.decode()} (--max-load)" if note else "no"
 
 
 def _coordinator_line(store: StateStore, migration_id: int) -> str:

@@ -13,6 +13,7 @@ from migration.db import connect
 from migration.endpoints import Endpoints
 from migration.spec import MigrationSpec
 from migration.state import Migration, StateStore
+from monitor.throttle import NOTE_TTL_S, LoadThrottle, note_key, parse_thresholds
 
 
 class WorkStopped(Exception):
@@ -29,6 +30,13 @@ class RunContext:
     pair: TablePair
     stop: threading.Event = field(default_factory=threading.Event)
     _status_cache: tuple[float, str] = (0.0, "running")
+    throttle: LoadThrottle = field(init=False)
+    _shared_redis: redis.Redis | None = None
+    _throttle_noted: bool = False
+
+    def __post_init__(self) -> None:
+        self.throttle = LoadThrottle(parse_thresholds(self.spec.max_load, "--max-load"),
+                                     parse_thresholds(self.spec.critical_load, "--critical-load"))
 
     def db(self, autocommit: bool = True) -> pymysql.connections.Connection:
         """A new connection to the source server."""
@@ -36,6 +44,12 @@ class RunContext:
 
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url(self.endpoints.redis_url, socket_timeout=10, socket_connect_timeout=5)
+
+    def shared_redis(self) -> redis.Redis:
+        """One client for the small reads and writes of all threads (redis-py clients are thread-safe)."""
+        if self._shared_redis is None:
+            self._shared_redis = self.redis()
+        return self._shared_redis
 
     def store(self, conn: pymysql.connections.Connection) -> StateStore:
         return StateStore(conn, self.spec.metadata_schema)
@@ -48,13 +62,32 @@ class RunContext:
             self._status_cache = (time.monotonic(), status)
         return status
 
-    def wait_while_paused(self, conn: pymysql.connections.Connection) -> bool:
-        """Block while paused; False when the worker should stop instead."""
+    def _note_throttle(self, reason: str | None) -> None:
+        """Tell `status` why the workers hold back, or that they no longer do (best effort: display only)."""
+        if reason is None and not self._throttle_noted:
+            return
+        try:
+            if reason is None:
+                self.shared_redis().delete(note_key(self.migration.id))
+            else:
+                self.shared_redis().set(note_key(self.migration.id), reason, ex=NOTE_TTL_S)
+            self._throttle_noted = reason is not None
+        except redis.RedisError:
+            pass
+
+    def wait_while_paused_or_throttled(self, conn: pymysql.connections.Connection) -> bool:
+        """Block while paused or over --max-load; False when the worker should stop instead.
+
+        Raises CriticalLoad when a --critical-load threshold is reached.
+        """
         while not self.stop.is_set():
             status = self.status(conn)
-            if status == "running":
-                return True
-            if status != "paused":
+            if status not in ("running", "paused"):
                 return False
+            if status == "running":
+                reason = self.throttle.reason(conn)
+                self._note_throttle(reason)
+                if reason is None:
+                    return True
             self.stop.wait(0.5)
         return False

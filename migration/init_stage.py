@@ -17,7 +17,8 @@ from applier.chunks import key_ranges
 from applier.table import primary_key_of
 from connectors.config import connector_config
 from connectors.rest import ConnectClient, ConnectError
-from migration.checks import PreflightError, check_privileges, check_server, check_services, check_table
+from migration.checks import (PreflightError, check_load_thresholds, check_privileges, check_server, check_services,
+                              check_table)
 from migration.db import ServerInfo, qualified, query, quote_ident
 from migration.endpoints import Endpoints
 from migration.logs import log_event
@@ -37,6 +38,7 @@ def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
     check_server(info)
     pk = check_table(conn, spec)
     check_privileges(conn, spec)
+    check_load_thresholds(conn, spec)
     check_services(endpoints, info.flavor)
     return pk
 

@@ -27,6 +27,7 @@ from migration.state import Migration, StateStore
 from migration.transient import is_transient
 from migration.workers import WorkerGroup
 from monitor.progress import Progress, copy_fraction
+from monitor.throttle import note_key
 from streams.topics import TopicNames, delete_topics, group_lag
 
 log = logging.getLogger("stream_osc.runner")
@@ -62,6 +63,7 @@ class Runner:
         self.connect = ConnectClient(endpoints.connect_url)
         self.appliers: WorkerGroup | None = None
         self.last_health_check = 0.0
+        self.throttled = False
         self.connector_missing_since: float | None = None
         self.connector_restarts = 0
 
@@ -213,6 +215,7 @@ class Runner:
                 while group.alive():
                     group.wait(0.5)
                     self._show_copy(ctx)
+                    self._show_throttle(ctx)
                     self._check_health(ctx)
             finally:
                 group.stop()
@@ -225,6 +228,16 @@ class Runner:
         rows = sum(r[4] for r in chunks)
         self.progress.copy(copy_fraction(chunks, self.spec.chunk_size), rows, sum(r[5] for r in chunks),
                            len(chunks), force)
+
+    def _show_throttle(self, ctx: RunContext) -> None:
+        """Say when the workers start or stop holding back for --max-load."""
+        try:
+            note = ctx.shared_redis().get(note_key(ctx.migration.id))
+        except redis.RedisError:
+            return   # a display only: Redis failures are handled where the work needs Redis
+        if bool(note) != self.throttled:
+            self.progress.say(f"throttled: {note.decode()} (--max-load)" if note else "throttle released")
+            self.throttled = bool(note)
 
     def _start_appliers(self, ctx: RunContext) -> None:
         self.appliers = WorkerGroup(ctx, apply_worker, self.spec.apply_workers, "apply").start()
@@ -248,6 +261,7 @@ class Runner:
             if self.appliers is not None:
                 self.appliers.raise_if_failed()
             self._check_health(ctx)
+            self._show_throttle(ctx)
             lag = self._lag(ctx)
             applied = stats.read().get("events", 0)
             now = time.monotonic()

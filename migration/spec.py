@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from migration.endpoints import ConfigError
+from monitor.throttle import parse_thresholds
 
 IDENT = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 
@@ -30,6 +31,8 @@ class MigrationSpec:
     cutover_window_s: float = 3.0
     cutover_attempts: int = 10
     max_lag_events: int = 1_000      # cutover starts only below this consumer lag
+    max_load: str = ""               # e.g. "Threads_running=25": workers hold back at or above it
+    critical_load: str = ""          # e.g. "Threads_running=100": the migration stops at or above it
     metadata_schema: str = "stream_osc"
     dry_run: bool = False
 
@@ -61,6 +64,8 @@ class MigrationSpec:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1")
         if self.cutover_window_s <= 0:
             raise ConfigError("cutover window must be positive")
+        parse_thresholds(self.max_load, "--max-load")
+        parse_thresholds(self.critical_load, "--critical-load")
         return self
 
     @classmethod

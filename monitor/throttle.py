@@ -1,0 +1,94 @@
+"""Load-based throttling: workers hold back while the server's status counters are over --max-load,
+and the migration stops when they reach --critical-load (like gh-ost's flags of the same names)."""
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pymysql
+
+from migration.db import query
+from migration.endpoints import ConfigError
+
+THRESHOLD = re.compile(r"^([A-Za-z][A-Za-z0-9_]{0,63})=(\d+)$")
+READ_EVERY_S = 1.0
+NOTE_TTL_S = 5   # the Redis note `status` shows lives this long after the last throttled check
+
+
+def note_key(migration_id: int) -> str:
+    """Redis key holding why a migration's workers are held back, while they are."""
+    return f"stream-osc:{migration_id}:throttled"
+
+
+class CriticalLoad(Exception):
+    """A --critical-load threshold was reached: the migration stops (and can be resumed later)."""
+
+    user_facing = True
+
+
+def parse_thresholds(text: str, option: str) -> dict[str, int]:
+    """`Threads_running=25,Innodb_row_lock_current_waits=10` -> {name: limit}; ConfigError if malformed."""
+    thresholds: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        match = THRESHOLD.match(item)
+        if match is None:
+            raise ConfigError(f"{option}: {item!r} is not STATUS_VARIABLE=NUMBER (e.g. Threads_running=25)")
+        thresholds[match.group(1)] = int(match.group(2))
+    return thresholds
+
+
+def read_status(conn: pymysql.connections.Connection, names: list[str]) -> dict[str, int]:
+    """The server's global status values of `names` (lower-cased keys; non-numeric values are skipped)."""
+    marks = ", ".join(["%s"] * len(names))
+    values = {}
+    for name, value in query(conn, f"SHOW GLOBAL STATUS WHERE Variable_name IN ({marks})", names):
+        try:
+            values[name.lower()] = int(value)
+        except (TypeError, ValueError):
+            continue
+    return values
+
+
+def unknown_variables(conn: pymysql.connections.Connection, thresholds: dict[str, int]) -> list[str]:
+    """The threshold names the server has no numeric global status variable for."""
+    found = read_status(conn, list(thresholds)) if thresholds else {}
+    return [name for name in thresholds if name.lower() not in found]
+
+
+def over(values: dict[str, int], thresholds: dict[str, int]) -> str | None:
+    """`Threads_running=31 >= 25` for the first threshold reached, else None."""
+    for name, limit in thresholds.items():
+        value = values.get(name.lower())
+        if value is not None and value >= limit:
+            return f"{name}={value} >= {limit}"
+    return None
+
+
+class LoadThrottle:
+    """Shared by the workers of one process; reads the counters at most once a second."""
+
+    def __init__(self, max_load: dict[str, int], critical_load: dict[str, int]) -> None:
+        self.max_load, self.critical_load = max_load, critical_load
+        self.names = sorted({*max_load, *critical_load})
+        self._lock = threading.Lock()
+        self._read_at = 0.0
+        self._reason: str | None = None
+
+    def reason(self, conn: pymysql.connections.Connection) -> str | None:
+        """Why work must hold back now (None: go ahead); raises CriticalLoad at a critical threshold."""
+        if not self.names:
+            return None
+        with self._lock:
+            if time.monotonic() - self._read_at >= READ_EVERY_S:
+                values = read_status(conn, self.names)
+                self._read_at = time.monotonic()
+                critical = over(values, self.critical_load)
+                if critical is not None:
+                    raise CriticalLoad(f"critical load reached ({critical}, --critical-load): the migration "
+                                       "stopped; the original table is untouched. Continue later with "
+                                       "`stream-osc resume`")
+                self._reason = over(values, self.max_load)
+            return self._reason
