@@ -56,8 +56,8 @@ class OffsetCommitter:
 
     A commit refused mid-rebalance leaves the committed offset behind the consumer's position; on a
     quiet table no later batch would move it, and the group's lag would never reach zero. The owed
-    commit is retried whenever the applier finds no new message (re-applying is harmless either way:
-    a partition that moved is re-read by its new owner from the committed offset).
+    commit is retried before the applier's next step (re-applying is harmless either way: a
+    partition that moved is re-read by its new owner from the committed offset).
     """
 
     def __init__(self, consumer: Consumer, worker_no: int) -> None:
@@ -68,7 +68,7 @@ class OffsetCommitter:
     def after_batch(self) -> None:
         self.owed = not self._commit()
 
-    def when_idle(self) -> None:
+    def retry_owed(self) -> None:
         if self.owed:
             self.owed = not self._commit()
 
@@ -79,7 +79,7 @@ class OffsetCommitter:
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError._NO_OFFSET:   # nothing consumed since the last commit
                 return True
-            log_event(log, "offset commit refused; retrying when idle", logging.WARNING, worker=self.worker_no,
+            log_event(log, "offset commit refused; retried before the next batch", logging.WARNING, worker=self.worker_no,
                       reason=str(exc))
             return False
 
@@ -95,11 +95,11 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
     pk = ctx.migration.pk_column
     try:
         while not ctx.stop.is_set():
+            committer.retry_owed()   # before a pause can hold this applier: a refused commit must not wait
             if not ctx.wait_while_paused_or_throttled(conn):
                 return
             messages = consumer.consume(num_messages=ctx.spec.apply_batch_size, timeout=APPLY_WAIT_S)
             if not messages:
-                committer.when_idle()
                 continue
             started = time.monotonic()
             keys: set[int] = set()

@@ -119,6 +119,76 @@ class Cutover:
                   read_ms=round((read_at - started) * 1000, 1), recopy_ms=round((time.monotonic() - read_at) * 1000, 1))
         return positions, len(keys)
 
+    def _catch_up(self, lock_conn: pymysql.connections.Connection, reader: FenceReader,
+                  consumer) -> dict[int, int]:
+        """Drain without the lock, so that only the last moment's changes remain for the window.
+
+        Each pass drains what arrived during the one before, until few keys are left. A pass is short
+        enough when it re-copied few keys and took little time (the changes made during a pass are
+        what the next one, or the locked drain, has to handle). A pass that did not shrink the work
+        much shows the fence's round trip is the floor: stop there. Returns the positions reached.
+        """
+        start = committed_offsets(consumer, self.names.changes, self.partitions)
+        previous_keys: int | None = None
+        for _ in range(PRE_DRAIN_PASSES):
+            pass_started = time.monotonic()
+            try:
+                start, keys = self._drain(lock_conn, reader, start, f"pre-{uuid.uuid4().hex[:12]}",
+                                          PRE_DRAIN_TIMEOUT_S, True)
+            except FenceTimeout as exc:
+                raise CutoverAborted(f"change capture is behind: {exc}") from None
+            if keys <= PRE_DRAIN_ENOUGH_KEYS and time.monotonic() - pass_started <= PRE_DRAIN_ENOUGH_S:
+                break
+            if previous_keys is not None and keys > previous_keys * PRE_DRAIN_MIN_SHRINK:
+                break
+            previous_keys = keys
+        return start
+
+    def _lock(self, lock_conn: pymysql.connections.Connection, tables: list[str], window_s: float) -> None:
+        """LOCK TABLES … WRITE, waiting at most the window for the metadata locks."""
+        query(lock_conn, "SET SESSION lock_wait_timeout = %s", (max(1, int(window_s)),))
+        try:
+            query(lock_conn, "LOCK TABLES " + ", ".join(f"{t} WRITE" for t in tables))
+        except pymysql.err.OperationalError as exc:
+            raise CutoverAborted(f"could not lock {self.ctx.spec.qualified_name} within {window_s:.1f} s: "
+                                 f"{exc.args[1]}") from None
+
+    def consistent_snapshots(self, window_s: float, sessions: list[pymysql.connections.Connection]) -> float:
+        """Open a consistent snapshot in each session at a moment the new table equals the source.
+
+        The proof is the cutover's (lock, fence, drain in the lock session), without the rename: the
+        snapshots are taken while writes wait, then the lock is released. Returns the milliseconds
+        writes were blocked; raises CutoverAborted when the lock or the drain does not fit the window.
+        The applier group must be stopped (its committed offsets are the start).
+        """
+        spec, ctx = self.ctx.spec, self.ctx
+        consumer = fence_consumer(ctx.endpoints.kafka_bootstrap, ctx.migration.group_id)
+        reader = FenceReader(consumer, self.names.changes, self.partitions)
+        lock_conn = ctx.db()
+        try:
+            for session in sessions:
+                query(session, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            start = self._catch_up(lock_conn, reader, consumer)
+            self._lock(lock_conn, [qualified(spec.database, spec.table), qualified(spec.database, spec.new_table),
+                                   self.fence_table], window_s)
+            locked_at = time.monotonic()
+            try:
+                _, drained = self._drain(lock_conn, reader, start, f"snap-{uuid.uuid4().hex[:12]}",
+                                         max(locked_at + window_s - time.monotonic(), 0.01), False)
+                for session in sessions:
+                    query(session, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            except FenceTimeout as exc:
+                raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
+            finally:
+                query(lock_conn, "UNLOCK TABLES")
+            blocked = (time.monotonic() - locked_at) * 1000
+            log_event(log, "consistent snapshots taken", sessions=len(sessions), blocked_ms=round(blocked, 1),
+                      drained_keys=drained)
+            return blocked
+        finally:
+            consumer.close()
+            lock_conn.close()
+
     def attempt(self, window_s: float) -> CutoverResult:
         """One bounded attempt; the applier group must be stopped (its committed offsets are the start)."""
         spec, ctx = self.ctx.spec, self.ctx
@@ -137,31 +207,8 @@ class Cutover:
                       (SENTRY_COMMENT,))
                 tables.append(qualified(db, spec.old_table))
                 renamer = _Renamer(ctx, timeout_s=max(2, int(window_s) + 2))
-            # Catch up without the lock, so that only the last moment's changes remain for the window:
-            # each pass drains what arrived during the one before, until few keys are left.
-            # A pass is short enough when it re-copied few keys and took little time (the changes made
-            # during a pass are what the next one, or the locked drain, has to handle).
-            # A pass that did not shrink the work much shows the fence's round trip is the floor: stop there.
-            start = committed_offsets(consumer, self.names.changes, self.partitions)
-            previous_keys: int | None = None
-            for _ in range(PRE_DRAIN_PASSES):
-                pass_started = time.monotonic()
-                try:
-                    start, keys = self._drain(lock_conn, reader, start, f"pre-{uuid.uuid4().hex[:12]}",
-                                              PRE_DRAIN_TIMEOUT_S, True)
-                except FenceTimeout as exc:
-                    raise CutoverAborted(f"change capture is behind: {exc}") from None
-                if keys <= PRE_DRAIN_ENOUGH_KEYS and time.monotonic() - pass_started <= PRE_DRAIN_ENOUGH_S:
-                    break
-                if previous_keys is not None and keys > previous_keys * PRE_DRAIN_MIN_SHRINK:
-                    break
-                previous_keys = keys
-
-            query(lock_conn, "SET SESSION lock_wait_timeout = %s", (max(1, int(window_s)),))
-            try:
-                query(lock_conn, "LOCK TABLES " + ", ".join(f"{t} WRITE" for t in tables))
-            except pymysql.err.OperationalError as exc:
-                raise CutoverAborted(f"could not lock {spec.qualified_name} within {window_s:.1f} s: {exc.args[1]}")
+            start = self._catch_up(lock_conn, reader, consumer)
+            self._lock(lock_conn, tables, window_s)
             locked_at = time.monotonic()
             locked_wall = time.time()
             deadline = locked_at + window_s

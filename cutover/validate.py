@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import queue
 from concurrent.futures import ThreadPoolExecutor
 
 import pymysql
@@ -74,17 +75,26 @@ def still_different(conn: pymysql.connections.Connection, pair: TablePair, keys:
     return {k for k in keys if source.get(k) != target.get(k)}
 
 
-def validate_range(ctx: RunContext, lo: int, hi: int) -> int:
+def validate_range(ctx: RunContext, lo: int, hi: int, snapshots: queue.Queue | None = None) -> int:
     """Check one range; re-copy differing rows and re-check them until they match. Returns rows repaired.
 
-    Under live traffic new differences keep appearing (the appliers and the cutover drain handle
-    those); what must not happen is a row that still differs right after being re-copied.
+    With `snapshots` (sessions holding one consistent snapshot in which the new table equals the
+    source), the range is compared in a snapshot, so a difference is a real one. Without, it is
+    compared live: under traffic new differences keep appearing (the appliers and the cutover drain
+    handle those), and what must not happen is a row that still differs right after being re-copied.
     """
     conn = ctx.db()
     try:
         if not ctx.wait_while_paused_or_throttled(conn):
             raise WorkStopped(f"validation of {ctx.spec.qualified_name} stopped")
-        diff = differing_keys(conn, ctx.pair, lo, hi)
+        if snapshots is None:
+            diff = differing_keys(conn, ctx.pair, lo, hi)
+        else:
+            session = snapshots.get()
+            try:
+                diff = differing_keys(session, ctx.pair, lo, hi)
+            finally:
+                snapshots.put(session)
         repaired = len(diff)
         for _ in range(ROUNDS):
             if not diff:
@@ -116,14 +126,20 @@ def validation_ranges(conn: pymysql.connections.Connection, ctx: RunContext) -> 
     return ranges
 
 
-def validate(ctx: RunContext) -> int:
-    """Validate every range in parallel; returns rows repaired (0 means the copy was already exact)."""
+def validate(ctx: RunContext, snapshots: list[pymysql.connections.Connection] | None = None) -> int:
+    """Validate every range in parallel (in the given snapshot sessions, if any); returns rows repaired."""
     conn = ctx.db()
     try:
         ranges = validation_ranges(conn, ctx)
     finally:
         conn.close()
-    with ThreadPoolExecutor(max_workers=ctx.spec.copy_workers) as pool:
-        repaired = sum(pool.map(lambda r: validate_range(ctx, *r), ranges))
-    log_event(log, "validation done", ranges=len(ranges), repaired=repaired)
+    sessions: queue.Queue | None = None
+    if snapshots:
+        sessions = queue.Queue()
+        for session in snapshots:
+            sessions.put(session)
+    workers = len(snapshots) if snapshots else ctx.spec.copy_workers
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        repaired = sum(pool.map(lambda r: validate_range(ctx, *r, sessions), ranges))
+    log_event(log, "validation done", ranges=len(ranges), repaired=repaired, in_snapshot=bool(snapshots))
     return repaired

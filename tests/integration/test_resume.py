@@ -25,7 +25,7 @@ DB = "resume"
 ROWS = 60_000
 ALTER = "MODIFY k BIGINT NOT NULL DEFAULT 0, ADD COLUMN flag TINYINT NOT NULL DEFAULT 1"
 OPTIONS = ["--copy-workers", "2", "--chunk-size", "5000", "--batch-size", "500", "--partitions", "4",
-           "--max-lag", "0", "--cutover-window", "2"]
+           "--max-lag", "0", "--cutover-window", "2", "--apply-workers", "1"]
 
 
 def rows_copied(conn, migration_id: int) -> tuple[int, int, int]:

@@ -1,4 +1,4 @@
-"""An applier's refused offset commit is owed and retried when idle (pure logic, fake consumer)."""
+"""An applier's refused offset commit is owed and retried before the next step (pure logic, fake consumer)."""
 from __future__ import annotations
 
 from confluent_kafka import KafkaError, KafkaException
@@ -20,24 +20,24 @@ class ScriptedConsumer:
             raise KafkaException(KafkaError(self.failures.pop(0)))
 
 
-def test_a_commit_refused_mid_rebalance_is_retried_when_idle():
+def test_a_commit_refused_mid_rebalance_is_retried_retry_owed():
     consumer = ScriptedConsumer(KafkaError.REBALANCE_IN_PROGRESS)
     committer = OffsetCommitter(consumer, 0)
     committer.after_batch()
     assert committer.owed
-    committer.when_idle()
+    committer.retry_owed()
     assert not committer.owed and consumer.commits == 2
-    committer.when_idle()
-    assert consumer.commits == 2, "nothing is owed, so an idle poll commits nothing"
+    committer.retry_owed()
+    assert consumer.commits == 2, "nothing is owed, so a retry commits nothing"
 
 
 def test_a_commit_refused_twice_stays_owed():
     consumer = ScriptedConsumer(KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION)
     committer = OffsetCommitter(consumer, 0)
     committer.after_batch()
-    committer.when_idle()
+    committer.retry_owed()
     assert committer.owed
-    committer.when_idle()
+    committer.retry_owed()
     assert not committer.owed and consumer.commits == 3
 
 
