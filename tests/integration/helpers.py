@@ -104,3 +104,24 @@ def fresh_table(conn, db: str, table: str, rows: int, seed: int) -> None:
     cli("abort", "--table", f"{db}.{table}")
     query(conn, f"DROP TABLE IF EXISTS `{db}`.`_{table}_old`")
     create_sample_table(conn, db, table, rows=rows, seed=seed)
+
+
+def hold_apply_open(conn, blocker, db: str, table: str, migration_id: int) -> None:
+    """Make apply unable to finish: an applier re-copying id 5 waits on `blocker`'s row lock in the new table.
+
+    Returns once the migration is in stage apply with that applier waiting; `blocker` ROLLBACK releases it.
+    """
+    wait_for(lambda: [tuple(r) for r in query(conn, "SELECT done FROM stream_osc.chunks WHERE migration_id=%s "
+                                                    "AND chunk_no=0", (migration_id,))] == [(1,)],
+             60, "the first chunk copied")
+    query(blocker, "BEGIN")
+    query(blocker, f"SELECT * FROM {db}._{table}_new WHERE id = 5 FOR UPDATE")
+    query(conn, f"UPDATE {db}.{table} SET c = 'changed during the copy' WHERE id = 5")
+    wait_for(lambda: migration_row(conn, db, table).stage == "apply" and applier_waits_on_lock(conn), 90,
+             "an applier waiting on the row lock")
+
+
+def applier_waits_on_lock(conn) -> bool:
+    """True while some transaction waits for a row lock (here: an applier behind a test's lock)."""
+    return bool(query(conn, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state='LOCK WAIT'")[0][0])
+

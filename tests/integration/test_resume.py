@@ -16,8 +16,8 @@ from cutover.compare import compare_tables
 from migration.db import query, scalar
 from migration.state import Migration, StateStore
 from streams.topics import TopicNames, delete_topics
-from tests.integration.helpers import (cli, db_conn, fresh_table, latest_migration_id, leftovers, migration_row,
-                                       new_migration_row, start_cli, table_is_original, wait_for)
+from tests.integration.helpers import (cli, db_conn, fresh_table, hold_apply_open, latest_migration_id, leftovers,
+                                       migration_row, new_migration_row, start_cli, table_is_original, wait_for)
 
 pytestmark = pytest.mark.integration
 
@@ -37,10 +37,6 @@ def rows_copied(conn, migration_id: int) -> tuple[int, int, int]:
 def rows_written(conn) -> int:
     """The server's own count of row writes into tables (Handler_write; temporary tables count apart)."""
     return int(query(conn, "SHOW GLOBAL STATUS LIKE 'Handler_write'")[0][1])
-
-
-def applier_waits_on_lock(conn) -> bool:
-    return bool(scalar(conn, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state='LOCK WAIT'"))
 
 
 def cutover_waits_on_metadata_lock(conn, db: str, table: str) -> bool:
@@ -75,14 +71,7 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
         elif stage == "copy":
             wait_for(lambda: 0 < rows_copied(conn, migration.id)[0] < ROWS // 2, 60, "a partly done copy")
         elif stage in ("apply", "validate"):
-            # An applier re-copying id 5 waits on our row lock in the new table, so apply cannot finish.
-            wait_for(lambda: scalar(conn, "SELECT done FROM stream_osc.chunks WHERE migration_id=%s AND chunk_no=0",
-                                    (migration.id,)) == 1, 60, "the first chunk copied")
-            query(blocker, "BEGIN")
-            query(blocker, f"SELECT * FROM {DB}._{table}_new WHERE id = 5 FOR UPDATE")
-            query(conn, f"UPDATE {DB}.{table} SET c = 'changed during the copy' WHERE id = 5")
-            wait_for(lambda: migration_row(conn, DB, table).stage == "apply" and applier_waits_on_lock(conn), 90,
-                     "an applier waiting on the row lock")
+            hold_apply_open(conn, blocker, DB, table, migration.id)
             if stage == "validate":
                 assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
                 query(blocker, "ROLLBACK")

@@ -8,17 +8,13 @@ import pytest
 from cutover.compare import compare_tables
 from migration.db import query, scalar
 from migration.state import StateStore
-from tests.integration.helpers import (cli, db_conn, fresh_table, latest_migration_id, migration_row,
-                                       new_migration_row, start_cli, wait_for)
+from tests.integration.helpers import (cli, db_conn, fresh_table, hold_apply_open, latest_migration_id,
+                                       migration_row, new_migration_row, start_cli, wait_for)
 
 pytestmark = pytest.mark.integration
 
 DB = "validate"
 ALTER = "MODIFY k BIGINT NOT NULL DEFAULT 0"
-
-
-def applier_waits_on_lock(conn) -> bool:
-    return bool(scalar(conn, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state='LOCK WAIT'"))
 
 
 def test_a_wrong_row_in_the_new_table_is_found_and_repaired(endpoints, cli_log):
@@ -32,15 +28,9 @@ def test_a_wrong_row_in_the_new_table_is_found_and_repaired(endpoints, cli_log):
                      "--max-lag", "0", "--apply-workers", "1", log=cli_log)
     try:
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
-        # Hold apply open (an applier waits on our row lock), pause, and damage a row of the new table
-        # behind the tool's back: only validation can notice it.
-        wait_for(lambda: scalar(conn, "SELECT done FROM stream_osc.chunks WHERE migration_id=%s AND chunk_no=0",
-                                (migration.id,)) == 1, 60, "the first chunk copied")
-        query(blocker, "BEGIN")
-        query(blocker, f"SELECT * FROM {DB}._{table}_new WHERE id = 5 FOR UPDATE")
-        query(conn, f"UPDATE {DB}.{table} SET c = 'changed during the copy' WHERE id = 5")
-        wait_for(lambda: migration_row(conn, DB, table).stage == "apply" and applier_waits_on_lock(conn), 90,
-                 "an applier waiting on the row lock")
+        # Hold apply open, pause, and damage a row of the new table behind the tool's back:
+        # only validation can notice it.
+        hold_apply_open(conn, blocker, DB, table, migration.id)
         assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
         query(conn, f"UPDATE {DB}._{table}_new SET c = 'damaged' WHERE id = 7")
         query(blocker, "ROLLBACK")
