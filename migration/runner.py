@@ -24,7 +24,7 @@ from migration.lease import CoordinatorLease, live_coordinator, owner_name
 from migration.logs import log_event
 from migration.spec import MigrationSpec, with_overrides
 from migration.state import Migration, StateStore
-from migration.transient import is_transient
+from migration.transient import MAX_TRANSIENT_FAILURES, retrying_transient
 from migration.workers import WorkerGroup
 from monitor.progress import Progress, copy_fraction
 from monitor.throttle import note_key
@@ -37,7 +37,6 @@ MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coo
 CONNECTOR_RESTART_WAIT_S = 10.0    # how long a restart may take to show (the task leaving FAILED)
 CONNECTOR_SETTLE_S = 5.0           # and how long it must then keep running to count as recovered
 CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Connect before the run stops
-MAX_TRANSIENT_FAILURES = 8   # with backoff 2, 4, 8, 16, then 30 s: about 2.5 minutes of outage
 
 
 class MigrationStopped(Exception):
@@ -112,22 +111,12 @@ class Runner:
     def _run_stages_retrying(self, migration_id: int) -> int:
         """Run the stages; after a passing failure (a service restarting, a cut connection) wait and resume
         from the durable state, a bounded number of times."""
-        failures = 0
-        while True:
-            try:
-                if failures:
-                    self._reconnect()
-                return self._run_stages(self.store.get(migration_id))
-            except Exception as exc:  # noqa: BLE001 - sorted by is_transient
-                if not is_transient(exc) or failures >= MAX_TRANSIENT_FAILURES:
-                    raise
-                failures += 1
-                delay = min(2 ** failures, 30)
-                self.progress.say(f"transient failure ({type(exc).__name__}: {exc}); resuming from the durable "
-                                  f"state in {delay} s ({failures}/{MAX_TRANSIENT_FAILURES})")
-                log_event(log, "transient failure", logging.WARNING, migration=migration_id, error=str(exc),
-                          retry_in_s=delay)
-                time.sleep(delay)
+        def report(exc: Exception, attempt: int, delay: float) -> None:
+            self.progress.say(f"transient failure ({type(exc).__name__}: {exc}); resuming from the durable "
+                              f"state in {delay:.0f} s ({attempt}/{MAX_TRANSIENT_FAILURES})")
+            log_event(log, "transient failure", logging.WARNING, migration=migration_id, error=str(exc),
+                      retry_in_s=delay)
+        return retrying_transient(lambda: self._run_stages(self.store.get(migration_id)), self._reconnect, report)
 
     def _reconnect(self) -> None:
         """A fresh database session for the coordinator (the old one may have been cut)."""

@@ -1,6 +1,10 @@
 """Which failures are passing (a service restarting, a connection cut) and worth resuming from durable state."""
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 import pymysql
 import redis
 from confluent_kafka import KafkaException
@@ -8,6 +12,9 @@ from confluent_kafka import KafkaException
 from connectors.rest import ConnectUnreachable
 from migration.db import DatabaseUnreachable
 from streams.topics import KafkaUnreachable
+
+T = TypeVar("T")
+MAX_TRANSIENT_FAILURES = 8   # with backoff 2, 4, 8, 16, then 30 s: about 2.5 minutes of outage
 
 # can't connect, server gone away, lost connection, connection killed, server shutdown, lock wait, deadlock
 MYSQL_TRANSIENT_CODES = {2003, 2006, 2013, 1927, 1053, 1205, 1213}
@@ -19,3 +26,22 @@ def is_transient(exc: BaseException) -> bool:
                         ConnectUnreachable, DatabaseUnreachable, KafkaUnreachable, pymysql.err.InterfaceError)):
         return True
     return isinstance(exc, pymysql.err.OperationalError) and bool(exc.args) and exc.args[0] in MYSQL_TRANSIENT_CODES
+
+
+def retrying_transient(action: Callable[[], T], before_retry: Callable[[], None],
+                       on_failure: Callable[[Exception, int, float], None]) -> T:
+    """Run `action`; after a passing failure call `on_failure(exc, attempt, delay)`, wait with backoff,
+    `before_retry()` (e.g. reconnect) and run it again, at most MAX_TRANSIENT_FAILURES times."""
+    failures = 0
+    while True:
+        try:
+            if failures:
+                before_retry()
+            return action()
+        except Exception as exc:  # noqa: BLE001 - sorted by is_transient
+            if not is_transient(exc) or failures >= MAX_TRANSIENT_FAILURES:
+                raise
+            failures += 1
+            delay = min(2 ** failures, 30)
+            on_failure(exc, failures, delay)
+            time.sleep(delay)

@@ -22,9 +22,8 @@ from migration.db import connect
 from migration.endpoints import Endpoints
 from migration.logs import log_event
 from migration.spec import MigrationSpec
-from migration.runner import MAX_TRANSIENT_FAILURES
 from migration.state import Migration, StateStore
-from migration.transient import is_transient
+from migration.transient import retrying_transient
 from migration.workers import WorkerGroup
 from monitor.progress import Progress
 
@@ -66,21 +65,17 @@ class JoinedWorker:
 
     def run(self) -> int:
         """Work until the migration is finished; 0 then. Passing failures are waited out, then work resumes."""
-        failures = 0
-        while True:
-            try:
-                if failures:
-                    self.conn = connect(self.endpoints.mysql)
-                    self.store = StateStore(self.conn, self.store.schema)
-                if self._step():
-                    return 0
-                failures = 0
-            except Exception as exc:  # noqa: BLE001 - sorted by is_transient
-                if not is_transient(exc) or failures >= MAX_TRANSIENT_FAILURES:
-                    raise
-                failures += 1
-                log_event(log, "transient failure; resuming", logging.WARNING, error=str(exc), attempt=failures)
-                time.sleep(min(2 ** failures, 30))
+        def report(exc: Exception, attempt: int, delay: float) -> None:
+            log_event(log, "transient failure; resuming", logging.WARNING, error=str(exc), attempt=attempt,
+                      retry_in_s=delay)
+        while not retrying_transient(self._step, self._reconnect, report):
+            pass
+        return 0
+
+    def _reconnect(self) -> None:
+        """A fresh database session (the old one may have been cut)."""
+        self.conn = connect(self.endpoints.mysql)
+        self.store = StateStore(self.conn, self.store.schema)
 
     def _step(self) -> bool:
         """Run the workers the current stage needs until it changes; True once the migration is finished."""
