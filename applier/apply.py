@@ -79,8 +79,8 @@ class OffsetCommitter:
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError._NO_OFFSET:   # nothing consumed since the last commit
                 return True
-            log_event(log, "offset commit refused; retried before the next batch", logging.WARNING, worker=self.worker_no,
-                      reason=str(exc))
+            log_event(log, "offset commit refused; retried before the next batch", logging.WARNING,
+                      worker=self.worker_no, reason=str(exc))
             return False
 
 

@@ -13,7 +13,7 @@ from migration.db import ServerInfo, query, scalar
 from migration.endpoints import Endpoints, redis_where
 from migration.logs import log_event
 from migration.spec import MigrationSpec
-from monitor.throttle import over, parse_thresholds, read_status, unknown_variables
+from monitor.throttle import over, read_status
 from streams.topics import check_reachable
 
 log = logging.getLogger("stream_osc.checks")
@@ -89,14 +89,19 @@ def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> st
 
 
 def check_load_thresholds(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:
-    """Every variable named in --max-load / --critical-load is a numeric global status variable here."""
-    for option, text in (("--max-load", spec.max_load), ("--critical-load", spec.critical_load)):
-        unknown = unknown_variables(conn, parse_thresholds(text, option))
+    """Every variable named in --max-load / --critical-load is a numeric global status variable here,
+    and no critical limit is reached already."""
+    max_load, critical_load = spec.load_limits()
+    names = sorted({*max_load, *critical_load})
+    if not names:
+        return
+    values = read_status(conn, names)
+    for option, limits in (("--max-load", max_load), ("--critical-load", critical_load)):
+        unknown = [name for name in limits if name.lower() not in values]
         if unknown:
             raise PreflightError(f"{option}: the server has no numeric global status variable "
                                  f"{', '.join(unknown)} (see SHOW GLOBAL STATUS)")
-    critical = parse_thresholds(spec.critical_load, "--critical-load")
-    reached = over(read_status(conn, sorted(critical)), critical) if critical else None
+    reached = over(values, critical_load)
     if reached is not None:
         raise PreflightError(f"--critical-load is already reached ({reached}): not starting")
 

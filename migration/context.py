@@ -13,7 +13,7 @@ from migration.db import connect
 from migration.endpoints import Endpoints
 from migration.spec import MigrationSpec
 from migration.state import Migration, StateStore
-from monitor.throttle import NOTE_TTL_S, LoadThrottle, note_key, parse_thresholds
+from monitor.throttle import NOTE_TTL_S, LoadThrottle, note_key
 
 
 class WorkStopped(Exception):
@@ -35,8 +35,7 @@ class RunContext:
     _throttle_noted: bool = False
 
     def __post_init__(self) -> None:
-        self.throttle = LoadThrottle(parse_thresholds(self.spec.max_load, "--max-load"),
-                                     parse_thresholds(self.spec.critical_load, "--critical-load"))
+        self.throttle = LoadThrottle(*self.spec.load_limits())
 
     def db(self, autocommit: bool = True) -> pymysql.connections.Connection:
         """A new connection to the source server."""

@@ -282,20 +282,19 @@ class Runner:
         """
         self._wait_for_lag(ctx, self.spec.max_lag_events)
         self._stop_appliers()
-        sessions = [ctx.db() for _ in range(self.spec.copy_workers)]
+        sessions: list[pymysql.connections.Connection] | None = [ctx.db() for _ in range(self.spec.copy_workers)]
         try:
             blocked = Cutover(ctx, self.info.is_mariadb).consistent_snapshots(self.spec.cutover_window_s, sessions)
+            self.progress.say(f"validate: consistent snapshot taken; writes waited {blocked:.0f} ms")
         except BaseException as exc:
             for session in sessions:
                 session.close()
             if not isinstance(exc, CutoverAborted):
-                raise
+                raise   # the run stops or is retried: no applier to start here
             log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc))
             self.progress.say(f"validate: no consistent snapshot within the window ({exc})")
-            return None
-        finally:
-            self._start_appliers(ctx)
-        self.progress.say(f"validate: consistent snapshot taken; writes waited {blocked:.0f} ms")
+            sessions = None
+        self._start_appliers(ctx)
         return sessions
 
     def _cutover(self, ctx: RunContext) -> None:

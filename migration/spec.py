@@ -64,9 +64,13 @@ class MigrationSpec:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1")
         if self.cutover_window_s <= 0:
             raise ConfigError("cutover window must be positive")
-        parse_thresholds(self.max_load, "--max-load")
-        parse_thresholds(self.critical_load, "--critical-load")
+        self.load_limits()
         return self
+
+    def load_limits(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(--max-load, --critical-load) as {status variable: limit}; ConfigError if malformed."""
+        return (parse_thresholds(self.max_load, "--max-load"),
+                parse_thresholds(self.critical_load, "--critical-load"))
 
     @classmethod
     def from_table_arg(cls, table_arg: str, alter: str, **options: Any) -> "MigrationSpec":

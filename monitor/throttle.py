@@ -52,12 +52,6 @@ def read_status(conn: pymysql.connections.Connection, names: list[str]) -> dict[
     return values
 
 
-def unknown_variables(conn: pymysql.connections.Connection, thresholds: dict[str, int]) -> list[str]:
-    """The threshold names the server has no numeric global status variable for."""
-    found = read_status(conn, list(thresholds)) if thresholds else {}
-    return [name for name in thresholds if name.lower() not in found]
-
-
 def over(values: dict[str, int], thresholds: dict[str, int]) -> str | None:
     """`Threads_running=31 >= 25` for the first threshold reached, else None."""
     for name, limit in thresholds.items():
