@@ -12,7 +12,7 @@ from applier.chunks import ChunkQueue
 from applier.copy import DuplicateKeyInSource, copy_worker
 from applier.table import load_pair
 from connectors.health import binlog_gone, describe_failure
-from connectors.rest import ConnectClient, ConnectError, ConnectorState
+from connectors.rest import ConnectClient, ConnectorState
 from cutover.swap import SENTRY_COMMENT, Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError

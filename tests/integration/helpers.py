@@ -1,6 +1,7 @@
 """Helpers for integration tests: connections, leftovers, waiting on conditions."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -124,4 +125,17 @@ def hold_apply_open(conn, blocker, db: str, table: str, migration_id: int) -> No
 def applier_waits_on_lock(conn) -> bool:
     """True while some transaction waits for a row lock (here: an applier behind a test's lock)."""
     return bool(query(conn, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state='LOCK WAIT'")[0][0])
+
+
+def chunk_progress(conn, migration_id: int) -> tuple[int, int, int]:
+    """(rows copied, chunks done, chunks) from the durable chunk table."""
+    return tuple(int(v) for v in query(conn, "SELECT COALESCE(SUM(rows_copied),0), COALESCE(SUM(done),0), COUNT(*) "
+                                             "FROM stream_osc.chunks WHERE migration_id=%s", (migration_id,))[0])
+
+
+def status_doc(db: str, table: str) -> dict:
+    """`stream-osc status --json` of db.table, parsed."""
+    result = cli("status", "--table", f"{db}.{table}", "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -16,8 +18,9 @@ from cutover.compare import compare_tables
 from migration.db import query, scalar
 from migration.state import Migration, StateStore
 from streams.topics import TopicNames, delete_topics
-from tests.integration.helpers import (cli, db_conn, fresh_table, hold_apply_open, latest_migration_id, leftovers,
-                                       migration_row, new_migration_row, start_cli, table_is_original, wait_for)
+from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_table, hold_apply_open,
+                                       latest_migration_id, leftovers, migration_row, new_migration_row, start_cli,
+                                       status_doc, table_is_original, wait_for)
 
 pytestmark = pytest.mark.integration
 
@@ -26,12 +29,6 @@ ROWS = 60_000
 ALTER = "MODIFY k BIGINT NOT NULL DEFAULT 0, ADD COLUMN flag TINYINT NOT NULL DEFAULT 1"
 OPTIONS = ["--copy-workers", "2", "--chunk-size", "5000", "--batch-size", "500", "--partitions", "4",
            "--max-lag", "0", "--cutover-window", "2", "--apply-workers", "1"]
-
-
-def rows_copied(conn, migration_id: int) -> tuple[int, int, int]:
-    """(rows copied, chunks done, chunks) from the durable chunk table."""
-    return tuple(int(v) for v in query(conn, "SELECT COALESCE(SUM(rows_copied),0), COALESCE(SUM(done),0), COUNT(*) "
-                                             "FROM stream_osc.chunks WHERE migration_id=%s", (migration_id,))[0])
 
 
 def rows_written(conn) -> int:
@@ -69,7 +66,7 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
             wait_for(lambda: scalar(conn, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE "
                                           "'INSERT%%stream_osc%%chunks%%'"), 60, "init waiting to write the plan")
         elif stage == "copy":
-            wait_for(lambda: 0 < rows_copied(conn, migration.id)[0] < ROWS // 2, 60, "a partly done copy")
+            wait_for(lambda: 0 < chunk_progress(conn, migration.id)[0] < ROWS // 2, 60, "a partly done copy")
         elif stage in ("apply", "validate"):
             hold_apply_open(conn, blocker, DB, table, migration.id)
             if stage == "validate":
@@ -92,7 +89,7 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
         blocker.close()
 
     assert table_is_original(conn, DB, table), "the original table was left renamed or altered"
-    copied_before = rows_copied(conn, migration.id)[0] if stage != "init" else 0
+    copied_before = chunk_progress(conn, migration.id)[0] if stage != "init" else 0
     written_before = rows_written(conn)
 
     result = cli("resume", "--table", f"{DB}.{table}")
@@ -105,7 +102,7 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
     comparison = compare_tables(conn, DB, f"_{table}_old", table, "id")
     assert comparison.compared == ROWS and comparison.equal
     # Every row was copied exactly once, and the resumed run wrote only what was left to copy.
-    copied, done, chunks = rows_copied(conn, final.id)
+    copied, done, chunks = chunk_progress(conn, final.id)
     assert (copied, done) == (ROWS, chunks)
     slack = 1_000   # fence, sentry, metadata and re-copied rows
     assert rows_written(conn) - written_before <= (ROWS - copied_before) + slack
@@ -134,18 +131,17 @@ def test_pause_stops_every_write_and_resume_continues(endpoints, cli_log):
                      "--batch-size", "300", "--chunk-size", "10000", log=cli_log)
     try:
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
-        wait_for(lambda: rows_copied(conn, migration.id)[0] > 0, 60, "the copy to start")
+        wait_for(lambda: chunk_progress(conn, migration.id)[0] > 0, 60, "the copy to start")
         assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
         wait_for(lambda: unchanged_for(conn, 1.0), 10, "the tool's writes to stop")
-        copied = rows_copied(conn, migration.id)
+        copied = chunk_progress(conn, migration.id)
         assert copied[0] < 150_000, "the copy finished before the pause could be seen"
-        assert unchanged_for(conn, 3.0) and rows_copied(conn, migration.id) == copied
-        status = cli("status", "--table", f"{DB}.{table}", "--json")
-        assert '"status": "paused"' in status.stdout and proc.poll() is None
+        assert unchanged_for(conn, 3.0) and chunk_progress(conn, migration.id) == copied
+        assert status_doc(DB, table)["status"] == "paused" and proc.poll() is None
 
         resumed = cli("resume", "--table", f"{DB}.{table}")
         assert resumed.returncode == 0 and "resumed" in resumed.stdout + resumed.stderr
-        wait_for(lambda: rows_copied(conn, migration.id)[0] > copied[0], 30, "the copy to continue")
+        wait_for(lambda: chunk_progress(conn, migration.id)[0] > copied[0], 30, "the copy to continue")
         assert proc.wait(300) == 0
     finally:
         if proc.poll() is None:
@@ -154,14 +150,21 @@ def test_pause_stops_every_write_and_resume_continues(endpoints, cli_log):
     assert compare_tables(conn, DB, f"_{table}_old", table, "id").equal
 
 
-def waiting_migration(conn, table: str, seed: int) -> Migration:
-    """A small table's migration run with --cutover manual: in sync, coordinator gone, waiting for cutover."""
+@contextmanager
+def waiting_migration(endpoints, table: str, seed: int) -> Iterator[tuple[object, Migration, ConnectClient]]:
+    """A small table's migration run with --cutover manual (in sync, coordinator gone, waiting for cutover);
+    aborted afterwards, which must leave nothing behind. Yields (connection, migration, Connect client)."""
+    conn = db_conn(endpoints)
     fresh_table(conn, DB, table, rows=2_000, seed=seed)
     waiting = cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--cutover", "manual", "--quiet")
     assert waiting.returncode == 0, waiting.stderr
     migration = migration_row(conn, DB, table)
     assert migration.status == "waiting"
-    return migration
+    try:
+        yield conn, migration, ConnectClient(endpoints.connect_url)
+    finally:
+        assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
+    assert leftovers(endpoints, DB, table) == []
 
 
 def stop_connector(connect: ConnectClient, name: str) -> None:
@@ -171,10 +174,7 @@ def stop_connector(connect: ConnectClient, name: str) -> None:
 
 def test_purged_binlog_position_stops_with_a_clear_error(endpoints):
     table = "purged"
-    conn = db_conn(endpoints)
-    migration = waiting_migration(conn, table, seed=9)
-    connect = ConnectClient(endpoints.connect_url)
-    try:
+    with waiting_migration(endpoints, table, seed=9) as (conn, migration, connect):
         # Capture stops, changes happen, and the binlog holding them is purged before capture resumes.
         stop_connector(connect, migration.connector)
         query(conn, f"UPDATE {DB}.{table} SET c = 'lost to capture' WHERE id <= 10")
@@ -194,17 +194,11 @@ def test_purged_binlog_position_stops_with_a_clear_error(endpoints):
         assert table_is_original(conn, DB, table)
         status = cli("status", "--table", f"{DB}.{table}")
         assert "FAILED" in status.stdout and "binlog position is no longer on the server" in status.stdout
-    finally:
-        assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
-    assert leftovers(endpoints, DB, table) == []
 
 
 def test_failing_connector_is_restarted_then_stops_the_migration(endpoints):
     table = "brokenhist"
-    conn = db_conn(endpoints)
-    migration = waiting_migration(conn, table, seed=4)
-    connect = ConnectClient(endpoints.connect_url)
-    try:
+    with waiting_migration(endpoints, table, seed=4) as (conn, migration, connect):
         # Without its schema history the task fails at every start: restarts cannot cure it.
         delete_topics(endpoints.kafka_bootstrap, [TopicNames(migration.prefix, DB, table).schema_history])
         stop_connector(connect, migration.connector)
@@ -216,6 +210,3 @@ def test_failing_connector_is_restarted_then_stops_the_migration(endpoints):
         assert result.stderr.count("restarting it from its committed position") == 3, result.stderr
         assert f"connector {migration.connector} failed" in result.stderr.splitlines()[-1]
         assert table_is_original(conn, DB, table)
-    finally:
-        assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
-    assert leftovers(endpoints, DB, table) == []

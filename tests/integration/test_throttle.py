@@ -3,7 +3,6 @@ own status counter is over the limit, --critical-load stops the migration (resum
 already-reached threshold is refused before anything is made."""
 from __future__ import annotations
 
-import json
 import threading
 import time
 
@@ -11,8 +10,9 @@ import pytest
 
 from cutover.compare import compare_tables
 from migration.db import query
-from tests.integration.helpers import (cli, db_conn, fresh_table, latest_migration_id, leftovers, migration_row,
-                                       new_migration_row, start_cli, table_is_original, wait_for)
+from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_table, latest_migration_id, leftovers,
+                                       migration_row, new_migration_row, start_cli, status_doc, table_is_original,
+                                       wait_for)
 
 pytestmark = pytest.mark.integration
 
@@ -58,17 +58,6 @@ class Sleepers:
         killer.close()
 
 
-def rows_copied(conn, migration_id: int) -> int:
-    return int(query(conn, "SELECT COALESCE(SUM(rows_copied), 0) FROM stream_osc.chunks WHERE migration_id=%s",
-                     (migration_id,))[0][0])
-
-
-def status_doc(table: str) -> dict:
-    result = cli("status", "--table", f"{DB}.{table}", "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
-
-
 def test_max_load_holds_the_copy_back_until_the_load_drops(endpoints, cli_log):
     table = "held"
     conn = db_conn(endpoints)
@@ -79,10 +68,10 @@ def test_max_load_holds_the_copy_back_until_the_load_drops(endpoints, cli_log):
                          "--copy-workers", "2", "--chunk-size", "10000", "--batch-size", "1000", log=cli_log)
         try:
             migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
-            wait_for(lambda: status_doc(table).get("throttled", "").startswith("yes: Threads_running="), 60,
+            wait_for(lambda: status_doc(DB, table).get("throttled", "").startswith("yes: Threads_running="), 60,
                      "status to show the throttle")
             time.sleep(2.0)   # an observation window: nothing may be copied while the load is over the limit
-            assert rows_copied(conn, migration.id) == 0 and migration_row(conn, DB, table).stage == "copy"
+            assert chunk_progress(conn, migration.id)[0] == 0 and migration_row(conn, DB, table).stage == "copy"
         except BaseException:
             proc.kill()
             raise
@@ -106,7 +95,7 @@ def test_critical_load_stops_the_migration_and_resume_finishes_it(endpoints, cli
                      "--copy-workers", "2", "--chunk-size", "10000", "--batch-size", "300", log=cli_log)
     try:
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
-        wait_for(lambda: rows_copied(conn, migration.id) > 0, 60, "the copy to start")
+        wait_for(lambda: chunk_progress(conn, migration.id)[0] > 0, 60, "the copy to start")
         assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
         with Sleepers(endpoints):
             assert cli("resume", "--table", f"{DB}.{table}").returncode == 0

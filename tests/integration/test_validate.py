@@ -1,15 +1,13 @@
 """Validation finds a row the new table got wrong, re-copies it, and counts it; in one consistent snapshot."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from cutover.compare import compare_tables
 from migration.db import query, scalar
 from migration.state import StateStore
 from tests.integration.helpers import (cli, db_conn, fresh_table, hold_apply_open, latest_migration_id,
-                                       migration_row, new_migration_row, start_cli, wait_for)
+                                       migration_row, new_migration_row, start_cli, status_doc, wait_for)
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +42,7 @@ def test_a_wrong_row_in_the_new_table_is_found_and_repaired(endpoints, cli_log):
     log = cli_log.read_text()
     assert "validate: comparing checksums of every PK range in one consistent snapshot" in log
     assert "validate: clean (1 differing rows re-copied and re-checked)" in log
-    status = json.loads(cli("status", "--table", f"{DB}.{table}", "--json").stdout)
+    status = status_doc(DB, table)
     assert status["validation_diffs"] == 1 and status["stage"] == "done"
     assert compare_tables(conn, DB, f"_{table}_old", table, "id").equal
     assert scalar(conn, f"SELECT c FROM {DB}.{table} WHERE id = 7") != "damaged"
