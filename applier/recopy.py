@@ -18,6 +18,12 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, pks: Coll
                 in_transaction: bool = True) -> tuple[int, int]:
     """Upsert present rows (REPLACE, locking read) and delete absent ones; returns (upserted, deleted).
 
+    The locking read comes first and alone: it waits for any writer of these keys to commit (a change
+    reaches the binlog before a plain read can see it) and locks exactly the rows it returns (the
+    session is READ COMMITTED). The REPLACE … SELECT then reads those locked rows without locking
+    again: a second, differently-moded lock request on a row an application UPDATE already waits for
+    would deadlock with it, and the application's statement would be the victim.
+
     With in_transaction=False the statements run one by one (for the session that holds LOCK TABLES,
     where BEGIN would release the locks).
     """
@@ -35,7 +41,7 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, pks: Coll
             pmarks = ", ".join(["%s"] * len(present))
             with conn.cursor() as cur:
                 cur.execute(f"REPLACE INTO {pair.target_name} ({pair.column_list}) SELECT {pair.column_list} "
-                            f"FROM {pair.source_name} WHERE {pair.pk_ident} IN ({pmarks}) LOCK IN SHARE MODE",
+                            f"FROM {pair.source_name} WHERE {pair.pk_ident} IN ({pmarks})",
                             sorted(present))
             upserted = len(present)
         absent = [k for k in keys if k not in present]

@@ -1,9 +1,12 @@
 """The cutover: lock, fence, drain the last changes in the lock session, rename, unlock — inside a window.
 
-MariaDB refuses RENAME under LOCK TABLES, so it uses the sentry method: the old-table name is held by
-a sentry table while a second session's RENAME waits on the lock; dropping the sentry and unlocking
-lets the RENAME run first. If the lock session dies or gives up, the sentry makes the RENAME fail and
-the original table stays in place. MySQL 8.0.13+ renames inside the lock session.
+Why this is safe, and what it relies on, is written in cutover/README.md ("The swap"). In short:
+MariaDB refuses RENAME under LOCK TABLES, so a second session's RENAME waits on the lock session's
+metadata locks while the last changes are drained; the lock session then drops the sentry that holds
+the old-table name and unlocks, and the RENAME, queued on the original table ahead of every waiting
+application write, runs first. That holds only because every helper name sorts after the original's
+(the server takes a statement's metadata locks in name order) and the RENAME is seen waiting for a
+table metadata lock before the unlock. MySQL 8.0.13+ renames inside the lock session.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from streams.topics import TopicNames, committed_offsets, partition_count
 log = logging.getLogger("stream_osc.cutover")
 
 SENTRY_COMMENT = "stream-osc cutover sentry"
+TABLE_MDL_WAIT = "Waiting for table metadata lock"   # PROCESSLIST.STATE of a statement queued on a table
 PRE_DRAIN_PASSES = 5          # catch-up passes before the lock, at most
 PRE_DRAIN_TIMEOUT_S = 30.0    # a fence not captured by then means capture is stalled: retry the attempt later
 PRE_DRAIN_ENOUGH_KEYS = 50    # a pass with no more keys than this, and no longer than
@@ -80,9 +84,24 @@ class _Renamer(threading.Thread):
             self.finished_at = time.monotonic()
             self.conn.close()
 
-    def waiting_on_lock(self, probe: pymysql.connections.Connection) -> bool:
+    def waiting_on_table_lock(self, probe: pymysql.connections.Connection) -> bool:
+        """True once the RENAME waits for a table's metadata lock (not a schema or backup lock: those
+        would not put it in the original table's queue)."""
         state = scalar(probe, "SELECT STATE FROM information_schema.PROCESSLIST WHERE ID=%s", (self.thread_id,))
-        return bool(state) and "lock" in state.lower()
+        return state == TABLE_MDL_WAIT
+
+
+def rename_queues_on_original(table: str, helpers: list[str]) -> bool:
+    """True when the original table comes first in the RENAME's metadata-lock order.
+
+    The server sorts a statement's lock requests by key (schema, then name, bytewise in utf8; folded
+    to lower case when lower_case_table_names is set) and takes them one at a time, so the RENAME
+    waits in the queue of the first one the lock session holds. Only if that is the original table is
+    the RENAME ahead of the application's writes waiting there.
+    """
+    def key(name: str) -> bytes:
+        return name.encode() + b"\0"
+    return all(key(table) < key(h) and key(table.lower()) < key(h.lower()) for h in helpers)
 
 
 class Cutover:
@@ -201,6 +220,9 @@ class Cutover:
         try:
             tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
             if self.is_mariadb:
+                if not rename_queues_on_original(spec.table, [spec.new_table, spec.old_table]):
+                    raise CutoverAborted(f"helper tables {spec.new_table}, {spec.old_table} sort before "
+                                         f"{spec.table}: the RENAME would not queue on the original table")
                 # Sentry and RENAME session are made ready before the lock: neither belongs in the window.
                 self._drop_stale_sentry(lock_conn)
                 query(lock_conn, f"CREATE TABLE {qualified(db, spec.old_table)} (sentry INT) COMMENT=%s",
@@ -217,6 +239,7 @@ class Cutover:
                                          max(deadline - time.monotonic(), 0.01), False)
             except FenceTimeout as exc:
                 raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
+            self._carry_auto_increment(lock_conn)
             drained_at = time.monotonic()
             if renamer is not None:
                 self._queue_rename(renamer, deadline)
@@ -256,7 +279,7 @@ class Cutover:
         renamer.start()
         probe = self.ctx.db()
         try:
-            while not renamer.waiting_on_lock(probe):
+            while not renamer.waiting_on_table_lock(probe):
                 if time.monotonic() > deadline or not renamer.is_alive():
                     raise CutoverAborted("the RENAME session did not queue within the window")
                 time.sleep(0.002)
@@ -264,6 +287,21 @@ class Cutover:
             probe.close()
         if time.monotonic() > deadline:
             raise CutoverAborted(f"window of {self.ctx.spec.cutover_window_s:.1f} s exceeded")
+
+    def _carry_auto_increment(self, lock_conn: pymysql.connections.Connection) -> None:
+        """Give the new table the original's AUTO_INCREMENT counter, read under the lock.
+
+        The copy inserts explicit ids, so the new table's counter stands just above the largest id it
+        holds; ids handed out and deleted since (or rows rolled back) would be handed out again.
+        """
+        spec = self.ctx.spec
+        query(lock_conn, "SET SESSION information_schema_stats_expiry = 0" if not self.is_mariadb else "DO 0")
+        counters = dict(query(lock_conn, "SELECT TABLE_NAME, AUTO_INCREMENT FROM information_schema.TABLES "
+                                         "WHERE TABLE_SCHEMA=%s AND TABLE_NAME IN (%s, %s)",
+                              (spec.database, spec.table, spec.new_table)))
+        source, target = counters.get(spec.table), counters.get(spec.new_table)
+        if source is not None and target is not None and int(target) < int(source):
+            query(lock_conn, f"ALTER TABLE {qualified(spec.database, spec.new_table)} AUTO_INCREMENT = {int(source)}")
 
     def _roll_back(self, lock_conn: pymysql.connections.Connection, renamer: _Renamer | None) -> None:
         """Unlock with the sentry still in place (so a queued RENAME fails), then remove the sentry."""

@@ -20,6 +20,7 @@ from migration.worker_process import JoinedWorker
 from monitor.progress import Progress
 from monitor.throttle import note_key
 from streams.topics import TopicNames, group_lag
+from migration.spec import helper_table_name
 
 SPEC_OPTIONS = {
     "copy_workers": int, "apply_workers": int, "chunk_size": int, "batch_size": int, "apply_batch_size": int,
@@ -189,7 +190,7 @@ def cmd_abort(args: argparse.Namespace) -> int:
     _wait_for_coordinator_exit(store, migration.id)
     if store.get(migration.id).stage in ("cleanup", "done"):
         raise PreflightError(f"migration {migration.id} swapped the tables before the abort took effect; "
-                             f"the new table is in place and the original is {db}._{tbl}_old")
+                             f"the new table is in place and the original is {db}.{helper_table_name(tbl, 'old')}")
     spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql,
                          metadata_schema=args.metadata_schema or "stream_osc")
     remove_capture(conn, endpoints, spec, migration)

@@ -20,7 +20,7 @@ def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = 
             read_timeout: float | None = None) -> pymysql.connections.Connection:
     """Open a connection; errors name host:port, never the password."""
     try:
-        return pymysql.connect(
+        conn = pymysql.connect(
             host=addr.host, port=addr.port, user=addr.user, password=addr.password,
             database=database, autocommit=autocommit, charset="utf8mb4",
             connect_timeout=10, read_timeout=read_timeout,
@@ -29,6 +29,23 @@ def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = 
         code = exc.args[0] if exc.args else "?"
         raise DatabaseUnreachable(
             f"cannot connect to MySQL at {addr.where()} as {addr.user!r} (error {code})") from None
+    for statement in SESSION_SETUP:
+        query(conn, statement)
+    return conn
+
+
+# Every session of the tool:
+# - READ COMMITTED: a locking read locks only the rows it returns (no gap or next-key locks that
+#   application writes would queue behind, or deadlock with), and INSERT/REPLACE … SELECT reads the
+#   source without locks (the copy is made right by the appliers; the appliers lock first, see
+#   applier/README.md). Sessions that need a snapshot set REPEATABLE READ themselves.
+# - strict mode: a value the new table cannot hold is an error, as in the server's own ALTER, never a
+#   silent truncation; NO_AUTO_VALUE_ON_ZERO: a row whose AUTO_INCREMENT key is 0 is copied as 0.
+SESSION_SETUP = (
+    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@GLOBAL.sql_mode, ''), 'STRICT_ALL_TABLES', "
+    "'NO_AUTO_VALUE_ON_ZERO')",
+)
 
 
 def quote_ident(name: str) -> str:

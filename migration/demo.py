@@ -12,6 +12,7 @@ from migration.spec import MigrationSpec
 from migration.state import StateStore
 from migration.traffic import Traffic, create_sample_table
 from monitor.progress import Progress
+from migration.spec import helper_table_name
 
 DEMO_ALTER = ("MODIFY k BIGINT NOT NULL DEFAULT 0, ADD COLUMN status VARCHAR(16) NOT NULL DEFAULT 'new', "
               "ADD INDEX idx_updated (updated_at)")
@@ -22,7 +23,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     progress = Progress()
     conn = connect(endpoints.mysql)
     db, table = "stream_osc_demo", "orders"
-    for leftover in (f"_{table}_old", f"_{table}_new"):
+    for leftover in (helper_table_name(table, 'old'), helper_table_name(table, 'new')):
         conn.cursor().execute(f"DROP TABLE IF EXISTS `{db}`.`{leftover}`")
     progress.say(f"demo: creating {db}.{table} with {args.rows:,} rows")
     create_sample_table(conn, db, table, args.rows, seed=args.seed)

@@ -11,6 +11,31 @@ from migration.endpoints import ConfigError
 from monitor.throttle import parse_thresholds
 
 IDENT = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
+MAX_NAME_CHARS = 64
+HELPER_SUFFIX = "_osc_"        # <table>_osc_new, <table>_osc_old
+LONG_NAME_MARK = "~"           # sorts after every character of an unquoted ASCII identifier
+
+
+def helper_table_name(table: str, role: str) -> str:
+    """The name of the migration's `role` ("new" or "old") table: one that sorts AFTER `table`.
+
+    Why: the server takes a statement's metadata locks in (schema, name) byte order. The swap's
+    RENAME must queue on the original table itself; a helper that sorts first (`_orders_new`) makes
+    it wait on the helper instead, and at UNLOCK the application's waiting writes are granted the
+    original first and land in the old table (docs/cutover.md). `<table>_osc_<role>` extends the name,
+    so it sorts after it (the shorter key ends first), whatever the case folding. A name too long for
+    the suffix keeps a prefix and replaces the next character with one that sorts higher ('~' above
+    every ASCII identifier character), within 64 characters.
+    """
+    suffix = f"{HELPER_SUFFIX}{role}"
+    if len(table) + len(suffix) <= MAX_NAME_CHARS:
+        return table + suffix
+    tail = f"{LONG_NAME_MARK}{role}"
+    for cut in range(MAX_NAME_CHARS - len(tail), -1, -1):
+        if cut < len(table) and table[cut].isascii() and table[cut] < LONG_NAME_MARK:
+            return table[:cut] + tail
+    raise ConfigError(f"table name {table!r}: no helper table name of at most {MAX_NAME_CHARS} characters "
+                      "sorts after it; rename the table first")
 
 
 @dataclass(frozen=True)
@@ -42,19 +67,18 @@ class MigrationSpec:
 
     @property
     def new_table(self) -> str:
-        return f"_{self.table}_new"
+        return helper_table_name(self.table, "new")
 
     @property
     def old_table(self) -> str:
-        return f"_{self.table}_old"
+        return helper_table_name(self.table, "old")
 
     def validate(self) -> "MigrationSpec":
         """Raise ConfigError on a spec that cannot be right."""
         for name in (self.database, self.table, self.metadata_schema):
             if not IDENT.match(name):
                 raise ConfigError(f"unsupported identifier {name!r}: use letters, digits, _ and $ (max 64)")
-        if len(self.table) > 58:
-            raise ConfigError(f"table name {self.table!r} is too long to add the _..._new suffix")
+        helper_table_name(self.table, "new")   # ConfigError if no helper name sorts after the table's
         if not self.alter.strip():
             raise ConfigError("--alter is empty")
         if self.cutover not in ("auto", "manual"):

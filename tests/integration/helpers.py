@@ -15,6 +15,7 @@ from migration.endpoints import Endpoints
 from migration.state import Migration, StateStore
 from migration.traffic import create_sample_table
 from streams.topics import existing_topics
+from migration.spec import helper_table_name
 
 
 def db_conn(endpoints: Endpoints):
@@ -37,7 +38,7 @@ def leftovers(endpoints: Endpoints, db: str, table: str) -> list[str]:
     found: list[str] = []
     conn = db_conn(endpoints)
     try:
-        for name in (f"_{table}_new", f"_{table}_old"):
+        for name in (helper_table_name(table, 'new'), helper_table_name(table, 'old')):
             if query(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
                      (db, name)):
                 found.append(f"table {db}.{name}")
@@ -95,7 +96,7 @@ def table_is_original(conn, db: str, table: str) -> bool:
     types = dict(query(conn, "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
                              "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (db, table)))
     old_comment = query(conn, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
-                              "AND TABLE_NAME=%s", (db, f"_{table}_old"))
+                              "AND TABLE_NAME=%s", (db, helper_table_name(table, 'old')))
     return types.get("k") == "int" and "flag" not in types and (not old_comment or
                                                                 old_comment[0][0] == SENTRY_COMMENT)
 
@@ -103,7 +104,7 @@ def table_is_original(conn, db: str, table: str) -> bool:
 def fresh_table(conn, db: str, table: str, rows: int, seed: int) -> None:
     """A new sample table db.table, with whatever an earlier, interrupted run left of its migration removed."""
     cli("abort", "--table", f"{db}.{table}")
-    query(conn, f"DROP TABLE IF EXISTS `{db}`.`_{table}_old`")
+    query(conn, f"DROP TABLE IF EXISTS `{db}`.`{helper_table_name(table, 'old')}`")
     create_sample_table(conn, db, table, rows=rows, seed=seed)
 
 
@@ -116,7 +117,7 @@ def hold_apply_open(conn, blocker, db: str, table: str, migration_id: int) -> No
                                                     "AND chunk_no=0", (migration_id,))] == [(1,)],
              60, "the first chunk copied")
     query(blocker, "BEGIN")
-    query(blocker, f"SELECT * FROM {db}._{table}_new WHERE id = 5 FOR UPDATE")
+    query(blocker, f"SELECT * FROM {db}.{helper_table_name(table, 'new')} WHERE id = 5 FOR UPDATE")
     query(conn, f"UPDATE {db}.{table} SET c = 'changed during the copy' WHERE id = 5")
     wait_for(lambda: migration_row(conn, db, table).stage == "apply" and applier_waits_on_lock(conn), 90,
              "an applier waiting on the row lock")

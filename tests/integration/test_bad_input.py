@@ -58,13 +58,13 @@ def test_alter_syntax_error_reports_server_error(endpoints, conn, capsys):
 
 def test_leftover_new_table(endpoints, conn, capsys):
     create_sample_table(conn, DB, "left", rows=10)
-    query(conn, f"CREATE TABLE {DB}._left_new (id INT PRIMARY KEY)")
+    query(conn, f"CREATE TABLE {DB}.left_osc_new (id INT PRIMARY KEY)")
     try:
         code, err = run_migrate(capsys, "left", "ADD COLUMN c INT")
-        assert code == 2 and "_left_new already exists" in err
-        assert leftovers(endpoints, DB, "left") == [f"table {DB}._left_new"]   # the user's table is untouched
+        assert code == 2 and "left_osc_new already exists" in err
+        assert leftovers(endpoints, DB, "left") == [f"table {DB}.left_osc_new"]   # the user's table is untouched
     finally:
-        query(conn, f"DROP TABLE {DB}._left_new")
+        query(conn, f"DROP TABLE {DB}.left_osc_new")
 
 
 def test_binlog_not_row(endpoints, conn, capsys):

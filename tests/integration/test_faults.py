@@ -25,6 +25,7 @@ from stack import services
 from stack.config import StackConfig
 from tests.integration.helpers import (db_conn, fresh_table, latest_migration_id, leftovers, migration_row,
                                        new_migration_row, start_cli, wait_for)
+from migration.spec import helper_table_name
 
 pytestmark = pytest.mark.integration
 
@@ -198,10 +199,10 @@ def run_with_fault(seed: int, endpoints: Endpoints, stack_config: StackConfig | 
     assert final.id > earlier and (final.stage, final.status) == ("done", "done"), run.describe()
     assert stats.failures == [], stats.failures[:5]
     written_after_swap = stats.keys_written_since(final.cutover_at)
-    result = compare_tables(conn, DB, f"_{run.table}_old", run.table, "id", written_after_swap)
+    result = compare_tables(conn, DB, helper_table_name(run.table, 'old'), run.table, "id", written_after_swap)
     assert result.compared > ROWS * 0.9
     assert result.equal, (run.describe(), result.only_left[:5], result.only_right[:5], result.different[:5])
-    assert leftovers(endpoints, DB, run.table) == [f"table {DB}._{run.table}_old"]
+    assert leftovers(endpoints, DB, run.table) == [f"table {DB}.{helper_table_name(run.table, 'old')}"]
 
 
 @pytest.mark.parametrize("seed", SAMPLE_SEEDS)

@@ -9,6 +9,7 @@ from migration.state import StateStore
 from migration.traffic import Traffic, create_sample_table
 from monitor.progress import Progress
 from tests.integration.helpers import db_conn, leftovers
+from migration.spec import helper_table_name
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +34,7 @@ def test_migration_under_traffic_keeps_every_row(endpoints, kind):
     alter, schema_ok = ALTERS[kind]
     db, table = "e2e", f"t_{kind}"
     conn = db_conn(endpoints)
-    query(conn, f"DROP TABLE IF EXISTS {db}._{table}_old")   # kept by an earlier run of this test
+    query(conn, f"DROP TABLE IF EXISTS {db}.{helper_table_name(table, 'old')}")   # kept by an earlier run of this test
     create_sample_table(conn, db, table, rows=20_000, seed=11)
     traffic = Traffic(endpoints.mysql, db, table, seed=hash(kind) % 1000, rate=150)
     traffic.start()

@@ -21,6 +21,7 @@ from streams.topics import TopicNames, delete_topics
 from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_table, hold_apply_open,
                                        latest_migration_id, leftovers, migration_row, new_migration_row, start_cli,
                                        status_doc, table_is_original, wait_for)
+from migration.spec import helper_table_name
 
 pytestmark = pytest.mark.integration
 
@@ -99,14 +100,14 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
     assert (final.stage, final.status) == ("done", "done")
     assert scalar(conn, "SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
                         "AND COLUMN_NAME='k'", (DB, table)) == "bigint"
-    comparison = compare_tables(conn, DB, f"_{table}_old", table, "id")
+    comparison = compare_tables(conn, DB, helper_table_name(table, 'old'), table, "id")
     assert comparison.compared == ROWS and comparison.equal
     # Every row was copied exactly once, and the resumed run wrote only what was left to copy.
     copied, done, chunks = chunk_progress(conn, final.id)
     assert (copied, done) == (ROWS, chunks)
     slack = 1_000   # fence, sentry, metadata and re-copied rows
     assert rows_written(conn) - written_before <= (ROWS - copied_before) + slack
-    assert leftovers(endpoints, DB, table) == [f"table {DB}._{table}_old"]
+    assert leftovers(endpoints, DB, table) == [f"table {DB}.{helper_table_name(table, 'old')}"]
 
 
 def write_counters(conn) -> tuple[int, int]:
@@ -147,7 +148,7 @@ def test_pause_stops_every_write_and_resume_continues(endpoints, cli_log):
         if proc.poll() is None:
             proc.kill()
     assert migration_row(conn, DB, table).status == "done"
-    assert compare_tables(conn, DB, f"_{table}_old", table, "id").equal
+    assert compare_tables(conn, DB, helper_table_name(table, 'old'), table, "id").equal
 
 
 @contextmanager

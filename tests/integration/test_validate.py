@@ -8,6 +8,7 @@ from migration.db import query, scalar
 from migration.state import StateStore
 from tests.integration.helpers import (cli, db_conn, fresh_table, hold_apply_open, latest_migration_id,
                                        migration_row, new_migration_row, start_cli, status_doc, wait_for)
+from migration.spec import helper_table_name
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,7 @@ def test_a_wrong_row_in_the_new_table_is_found_and_repaired(endpoints, cli_log):
         # only validation can notice it.
         hold_apply_open(conn, blocker, DB, table, migration.id)
         assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
-        query(conn, f"UPDATE {DB}._{table}_new SET c = 'damaged' WHERE id = 7")
+        query(conn, f"UPDATE {DB}.{helper_table_name(table, 'new')} SET c = 'damaged' WHERE id = 7")
         query(blocker, "ROLLBACK")
         wait_for(lambda: migration_row(conn, DB, table).stage == "validate", 60, "stage validate")
         assert cli("resume", "--table", f"{DB}.{table}").returncode == 0
@@ -44,5 +45,5 @@ def test_a_wrong_row_in_the_new_table_is_found_and_repaired(endpoints, cli_log):
     assert "validate: clean (1 differing rows re-copied and re-checked)" in log
     status = status_doc(DB, table)
     assert status["validation_diffs"] == 1 and status["stage"] == "done"
-    assert compare_tables(conn, DB, f"_{table}_old", table, "id").equal
+    assert compare_tables(conn, DB, helper_table_name(table, 'old'), table, "id").equal
     assert scalar(conn, f"SELECT c FROM {DB}.{table} WHERE id = 7") != "damaged"

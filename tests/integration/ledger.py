@@ -1,0 +1,165 @@
+"""The application's own record of acknowledged writes: the oracle of the data tests.
+
+Writers run unthrottled, each in its own session, and note every write the server acknowledged:
+rows inserted, increments of the writer's own counter row, rows deleted. After any number of swaps
+the final table must hold exactly that record. Nothing is excluded: no time window, no key set
+taken from the tool's idea of when the swap happened.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pymysql
+
+from migration.db import connect, qualified, query
+from migration.endpoints import MySQLAddress
+
+LEDGER_TABLE_DDL = """CREATE TABLE {name} (
+  id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  writer INT NOT NULL,
+  seq INT NOT NULL,
+  counter BIGINT NOT NULL DEFAULT 0,
+  payload VARCHAR(64) NOT NULL DEFAULT '',
+  KEY writer_seq (writer, seq)
+) ENGINE=InnoDB"""
+
+COUNTER_SEQ = -1   # the seq of each writer's counter row
+
+
+def create_ledger_table(conn: pymysql.connections.Connection, db: str, table: str, rows: int, writers: int) -> None:
+    """(Re)create db.table with `rows` filler rows and one counter row per writer (ids 1..writers)."""
+    name = qualified(db, table)
+    query(conn, f"CREATE DATABASE IF NOT EXISTS `{db}`")
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, LEDGER_TABLE_DDL.format(name=name))
+    query(conn, f"INSERT INTO {name} (id, writer, seq) VALUES " +
+          ", ".join(f"({w}, {w}, {COUNTER_SEQ})" for w in range(1, writers + 1)))
+    step = 50_000
+    for lo in range(writers + 1, writers + rows + 1, step):
+        hi = min(lo + step - 1, writers + rows)
+        query(conn, f"INSERT INTO {name} (id, writer, seq, payload) SELECT seq, 0, seq, MD5(seq) "
+                    f"FROM `{db}`.seq_{lo}_to_{hi}")
+
+
+@dataclass
+class WriterRecord:
+    """What one writer was told: committed inserts (id -> seq), deletes, increments; and the unknowns."""
+
+    inserted: dict[int, int] = field(default_factory=dict)
+    deleted: set[int] = field(default_factory=set)
+    increments: int = 0
+    uncertain_increments: int = 0   # the connection broke before the answer: applied or not
+    errors: list[str] = field(default_factory=list)
+    writes: int = 0
+
+
+class LedgerWriter(threading.Thread):
+    """One application session writing as fast as it can and recording what was acknowledged."""
+
+    def __init__(self, addr: MySQLAddress, db: str, table: str, writer: int, seed: int) -> None:
+        super().__init__(daemon=True, name=f"writer-{writer}")
+        self.addr, self.name_sql, self.writer = addr, qualified(db, table), writer
+        self.rng = random.Random(seed * 1000 + writer)
+        self.stop_event = threading.Event()
+        self.record = WriterRecord()
+        self.seq = 0
+
+    def run(self) -> None:
+        conn = connect(self.addr)
+        try:
+            while not self.stop_event.is_set():
+                conn = self._one(conn)
+        finally:
+            conn.close()
+
+    def _one(self, conn: pymysql.connections.Connection) -> pymysql.connections.Connection:
+        roll = self.rng.random()
+        try:
+            if roll < 0.5:
+                self.seq += 1
+                with conn.cursor() as cur:
+                    cur.execute(f"INSERT INTO {self.name_sql} (writer, seq, payload) VALUES (%s, %s, %s)",
+                                (self.writer, self.seq, f"w{self.writer}s{self.seq}"))
+                    self.record.inserted[cur.lastrowid] = self.seq
+            elif roll < 0.85:
+                try:
+                    query(conn, f"UPDATE {self.name_sql} SET counter = counter + 1 WHERE id = %s", (self.writer,))
+                except pymysql.err.OperationalError:
+                    self.record.uncertain_increments += 1
+                    raise
+                self.record.increments += 1
+            else:
+                mine = [k for k in self.record.inserted if k not in self.record.deleted]
+                if mine:
+                    victim = self.rng.choice(mine)
+                    query(conn, f"DELETE FROM {self.name_sql} WHERE id = %s", (victim,))
+                    self.record.deleted.add(victim)
+            self.record.writes += 1
+        except pymysql.err.MySQLError as exc:
+            self.record.errors.append(f"{type(exc).__name__}: {exc}")
+            conn.close()
+            time.sleep(0.05)
+            return connect(self.addr)
+        return conn
+
+
+class Ledger:
+    """N unthrottled writers on one table; `check` compares the final table with their record."""
+
+    def __init__(self, addr: MySQLAddress, db: str, table: str, writers: int = 8, seed: int = 1) -> None:
+        self.addr, self.db, self.table = addr, db, table
+        self.writers = [LedgerWriter(addr, db, table, w, seed) for w in range(1, writers + 1)]
+
+    def __enter__(self) -> "Ledger":
+        for writer in self.writers:
+            writer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for writer in self.writers:
+            writer.stop_event.set()
+        for writer in self.writers:
+            writer.join()
+
+    @property
+    def writes(self) -> int:
+        return sum(w.record.writes for w in self.writers)
+
+    def wait_for_writes(self, more: int, timeout: float = 60.0) -> None:
+        """Block until the writers acknowledged `more` further writes (they are running, not stalled)."""
+        target = self.writes + more
+        deadline = time.monotonic() + timeout
+        while self.writes < target:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"writers stalled: {self.writes} of {target} writes after {timeout:.0f} s")
+            time.sleep(0.01)
+
+    def missing(self, conn: pymysql.connections.Connection) -> list[str]:
+        """Every acknowledged write the final table does not show (empty when the promise held)."""
+        name = qualified(self.db, self.table)
+        problems: list[str] = []
+        for w in self.writers:
+            rec = w.record
+            rows = {pk: (seq, counter) for pk, seq, counter in
+                    query(conn, f"SELECT id, seq, counter FROM {name} WHERE writer = %s", (w.writer,))}
+            counter = rows.get(w.writer, (None, None))[1]
+            if counter is None or not rec.increments <= counter <= rec.increments + rec.uncertain_increments:
+                problems.append(f"writer {w.writer}: counter {counter}, acknowledged increments {rec.increments} "
+                                f"(+{rec.uncertain_increments} uncertain)")
+            for pk, seq in rec.inserted.items():
+                if pk in rec.deleted:
+                    if pk in rows:
+                        problems.append(f"writer {w.writer}: row {pk} deleted (acknowledged) but present")
+                elif rows.get(pk, (None,))[0] != seq:
+                    problems.append(f"writer {w.writer}: inserted row {pk} (seq {seq}) is "
+                                    f"{'missing' if pk not in rows else 'wrong: seq ' + str(rows[pk][0])}")
+        return problems
+
+    def errors(self) -> list[str]:
+        return [e for w in self.writers for e in w.record.errors]
