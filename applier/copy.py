@@ -27,7 +27,7 @@ class LeaseLost(Exception):
 def find_source_duplicate(conn: pymysql.connections.Connection, pair: TablePair, lo: int, hi: int) -> str | None:
     """Describe a UNIQUE key of the new table violated by source rows in [lo, hi], or None."""
     for name, cols in unique_keys_of(conn, pair.database, pair.target).items():
-        if not all(c in pair.shared_columns for c in cols):
+        if not all(c in pair.target_columns for c in cols):
             continue
         tup = ", ".join(quote_ident(c) for c in cols)
         rows = query(conn, f"SELECT {tup}, COUNT(*) FROM {pair.source_name} WHERE ({tup}) IN "
@@ -48,7 +48,7 @@ def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: 
         conn.begin()
         try:
             with conn.cursor() as cur:
-                rows = cur.execute(f"{verb} INTO {pair.target_name} ({pair.column_list}) SELECT {pair.column_list} "
+                rows = cur.execute(f"{verb} INTO {pair.target_name} ({pair.target_column_list}) SELECT {pair.source_column_list} "
                                    f"FROM {pair.source_name} WHERE {pair.pk_ident} BETWEEN %s AND %s", (lo, hi))
                 moved = cur.execute(f"UPDATE {store.t('chunks')} SET next_pk=%s, rows_copied=rows_copied+%s, "
                                     "done=%s WHERE migration_id=%s AND chunk_no=%s AND next_pk=%s",

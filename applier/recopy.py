@@ -40,7 +40,7 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, pks: Coll
         if present:
             pmarks = ", ".join(["%s"] * len(present))
             with conn.cursor() as cur:
-                cur.execute(f"REPLACE INTO {pair.target_name} ({pair.column_list}) SELECT {pair.column_list} "
+                cur.execute(f"REPLACE INTO {pair.target_name} ({pair.target_column_list}) SELECT {pair.source_column_list} "
                             f"FROM {pair.source_name} WHERE {pair.pk_ident} IN ({pmarks})",
                             sorted(present))
             upserted = len(present)

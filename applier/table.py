@@ -10,13 +10,18 @@ from migration.db import qualified, query, quote_ident
 
 @dataclass(frozen=True)
 class TablePair:
-    """Source table and new table of one migration, with the columns both share (in new-table order)."""
+    """Source table and new table of one migration, and which source column fills which new column.
+
+    `target_columns[i]` is filled from `source_columns[i]` (the same name unless the ALTER renames it),
+    in new-table order.
+    """
 
     database: str
     source: str
     target: str
     pk: str
-    shared_columns: tuple[str, ...]
+    target_columns: tuple[str, ...]
+    source_columns: tuple[str, ...]
 
     @property
     def source_name(self) -> str:
@@ -27,8 +32,14 @@ class TablePair:
         return qualified(self.database, self.target)
 
     @property
-    def column_list(self) -> str:
-        return ", ".join(quote_ident(c) for c in self.shared_columns)
+    def target_column_list(self) -> str:
+        """The new table's copied columns, for INSERT INTO target (…)."""
+        return ", ".join(quote_ident(c) for c in self.target_columns)
+
+    @property
+    def source_column_list(self) -> str:
+        """The source columns that fill them, in the same order, for SELECT … FROM source."""
+        return ", ".join(quote_ident(c) for c in self.source_columns)
 
     @property
     def pk_ident(self) -> str:
@@ -64,4 +75,4 @@ def load_pair(conn: pymysql.connections.Connection, database: str, source: str, 
     """Describe the pair from information_schema."""
     source_cols = set(columns_of(conn, database, source))
     shared = tuple(c for c in columns_of(conn, database, target) if c in source_cols)
-    return TablePair(database, source, target, pk, shared)
+    return TablePair(database, source, target, pk, shared, shared)

@@ -28,7 +28,7 @@ class ValidationFailed(Exception):
 def row_hash_sql(pair: TablePair) -> str:
     """CRC32 of a row's shared columns, NULL-safe and independent of column charset."""
     parts = []
-    for col in pair.shared_columns:
+    for col in pair.target_columns:
         ident = quote_ident(col)
         parts.append(f"ISNULL({ident})")
         parts.append(f"CONVERT({ident} USING utf8mb4)")
@@ -57,12 +57,12 @@ def differing_keys(conn: pymysql.connections.Connection, pair: TablePair, lo: in
 
 def describe_difference(conn: pymysql.connections.Connection, pair: TablePair, key: int) -> str:
     """Which shared columns of one row differ between source and new table."""
-    select = f"SELECT {pair.column_list} FROM {{}} WHERE {pair.pk_ident}=%s"
+    select = f"SELECT {pair.target_column_list} FROM {{}} WHERE {pair.pk_ident}=%s"
     source = query(conn, select.format(pair.source_name), (key,))
     target = query(conn, select.format(pair.target_name), (key,))
     if not source or not target:
         return "missing from the " + ("new" if source else "original") + " table"
-    columns = [c for c, a, b in zip(pair.shared_columns, source[0], target[0]) if a != b]
+    columns = [c for c, a, b in zip(pair.target_columns, source[0], target[0]) if a != b]
     return "columns differ: " + ", ".join(columns) if columns else "same values, different bytes (charset?)"
 
 

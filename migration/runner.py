@@ -143,7 +143,7 @@ class Runner:
 
     def _context(self, migration: Migration) -> RunContext:
         pair = load_pair(self.conn, self.spec.database, self.spec.table, self.spec.new_table, migration.pk_column)
-        if not pair.shared_columns:
+        if not pair.target_columns:
             raise PreflightError(f"table {self.spec.database}.{self.spec.new_table} of migration {migration.id} is "
                                  f"missing; run `stream-osc abort --table {self.spec.qualified_name}` and start again")
         return RunContext(self.endpoints, self.spec, migration, pair)
