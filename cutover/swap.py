@@ -295,7 +295,8 @@ class Cutover:
         holds; ids handed out and deleted since (or rows rolled back) would be handed out again.
         """
         spec = self.ctx.spec
-        query(lock_conn, "SET SESSION information_schema_stats_expiry = 0" if not self.is_mariadb else "DO 0")
+        if not self.is_mariadb:   # MySQL 8 caches information_schema table statistics, the counter too
+            query(lock_conn, "SET SESSION information_schema_stats_expiry = 0")
         counters = dict(query(lock_conn, "SELECT TABLE_NAME, AUTO_INCREMENT FROM information_schema.TABLES "
                                          "WHERE TABLE_SCHEMA=%s AND TABLE_NAME IN (%s, %s)",
                               (spec.database, spec.table, spec.new_table)))
