@@ -22,6 +22,7 @@ from applier.recopy import recopy_keys, with_retry
 from migration.context import RunContext
 from migration.db import qualified, query, scalar
 from migration.logs import log_event
+from migration.state import SourceChanged, check_definition
 from streams.events import decode_key
 from streams.fence import FenceReader, FenceTimeout, fence_consumer
 from streams.topics import TopicNames, committed_offsets, partition_count
@@ -234,6 +235,7 @@ class Cutover:
             locked_at = time.monotonic()
             locked_wall = time.time()
             deadline = locked_at + window_s
+            check_definition(lock_conn, ctx.migration)   # decisive: no DDL can run while the lock is held
             try:
                 _, drained = self._drain(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
                                          max(deadline - time.monotonic(), 0.01), False)
@@ -259,6 +261,9 @@ class Cutover:
             log_event(log, "tables swapped", blocked_ms=round(blocked, 1), drained_keys=drained,
                       drain_ms=round((drained_at - locked_at) * 1000, 1))
             return CutoverResult(True, blocked, drained, locked_at=locked_wall)
+        except SourceChanged:
+            self._roll_back(lock_conn, renamer)
+            raise
         except CutoverAborted as exc:
             self._roll_back(lock_conn, renamer)
             blocked = (time.monotonic() - locked_at) * 1000 if locked_at else 0.0

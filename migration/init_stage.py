@@ -23,7 +23,7 @@ from migration.db import ServerInfo, qualified, query, quote_ident
 from migration.endpoints import Endpoints
 from migration.logs import log_event
 from migration.spec import MigrationSpec
-from migration.state import Migration, StateStore
+from migration.state import DEFINITION_OPTION, Migration, StateStore, table_definition
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
 from streams.topics import TopicNames, create_change_topic, delete_topics
 
@@ -147,6 +147,7 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
     `on_created` is called once the migration row exists (to start its coordinator heartbeat).
     """
     pk = preflight(conn, endpoints, spec, info)
+    definition = table_definition(conn, spec.database, spec.table)   # read first: a DDL from here on is caught
     create_new_table(conn, spec, pk)
     if spec.dry_run:
         query(conn, f"DROP TABLE {qualified(spec.database, spec.new_table)}")
@@ -157,8 +158,8 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
         store.ensure_schema()
         if store.active(spec.database, spec.table):
             raise PreflightError(f"a migration of {spec.qualified_name} is already in progress")
-        migration = store.create(spec.database, spec.table, spec.alter, topic_prefix(spec), pk, spec_options(spec),
-                                 coordinator)
+        migration = store.create(spec.database, spec.table, spec.alter, topic_prefix(spec), pk,
+                                 {**spec_options(spec), DEFINITION_OPTION: definition}, coordinator)
         on_created(migration)
         store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
         start_capture(conn, endpoints, spec, info, migration)

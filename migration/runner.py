@@ -23,7 +23,7 @@ from migration.init_stage import run_init, undo_init
 from migration.lease import CoordinatorLease, live_coordinator, owner_name
 from migration.logs import log_event
 from migration.spec import MigrationSpec, with_overrides
-from migration.state import Migration, StateStore
+from migration.state import Migration, SourceChanged, StateStore, check_definition
 from migration.transient import MAX_TRANSIENT_FAILURES, retrying_transient
 from migration.workers import WorkerGroup
 from monitor.progress import Progress, copy_fraction
@@ -116,7 +116,27 @@ class Runner:
                               f"state in {delay:.0f} s ({attempt}/{MAX_TRANSIENT_FAILURES})")
             log_event(log, "transient failure", logging.WARNING, migration=migration_id, error=str(exc),
                       retry_in_s=delay)
-        return retrying_transient(lambda: self._run_stages(self.store.get(migration_id)), self._reconnect, report)
+        return retrying_transient(lambda: self._run_stages_explained(self.store.get(migration_id)), self._reconnect,
+                                  report)
+
+    def _run_stages_explained(self, migration: Migration) -> int:
+        """Run the stages; a failure met while the source's definition differs from init's is reported as
+        that change (a copy naming a dropped column fails before the periodic check sees the DDL)."""
+        try:
+            return self._run_stages(migration)
+        except Exception as exc:
+            if isinstance(exc, SourceChanged):
+                raise
+            try:
+                stage = self.store.get(migration.id).stage
+                if stage in ("copy", "apply", "validate", "cutover") and not self._swap_already_done():
+                    check_definition(self.conn, migration)   # (after the swap the name holds the new table)
+            except SourceChanged as changed:
+                self.store.update(migration.id, error=str(changed)[:2000])
+                raise changed from exc
+            except (pymysql.err.Error, LookupError):
+                pass   # the check itself failed (e.g. the session was cut): the original error stands
+            raise
 
     def _reconnect(self) -> None:
         """A fresh database session for the coordinator (the old one may have been cut)."""
@@ -142,7 +162,8 @@ class Runner:
         return 0
 
     def _context(self, migration: Migration) -> RunContext:
-        pair = load_pair(self.conn, self.spec.database, self.spec.table, self.spec.new_table, migration.pk_column)
+        pair = load_pair(self.conn, self.spec.database, self.spec.table, self.spec.new_table, migration.pk_column,
+                         self.spec.alter)
         if not pair.target_columns:
             raise PreflightError(f"table {self.spec.database}.{self.spec.new_table} of migration {migration.id} is "
                                  f"missing; run `stream-osc abort --table {self.spec.qualified_name}` and start again")
@@ -360,7 +381,8 @@ class Runner:
             self.progress.say("resumed")
 
     def _check_health(self, ctx: RunContext) -> None:
-        """Stop when the connector failed or the migration was aborted (checked every 2 s)."""
+        """Stop when the connector failed, the migration was aborted or the source table was altered
+        (checked every 2 s)."""
         if time.monotonic() - self.last_health_check < 2.0:
             return
         self.last_health_check = time.monotonic()
@@ -369,6 +391,7 @@ class Runner:
         status = self.store.get(ctx.migration.id).status
         if status == "aborted":
             raise MigrationStopped(f"migration {ctx.migration.id} was aborted")
+        check_definition(self.conn, ctx.migration)
         state = self.connect.state(ctx.migration.connector)
         if state is None:
             # A Connect worker that just restarted lists its connectors only once it has read its config topic.

@@ -49,6 +49,17 @@ class Migration:
 # columns added after the first release of the metadata schema: name -> definition
 LATER_COLUMNS = {"coordinator": "VARCHAR(200) NULL", "heartbeat_at": "TIMESTAMP(6) NULL"}
 
+# Key positions are DECIMAL(20,0): signed BIGINT keys down to -2^63 and unsigned ones up to 2^64-1 fit, and
+# so does a chunk's next_pk one past the largest key. Metadata schemas made as BIGINT are widened in place.
+KEY_TYPE = "DECIMAL(20,0)"
+WIDENED_COLUMNS = {
+    "migrations": {"min_pk": f"{KEY_TYPE} NULL", "max_pk": f"{KEY_TYPE} NULL"},
+    "chunks": {"start_pk": f"{KEY_TYPE} NOT NULL", "end_pk": f"{KEY_TYPE} NOT NULL", "next_pk": f"{KEY_TYPE} NOT NULL"},
+}
+
+# The source's definition recorded at init, in the migration's options (absent in migrations started earlier).
+DEFINITION_OPTION = "source_definition"
+
 _COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error, "
             "validation_diffs, cutover_blocked_ms, cutover_at, options")
 
@@ -72,7 +83,7 @@ class StateStore:
             alter_sql TEXT NOT NULL,
             stage VARCHAR(16) NOT NULL, status VARCHAR(16) NOT NULL,
             prefix VARCHAR(100) NOT NULL, pk_column VARCHAR(64) NOT NULL,
-            min_pk BIGINT NULL, max_pk BIGINT NULL,
+            min_pk {KEY_TYPE} NULL, max_pk {KEY_TYPE} NULL,
             error TEXT NULL, validation_diffs BIGINT NOT NULL DEFAULT 0, cutover_blocked_ms INT NULL, cutover_at DOUBLE NULL,
             options TEXT NOT NULL,
             active_key VARCHAR(140) NULL,
@@ -87,15 +98,22 @@ class StateStore:
                 query(self.conn, f"ALTER TABLE {self.t('migrations')} ADD COLUMN {quote_ident(column)} {definition}")
         query(self.conn, f"""CREATE TABLE IF NOT EXISTS {self.t('chunks')} (
             migration_id BIGINT NOT NULL, chunk_no INT NOT NULL,
-            start_pk BIGINT NOT NULL, end_pk BIGINT NOT NULL, next_pk BIGINT NOT NULL,
+            start_pk {KEY_TYPE} NOT NULL, end_pk {KEY_TYPE} NOT NULL, next_pk {KEY_TYPE} NOT NULL,
             rows_copied BIGINT NOT NULL DEFAULT 0, done TINYINT NOT NULL DEFAULT 0,
             PRIMARY KEY (migration_id, chunk_no)) ENGINE=InnoDB""")
+        for table, columns in WIDENED_COLUMNS.items():   # BIGINT in metadata schemas made by earlier versions
+            narrow = [r[0] for r in query(self.conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS "
+                                                      "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s AND DATA_TYPE='bigint'",
+                                          (self.schema, table)) if r[0] in columns]
+            if narrow:
+                query(self.conn, f"ALTER TABLE {self.t(table)} " +
+                      ", ".join(f"MODIFY {quote_ident(c)} {columns[c]}" for c in narrow))
 
     def _row(self, row: tuple) -> Migration:
         (mid, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error,
          diffs, blocked, cutover_at, options) = row
-        return Migration(mid, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error,
-                         diffs, blocked, cutover_at, json.loads(options or "{}"))
+        return Migration(mid, db, tbl, alter_sql, stage, status, prefix, pk_column, _key(min_pk), _key(max_pk),
+                         error, diffs, blocked, cutover_at, json.loads(options or "{}"))
 
     def schema_exists(self) -> bool:
         return bool(query(self.conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
@@ -196,8 +214,9 @@ class StateStore:
 
     def chunks(self, migration_id: int) -> list[tuple[int, int, int, int, int, int]]:
         """(chunk_no, start_pk, end_pk, next_pk, rows_copied, done) of every chunk."""
-        return query(self.conn, f"SELECT chunk_no, start_pk, end_pk, next_pk, rows_copied, done "
-                                f"FROM {self.t('chunks')} WHERE migration_id=%s ORDER BY chunk_no", (migration_id,))
+        return [(n, int(start), int(end), int(next_pk), rows, done) for n, start, end, next_pk, rows, done in
+                query(self.conn, f"SELECT chunk_no, start_pk, end_pk, next_pk, rows_copied, done "
+                                 f"FROM {self.t('chunks')} WHERE migration_id=%s ORDER BY chunk_no", (migration_id,))]
 
     def copy_progress(self, migration_id: int) -> tuple[int, int, int]:
         """(rows copied, chunks done, chunks total)."""
@@ -221,3 +240,73 @@ class StateStore:
     def write_fence(self, migration_id: int, token: str) -> None:
         """Stamp every fence row with `token` in one autocommitted statement."""
         query(self.conn, f"UPDATE {self.t(f'fence_{migration_id}')} SET token=%s", (token,))
+
+
+def _key(value: Any) -> int | None:
+    """A key position as read from the metadata schema (DECIMAL) as an int."""
+    return None if value is None else int(value)
+
+
+# the source table's definition ------------------------------------------------------------------
+class SourceChanged(Exception):
+    """The source table's definition changed since init: the new table no longer means the ALTER of it."""
+
+    user_facing = True
+
+
+def table_definition(conn: pymysql.connections.Connection, database: str, table: str) -> dict[str, dict[str, str]]:
+    """Columns (type, nullability, default, extra, collation, generation) and keys of a table, by name.
+
+    Recorded at init and compared until the swap: a column added to the source during the migration
+    would not exist in the new table, a dropped or retyped one would break or bend the copy.
+    AUTO_INCREMENT position and statistics are left out (they change with every insert).
+    """
+    columns = {}
+    for name, ctype, nullable, default, extra, collation, generated in query(conn, """
+            SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, EXTRA, COLLATION_NAME,
+                   GENERATION_EXPRESSION
+            FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s
+            ORDER BY ORDINAL_POSITION""", (database, table)):
+        parts = [ctype, "NULL" if nullable == "YES" else "NOT NULL"]
+        parts += [f"DEFAULT {default}"] if default is not None else []
+        parts += [f"COLLATE {collation}"] if collation else []
+        parts += [f"AS ({generated})"] if generated else []
+        parts += [extra] if extra else []
+        columns[name] = " ".join(parts)
+    keys: dict[str, dict[str, Any]] = {}
+    for name, non_unique, column, sub_part in query(conn, """
+            SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS
+            WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY INDEX_NAME, SEQ_IN_INDEX""", (database, table)):
+        key = keys.setdefault(name, {"unique": not int(non_unique), "columns": []})
+        key["columns"].append(f"{column}({sub_part})" if sub_part else column)
+    return {"columns": columns,
+            "keys": {name: ("UNIQUE " if k["unique"] else "") + f"({', '.join(k['columns'])})"
+                     for name, k in keys.items()}}
+
+
+def definition_changes(recorded: dict[str, dict[str, str]], current: dict[str, dict[str, str]]) -> list[str]:
+    """What differs between two table definitions, one phrase per column or key."""
+    if not current["columns"]:
+        return ["the table is gone"]
+    changes = []
+    for kind in ("columns", "keys"):
+        before, now = recorded.get(kind, {}), current[kind]
+        noun = kind[:-1]
+        changes += [f"{noun} {n} added ({now[n]})" for n in now if n not in before]
+        changes += [f"{noun} {n} dropped" for n in before if n not in now]
+        changes += [f"{noun} {n} changed from {before[n]} to {now[n]}" for n in now
+                    if n in before and before[n] != now[n]]
+    return changes
+
+
+def check_definition(conn: pymysql.connections.Connection, migration: Migration) -> None:
+    """Raise SourceChanged if the source table's definition differs from the one recorded at init."""
+    recorded = migration.options.get(DEFINITION_OPTION)
+    if recorded is None:   # a migration started before definitions were recorded
+        return
+    changes = definition_changes(recorded, table_definition(conn, migration.database, migration.table))
+    if changes:
+        name = f"{migration.database}.{migration.table}"
+        raise SourceChanged(f"table {name} was altered during the migration ({'; '.join(changes)}): stopping with "
+                            f"the original table untouched; run `stream-osc abort --table {name}` and start "
+                            "again against its new definition")
