@@ -56,7 +56,7 @@ def check_server(info: ServerInfo) -> None:
 
 
 def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> str:
-    """The table exists, has a one-column integer PK and no foreign keys; returns the PK column."""
+    """The table exists, has a one-column integer PK, no foreign keys and no triggers; returns the PK column."""
     db, table = spec.database, spec.table
     kind = scalar(conn, "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
                   (db, table))
@@ -80,6 +80,13 @@ def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> st
     if fks:
         raise PreflightError(f"table {db}.{table} has foreign keys ({', '.join(sorted({r[0] for r in fks}))}): "
                              "a rename swap would break them; not supported")
+    triggers = [r[0] for r in query(conn, "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE "
+                                          "EVENT_OBJECT_SCHEMA=%s AND EVENT_OBJECT_TABLE=%s ORDER BY TRIGGER_NAME",
+                                    (db, table))]
+    if triggers:
+        raise PreflightError(f"table {db}.{table} has triggers ({', '.join(triggers)}): they would stay with the "
+                             "original table at the swap and stop firing; not supported (drop them for the "
+                             "migration and create them again afterwards)")
     for leftover in (spec.new_table, spec.old_table):
         if scalar(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
                   (db, leftover)):

@@ -254,11 +254,13 @@ class SourceChanged(Exception):
     user_facing = True
 
 
-def table_definition(conn: pymysql.connections.Connection, database: str, table: str) -> dict[str, dict[str, str]]:
-    """Columns (type, nullability, default, extra, collation, generation) and keys of a table, by name.
+def table_definition(conn: pymysql.connections.Connection, database: str,
+                     table: str) -> dict[str, dict[str, str]]:
+    """Columns (type, nullability, default, extra, collation, generation), keys and triggers of a table.
 
     Recorded at init and compared until the swap: a column added to the source during the migration
-    would not exist in the new table, a dropped or retyped one would break or bend the copy.
+    would not exist in the new table, a dropped or retyped one would break or bend the copy, a trigger
+    would stay behind on the original.
     AUTO_INCREMENT position and statistics are left out (they change with every insert).
     """
     columns = {}
@@ -279,9 +281,13 @@ def table_definition(conn: pymysql.connections.Connection, database: str, table:
             WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY INDEX_NAME, SEQ_IN_INDEX""", (database, table)):
         key = keys.setdefault(name, {"unique": not int(non_unique), "columns": []})
         key["columns"].append(f"{column}({sub_part})" if sub_part else column)
+    triggers = {name: f"{timing} {event}" for name, timing, event in query(conn, """
+            SELECT TRIGGER_NAME, ACTION_TIMING, EVENT_MANIPULATION FROM information_schema.TRIGGERS
+            WHERE EVENT_OBJECT_SCHEMA=%s AND EVENT_OBJECT_TABLE=%s ORDER BY TRIGGER_NAME""", (database, table))}
     return {"columns": columns,
             "keys": {name: ("UNIQUE " if k["unique"] else "") + f"({', '.join(k['columns'])})"
-                     for name, k in keys.items()}}
+                     for name, k in keys.items()},
+            "triggers": triggers}
 
 
 def definition_changes(recorded: dict[str, dict[str, str]], current: dict[str, dict[str, str]]) -> list[str]:
@@ -289,8 +295,8 @@ def definition_changes(recorded: dict[str, dict[str, str]], current: dict[str, d
     if not current["columns"]:
         return ["the table is gone"]
     changes = []
-    for kind in ("columns", "keys"):
-        before, now = recorded.get(kind, {}), current[kind]
+    for kind in ("columns", "keys", "triggers"):
+        before, now = recorded.get(kind, {}), current.get(kind, {})
         noun = kind[:-1]
         changes += [f"{noun} {n} added ({now[n]})" for n in now if n not in before]
         changes += [f"{noun} {n} dropped" for n in before if n not in now]

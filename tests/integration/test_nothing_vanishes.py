@@ -13,6 +13,7 @@ import pytest
 from applier.table import load_pair
 from cutover.swap import Cutover
 from migration.context import RunContext
+from migration.cli import main
 from migration.db import ServerInfo, query, scalar
 from migration.runner import Runner
 from migration.spec import MigrationSpec, helper_table_name
@@ -35,8 +36,8 @@ def conn(endpoints):
 
 
 def spec_for(table: str, alter: str, **options) -> MigrationSpec:
-    settings = dict(copy_workers=1, apply_workers=1, chunk_size=2_000, batch_size=200, partitions=2,
-                    keep_old=False, max_lag_events=50)
+    settings = {"copy_workers": 1, "apply_workers": 1, "chunk_size": 2_000, "batch_size": 200, "partitions": 2,
+                "keep_old": False, "max_lag_events": 50}
     settings.update(options)
     return MigrationSpec(database=DB, table=table, alter=alter, **settings).validate()
 
@@ -65,12 +66,15 @@ class RunnerThread(threading.Thread):
 
 
 # 1. DDL on the source ------------------------------------------------------------------------------
-@pytest.mark.parametrize("ddl, change", [
-    ("ADD COLUMN extra INT NOT NULL DEFAULT 7", "column extra added (int(11) NOT NULL DEFAULT 7)"),
-    ("DROP COLUMN legacy", "column legacy dropped"),
+@pytest.mark.parametrize("kind, ddl, change", [
+    ("add", "ALTER TABLE {t} ADD COLUMN extra INT NOT NULL DEFAULT 7", "column extra added (int(11) NOT NULL DEFAULT 7)"),
+    ("drop", "ALTER TABLE {t} DROP COLUMN legacy", "column legacy dropped"),
+    ("trigger", "CREATE TRIGGER {t}_audit BEFORE UPDATE ON {t} FOR EACH ROW SET NEW.note = 'audited'",
+     "trigger ddl_trigger_audit added (BEFORE UPDATE)"),
 ])
-def test_ddl_on_the_source_during_the_migration_stops_it_with_the_original_untouched(endpoints, conn, ddl, change):
-    table = "ddl_" + ddl.split()[0].lower()
+def test_ddl_on_the_source_during_the_migration_stops_it_with_the_original_untouched(endpoints, conn, kind, ddl,
+                                                                                      change):
+    table = f"ddl_{kind}"
     fresh(conn, table)
     create_sample_table(conn, DB, table, rows=20_000, seed=3)
     run = RunnerThread(endpoints, spec_for(table, "ADD INDEX c_idx (c)", batch_size=100))
@@ -78,7 +82,7 @@ def test_ddl_on_the_source_during_the_migration_stops_it_with_the_original_untou
     wait_for(lambda: (row := migration_row(conn, DB, table)) is not None and row.stage == "copy"
              and scalar(conn, "SELECT COUNT(*) FROM stream_osc.chunks WHERE migration_id=%s AND next_pk > start_pk",
                         (row.id,)), 60, "the copy under way")
-    query(conn, f"ALTER TABLE {DB}.{table} {ddl}")
+    query(conn, ddl.format(t=f"{DB}.{table}"))
     run.join(120)
     assert not run.is_alive()
     assert isinstance(run.error, SourceChanged), (run.result, run.error)
@@ -113,3 +117,19 @@ def test_ddl_on_the_source_before_the_lock_is_caught_inside_the_cutover_lock(end
     assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.{table}") == 3_000
     assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
     assert leftovers(endpoints, DB, table) == []
+
+
+# 2. triggers ---------------------------------------------------------------------------------------
+def test_triggers_are_not_left_behind_on_the_old_table(endpoints, conn, capsys):
+    table = "with_trigger"
+    fresh(conn, table)
+    create_sample_table(conn, DB, table, rows=100, seed=5)
+    query(conn, f"CREATE TRIGGER {DB}.{table}_bi BEFORE INSERT ON {DB}.{table} FOR EACH ROW SET NEW.k = NEW.k + 1")
+    query(conn, f"CREATE TRIGGER {DB}.{table}_ad AFTER DELETE ON {DB}.{table} FOR EACH ROW SET @deleted = OLD.id")
+    code = main(["migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN flag INT NULL", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"table {DB}.{table} has triggers ({table}_ad, {table}_bi)" in err
+    assert leftovers(endpoints, DB, table) == []
+    assert scalar(conn, "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA=%s "
+                        "AND EVENT_OBJECT_TABLE=%s", (DB, table)) == 2
