@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import pymysql
 
+from applier.alter_columns import column_changes
 from migration.db import qualified, query, quote_ident
 
 
@@ -13,7 +14,7 @@ class TablePair:
     """Source table and new table of one migration, and which source column fills which new column.
 
     `target_columns[i]` is filled from `source_columns[i]` (the same name unless the ALTER renames it),
-    in new-table order.
+    in new-table order. Generated columns of the new table are not among them: the server computes them.
     """
 
     database: str
@@ -71,8 +72,32 @@ def unique_keys_of(conn: pymysql.connections.Connection, database: str, table: s
     return keys
 
 
-def load_pair(conn: pymysql.connections.Connection, database: str, source: str, target: str, pk: str) -> TablePair:
-    """Describe the pair from information_schema."""
-    source_cols = set(columns_of(conn, database, source))
-    shared = tuple(c for c in columns_of(conn, database, target) if c in source_cols)
-    return TablePair(database, source, target, pk, shared, shared)
+def is_generated(extra: str) -> bool:
+    """information_schema.COLUMNS.EXTRA of a generated column: 'VIRTUAL GENERATED', 'STORED GENERATED'
+    (MySQL, MariaDB), 'PERSISTENT GENERATED' or 'VIRTUAL'/'PERSISTENT' (older MariaDB); not MySQL's
+    'DEFAULT_GENERATED', which is an ordinary column with an expression default."""
+    return bool({"VIRTUAL", "STORED", "PERSISTENT"} & set((extra or "").upper().split()))
+
+
+def load_pair(conn: pymysql.connections.Connection, database: str, source: str, target: str, pk: str,
+              alter: str = "") -> TablePair:
+    """Describe the pair from information_schema and the ALTER text (its renamed and dropped columns).
+
+    A source column fills the new column of the same name, or of the name the ALTER gives it; a column
+    the ALTER drops fills nothing (a column added again under its name starts empty). Column names
+    compare case-insensitively, as the server compares them.
+    """
+    changes = column_changes(alter)
+    renamed = {old.lower(): new for old, new in changes.renamed.items()}
+    dropped = {name.lower() for name in changes.dropped}
+    fills: dict[str, str] = {}
+    for column in columns_of(conn, database, source):
+        new = renamed.get(column.lower())
+        if new is None and column.lower() in dropped:
+            continue
+        fills[(new or column).lower()] = column
+    rows = query(conn, "SELECT COLUMN_NAME, EXTRA FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
+                       "AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION", (database, target))
+    mapped = [(name, fills[name.lower()]) for name, extra in rows
+              if not is_generated(extra) and name.lower() in fills]
+    return TablePair(database, source, target, pk, tuple(t for t, _ in mapped), tuple(s for _, s in mapped))

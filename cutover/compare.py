@@ -1,18 +1,17 @@
-"""Row-by-row comparison of two tables on their shared columns (used after a swap, by demo and tests)."""
+"""Row-by-row comparison of two tables on their mapped columns (used after a swap, by demo and tests)."""
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 
 import pymysql
 
 from applier.table import TablePair, load_pair
-from cutover.validate import row_hashes
+from cutover.validate import row_hasher, row_hashes
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """Keys present in only one table, and keys whose shared columns differ."""
+    """Keys present in only one table, and keys whose mapped columns differ."""
 
     compared: int
     only_left: list[int]
@@ -25,14 +24,15 @@ class Comparison:
 
 
 def compare_tables(conn: pymysql.connections.Connection, db: str, left: str, right: str, pk: str,
-                   ignore_keys: Collection[int] = ()) -> Comparison:
-    """Compare `db.left` and `db.right` on the columns both have, skipping `ignore_keys`."""
-    pair: TablePair = load_pair(conn, db, left, right, pk)
-    lo, hi = -(2 ** 63), 2 ** 63 - 1
-    a = row_hashes(conn, pair.source_name, pair, lo, hi)
-    b = row_hashes(conn, pair.target_name, pair, lo, hi)
-    skip = set(ignore_keys)
-    only_left = sorted(k for k in a.keys() - b.keys() if k not in skip)
-    only_right = sorted(k for k in b.keys() - a.keys() if k not in skip)
-    different = sorted(k for k in a.keys() & b.keys() if a[k] != b[k] and k not in skip)
-    return Comparison(len(a.keys() | b.keys()) - len(skip), only_left, only_right, different)
+                   *, alter: str = "") -> Comparison:
+    """Compare `db.left` and `db.right` (`right` made from `left` by `alter`, if given) on the columns
+    that fill each other, in `right`'s types and with validation's hashing."""
+    pair: TablePair = load_pair(conn, db, left, right, pk, alter)
+    hasher = row_hasher(conn, pair)
+    lo, hi = -(2 ** 63), 2 ** 64 - 1
+    a = row_hashes(conn, hasher, True, lo, hi)
+    b = row_hashes(conn, hasher, False, lo, hi)
+    only_left = sorted(a.keys() - b.keys())
+    only_right = sorted(b.keys() - a.keys())
+    different = sorted(k for k in a.keys() & b.keys() if a[k] != b[k])
+    return Comparison(len(a.keys() | b.keys()), only_left, only_right, different)

@@ -1,9 +1,23 @@
-"""Validation: checksums of source and new table per PK range; differing rows are re-copied and re-checked."""
+"""Validation: checksums of source and new table per PK range; differing rows are re-copied and re-checked.
+
+What a checksum must get right (invariant 9, and the reason validation exists at all):
+- columns are compared as mapped by the ALTER (source name on the source side, new name on the new side);
+- values compare in the new column's type: the source value is converted as the copy converts it (a
+  widening ALTER such as DECIMAL(12,2) -> DECIMAL(14,4) or latin1 -> utf8mb4 compares equal);
+- binary data is hashed as bytes; each column is hashed on its own, so no separator can make two
+  different rows look alike, and NULL, '' and a value the conversion rejects are told apart;
+- a range's checksum is the row count and the SUM of 64-bit row hashes: unlike BIT_XOR, two equal
+  differences do not cancel.
+"""
 from __future__ import annotations
 
 import logging
 import queue
+import re
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
 
 import pymysql
 
@@ -16,7 +30,13 @@ from migration.logs import log_event
 
 log = logging.getLogger("stream_osc.validate")
 
-ROUNDS = 5
+ROUNDS = 5                 # re-copies a row may need before a difference that stays is a failure
+MAX_ROUNDS = 4 * ROUNDS    # repair rounds of one range (two rows that keep replacing each other take 2 per strike)
+
+_INTEGERS = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
+_TEXTS = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
+_BLOBS = {"varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+_CHARSET = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 class ValidationFailed(Exception):
@@ -25,58 +45,175 @@ class ValidationFailed(Exception):
     user_facing = True
 
 
-def row_hash_sql(pair: TablePair) -> str:
-    """CRC32 of a row's shared columns, NULL-safe and independent of column charset."""
-    parts = []
-    for col in pair.target_columns:
-        ident = quote_ident(col)
-        parts.append(f"ISNULL({ident})")
-        parts.append(f"CONVERT({ident} USING utf8mb4)")
-    return f"CRC32(CONCAT_WS('#', {', '.join(parts)}))"
+@dataclass(frozen=True)
+class ColumnType:
+    """What information_schema says about a column of the new table."""
+
+    data_type: str
+    column_type: str
+    charset: str | None
+    precision: int | None
+    scale: int | None
+    datetime_precision: int | None
+    octet_length: int | None
 
 
-def range_checksum(conn: pymysql.connections.Connection, table: str, pair: TablePair, lo: int, hi: int) -> tuple:
-    """(row count, xor of row hashes) of one table over PKs [lo, hi]."""
-    return tuple(query(conn, f"SELECT COUNT(*), COALESCE(BIT_XOR({row_hash_sql(pair)}), 0) FROM {table} "
-                             f"WHERE {pair.pk_ident} BETWEEN %s AND %s", (lo, hi))[0])
+def in_target_type(expr: str, col: ColumnType) -> str:
+    """`expr` converted to the new column's type and rendered canonically (equal values, equal text or bytes).
+
+    Applied to both sides: on the new table it changes nothing but the rendering (a DOUBLE(10,2) prints
+    '1.50', a FLOAT prints 6 digits), on the source it converts the value as the copy's INSERT does.
+    """
+    kind = col.data_type.lower()
+    if kind in _INTEGERS:
+        return f"CAST({expr} AS {'UNSIGNED' if 'unsigned' in col.column_type.lower() else 'SIGNED'})"
+    if kind == "bit":
+        return f"CAST({expr} AS UNSIGNED)"
+    if kind in ("decimal", "numeric"):
+        return f"CAST({expr} AS DECIMAL({col.precision},{col.scale or 0}))"
+    if kind in ("float", "double", "real"):
+        value = f"ROUND({expr}, {col.scale})" if col.scale is not None else expr
+        if kind == "float":   # widened exactly to DOUBLE, which prints enough digits to tell floats apart
+            value = f"CAST({value} AS FLOAT)"
+        return f"CAST({value} AS DOUBLE)"
+    if kind == "date":
+        return f"CAST({expr} AS DATE)"
+    if kind in ("datetime", "timestamp"):
+        return f"CAST({expr} AS DATETIME({col.datetime_precision or 0}))"
+    if kind == "time":
+        return f"CAST({expr} AS TIME({col.datetime_precision or 0}))"
+    if kind == "json":   # MySQL's JSON type (MariaDB's JSON is a LONGTEXT)
+        return f"CAST({expr} AS JSON)"
+    if kind == "binary":   # BINARY(n) pads with 0x00, as CAST … AS BINARY(n) does
+        return f"CAST({expr} AS BINARY({col.octet_length}))"
+    if kind in _BLOBS:
+        return f"CAST({expr} AS BINARY)"
+    if kind in _TEXTS and col.charset and _CHARSET.match(col.charset):
+        text = f"CONVERT({expr} USING {col.charset})"
+        return f"RTRIM({text})" if kind == "char" else text   # CHAR drops trailing spaces
+    return expr   # YEAR, spatial, UUID, INET6 …: compared as the server renders them
 
 
-def row_hashes(conn: pymysql.connections.Connection, table: str, pair: TablePair, lo: int, hi: int) -> dict[int, int]:
-    return dict(query(conn, f"SELECT {pair.pk_ident}, {row_hash_sql(pair)} FROM {table} "
-                            f"WHERE {pair.pk_ident} BETWEEN %s AND %s", (lo, hi)))
+def column_part(ident: str, col: ColumnType) -> str:
+    """A fixed-form hash of one column: 'N' for NULL, 'E' if the conversion yields NULL, else 32 hex digits."""
+    return f"IF({ident} IS NULL, 'N', COALESCE(MD5({in_target_type(ident, col)}), 'E'))"
 
 
-def differing_keys(conn: pymysql.connections.Connection, pair: TablePair, lo: int, hi: int) -> set[int]:
-    """PKs in [lo, hi] whose rows differ between source and new table (or exist in only one)."""
-    if range_checksum(conn, pair.source_name, pair, lo, hi) == range_checksum(conn, pair.target_name, pair, lo, hi):
-        return set()
-    source = row_hashes(conn, pair.source_name, pair, lo, hi)
-    target = row_hashes(conn, pair.target_name, pair, lo, hi)
-    return {k for k in source.keys() | target.keys() if source.get(k) != target.get(k)}
+@dataclass(frozen=True)
+class RowHasher:
+    """SQL hashing a row's mapped columns, per side; parts are prefix-free, so their concatenation is too."""
+
+    pair: TablePair
+    source_parts: tuple[str, ...]
+    target_parts: tuple[str, ...]
+
+    def table(self, source: bool) -> str:
+        return self.pair.source_name if source else self.pair.target_name
+
+    def row_sql(self, source: bool) -> str:
+        parts = self.source_parts if source else self.target_parts
+        return f"MD5(CONCAT({', '.join(parts)}))"
 
 
-def describe_difference(conn: pymysql.connections.Connection, pair: TablePair, key: int) -> str:
-    """Which shared columns of one row differ between source and new table."""
-    select = f"SELECT {pair.target_column_list} FROM {{}} WHERE {pair.pk_ident}=%s"
-    source = query(conn, select.format(pair.source_name), (key,))
-    target = query(conn, select.format(pair.target_name), (key,))
+def row_hasher(conn: pymysql.connections.Connection, pair: TablePair) -> RowHasher:
+    """Read the new table's column types and build the per-side hash expressions."""
+    types = {r[0].lower(): ColumnType(*r[1:]) for r in query(conn, """
+        SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, NUMERIC_PRECISION, NUMERIC_SCALE,
+               DATETIME_PRECISION, CHARACTER_OCTET_LENGTH
+        FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s""", (pair.database, pair.target))}
+    cols = [types[t.lower()] for t in pair.target_columns]
+    return RowHasher(pair,
+                     tuple(column_part(quote_ident(s), c) for s, c in zip(pair.source_columns, cols)),
+                     tuple(column_part(quote_ident(t), c) for t, c in zip(pair.target_columns, cols)))
+
+
+def range_checksum(conn: pymysql.connections.Connection, hasher: RowHasher, source: bool, lo: int, hi: int) -> tuple:
+    """(row count, sum of the rows' 64-bit hashes) of one side over PKs [lo, hi]."""
+    pk = hasher.pair.pk_ident
+    return tuple(query(conn, f"SELECT COUNT(*), COALESCE(SUM(CAST(CONV(LEFT({hasher.row_sql(source)}, 16), 16, 10) "
+                             f"AS DECIMAL(20,0))), 0) FROM {hasher.table(source)} WHERE {pk} BETWEEN %s AND %s",
+                       (lo, hi))[0])
+
+
+def row_hashes(conn: pymysql.connections.Connection, hasher: RowHasher, source: bool, lo: int,
+               hi: int) -> dict[int, str]:
+    """PK -> row hash of one side over PKs [lo, hi]."""
+    pk = hasher.pair.pk_ident
+    return dict(query(conn, f"SELECT {pk}, {hasher.row_sql(source)} FROM {hasher.table(source)} "
+                            f"WHERE {pk} BETWEEN %s AND %s", (lo, hi)))
+
+
+@dataclass(frozen=True)
+class Differences:
+    """Keys of a range whose rows differ: in both tables with other values, or in only one of them."""
+
+    changed: set[int]
+    missing: set[int]   # in the source, not in the new table
+    extra: set[int]     # in the new table, not in the source
+
+    @property
+    def keys(self) -> set[int]:
+        return self.changed | self.missing | self.extra
+
+
+def differing_keys(conn: pymysql.connections.Connection, hasher: RowHasher, lo: int, hi: int) -> Differences:
+    """The rows of PKs [lo, hi] that differ between source and new table."""
+    if range_checksum(conn, hasher, True, lo, hi) == range_checksum(conn, hasher, False, lo, hi):
+        return Differences(set(), set(), set())
+    source = row_hashes(conn, hasher, True, lo, hi)
+    target = row_hashes(conn, hasher, False, lo, hi)
+    return Differences({k for k in source.keys() & target.keys() if source[k] != target[k]},
+                       source.keys() - target.keys(), target.keys() - source.keys())
+
+
+def describe_difference(conn: pymysql.connections.Connection, hasher: RowHasher, key: int) -> str:
+    """Which mapped columns of one row differ between source and new table."""
+    pair = hasher.pair
+    source = query(conn, f"SELECT {', '.join(hasher.source_parts)} FROM {pair.source_name} "
+                         f"WHERE {pair.pk_ident}=%s", (key,))
+    target = query(conn, f"SELECT {', '.join(hasher.target_parts)} FROM {pair.target_name} "
+                         f"WHERE {pair.pk_ident}=%s", (key,))
     if not source or not target:
         return "missing from the " + ("new" if source else "original") + " table"
-    columns = [c for c, a, b in zip(pair.target_columns, source[0], target[0]) if a != b]
-    return "columns differ: " + ", ".join(columns) if columns else "same values, different bytes (charset?)"
+    columns = [t if s == t else f"{t} (from {s})"
+               for t, s, a, b in zip(pair.target_columns, pair.source_columns, source[0], target[0]) if a != b]
+    return "columns differ: " + ", ".join(columns) if columns else "equal now"
 
 
-def still_different(conn: pymysql.connections.Connection, pair: TablePair, keys: set[int]) -> set[int]:
-    """The keys among `keys` whose rows differ right now."""
-    marks = ", ".join(["%s"] * len(keys))
-    hashes = f"SELECT {pair.pk_ident}, {row_hash_sql(pair)} FROM {{}} WHERE {pair.pk_ident} IN ({marks})"
-    source = dict(query(conn, hashes.format(pair.source_name), sorted(keys)))
-    target = dict(query(conn, hashes.format(pair.target_name), sorted(keys)))
-    return {k for k in keys if source.get(k) != target.get(k)}
+def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: int, hi: int, diff: set[int],
+                 table: str) -> int:
+    """Re-copy `diff` and re-check the whole range until it matches; returns the number of rows re-copied.
+
+    The whole range is re-checked, not only the re-copied keys: a REPLACE deletes any row of the new
+    table that holds the same UNIQUE value, and no change event will bring that row back. A key that
+    differs again after being re-copied gets a strike (a lossy conversion, two rows colliding on a
+    UNIQUE key, or a row written that often); ROUNDS strikes fail. A key that newly differs in both
+    tables, or exists only in the new table, is a write in flight that the appliers apply; a key newly
+    missing from the new table may be a row the REPLACE deleted, so it is re-copied too.
+    """
+    recopied: set[int] = set()
+    strikes: Counter[int] = Counter()
+    for _ in range(MAX_ROUNDS):
+        if not diff:
+            return len(recopied)
+        with_retry(partial(recopy_keys, conn, hasher.pair, diff))
+        recopied |= diff
+        now = differing_keys(conn, hasher, lo, hi)
+        persisting = now.keys & recopied
+        strikes.update(persisting)
+        worst = max(persisting, key=lambda k: (strikes[k], -k), default=None)
+        if worst is not None and strikes[worst] >= ROUNDS:
+            raise ValidationFailed(
+                f"{len(persisting)} rows of {table} in PK range {lo}..{hi} still differ right after being "
+                f"re-copied {ROUNDS} times; first {hasher.pair.pk}={worst}: {describe_difference(conn, hasher, worst)}. "
+                "The ALTER may change values (a lossy type change) or make rows collide on a UNIQUE key")
+        diff = persisting | now.missing
+    raise ValidationFailed(f"rows of {table} in PK range {lo}..{hi} kept differing through {MAX_ROUNDS} rounds of "
+                           f"re-copies (still {sorted(diff)[:10]}); retry when writes to the table are fewer")
 
 
-def validate_range(ctx: RunContext, lo: int, hi: int, snapshots: queue.Queue | None = None) -> int:
-    """Check one range; re-copy differing rows and re-check them until they match. Returns rows repaired.
+def validate_range(ctx: RunContext, hasher: RowHasher, lo: int, hi: int, snapshots: queue.Queue | None = None) -> int:
+    """Check one range; re-copy differing rows and re-check the range until it matches. Returns rows repaired.
 
     With `snapshots` (sessions holding one consistent snapshot in which the new table equals the
     source), the range is compared in a snapshot, so a difference is a real one. Without, it is
@@ -88,41 +225,34 @@ def validate_range(ctx: RunContext, lo: int, hi: int, snapshots: queue.Queue | N
         if not ctx.wait_while_paused_or_throttled(conn):
             raise WorkStopped(f"validation of {ctx.spec.qualified_name} stopped")
         if snapshots is None:
-            diff = differing_keys(conn, ctx.pair, lo, hi)
+            diff = differing_keys(conn, hasher, lo, hi).keys
         else:
             session = snapshots.get()
             try:
-                diff = differing_keys(session, ctx.pair, lo, hi)
+                diff = differing_keys(session, hasher, lo, hi).keys
             finally:
                 snapshots.put(session)
-        repaired = len(diff)
-        for _ in range(ROUNDS):
-            if not diff:
-                return repaired
-            with_retry(lambda: recopy_keys(conn, ctx.pair, diff))
-            diff = still_different(conn, ctx.pair, diff)
-        key = min(diff)
-        raise ValidationFailed(
-            f"{len(diff)} rows of {ctx.spec.qualified_name} in PK range {lo}..{hi} still differ right after "
-            f"{ROUNDS} re-copies; first {ctx.pair.pk}={key}: {describe_difference(conn, ctx.pair, key)}. "
-            "The ALTER may change values (a lossy type change) or make rows collide on a UNIQUE key")
+        return repair_range(conn, hasher, lo, hi, diff, ctx.spec.qualified_name)
     finally:
         conn.close()
 
 
-def validation_ranges(conn: pymysql.connections.Connection, ctx: RunContext) -> list[tuple[int, int]]:
-    """The copy chunks plus everything above them (rows inserted since the copy started)."""
+def validation_ranges(conn: pymysql.connections.Connection, ctx: RunContext,
+                      reader: pymysql.connections.Connection) -> list[tuple[int, int]]:
+    """The copy chunks plus everything below and above them; the tables' keys are read through `reader`
+    (the snapshot session when validating in a snapshot, so the ranges cover exactly its rows)."""
+    pair = ctx.pair
     ranges = [(start, end) for _, start, end, *_ in ctx.store(conn).chunks(ctx.migration.id)]
-    top = max(scalar(conn, f"SELECT COALESCE(MAX({ctx.pair.pk_ident}), 0) FROM {ctx.pair.source_name}") or 0,
-              scalar(conn, f"SELECT COALESCE(MAX({ctx.pair.pk_ident}), 0) FROM {ctx.pair.target_name}") or 0)
-    low = min(scalar(conn, f"SELECT COALESCE(MIN({ctx.pair.pk_ident}), 0) FROM {ctx.pair.source_name}") or 0,
-              scalar(conn, f"SELECT COALESCE(MIN({ctx.pair.pk_ident}), 0) FROM {ctx.pair.target_name}") or 0)
+    top = max(scalar(reader, f"SELECT COALESCE(MAX({pair.pk_ident}), 0) FROM {pair.source_name}") or 0,
+              scalar(reader, f"SELECT COALESCE(MAX({pair.pk_ident}), 0) FROM {pair.target_name}") or 0)
+    low = min(scalar(reader, f"SELECT COALESCE(MIN({pair.pk_ident}), 0) FROM {pair.source_name}") or 0,
+              scalar(reader, f"SELECT COALESCE(MIN({pair.pk_ident}), 0) FROM {pair.target_name}") or 0)
     covered_hi = ranges[-1][1] if ranges else low - 1
     covered_lo = ranges[0][0] if ranges else low
     if low < covered_lo:
         ranges.insert(0, (low, covered_lo - 1))
     if top > covered_hi:
-        ranges += key_ranges(conn, ctx.pair.source_name, ctx.pair.pk_ident, covered_hi + 1, top, ctx.spec.chunk_size)
+        ranges += key_ranges(reader, pair.source_name, pair.pk_ident, covered_hi + 1, top, ctx.spec.chunk_size)
     return ranges
 
 
@@ -130,7 +260,8 @@ def validate(ctx: RunContext, snapshots: list[pymysql.connections.Connection] | 
     """Validate every range in parallel (in the given snapshot sessions, if any); returns rows repaired."""
     conn = ctx.db()
     try:
-        ranges = validation_ranges(conn, ctx)
+        hasher = row_hasher(conn, ctx.pair)
+        ranges = validation_ranges(conn, ctx, snapshots[0] if snapshots else conn)
     finally:
         conn.close()
     sessions: queue.Queue | None = None
@@ -140,6 +271,6 @@ def validate(ctx: RunContext, snapshots: list[pymysql.connections.Connection] | 
             sessions.put(session)
     workers = len(snapshots) if snapshots else ctx.spec.copy_workers
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        repaired = sum(pool.map(lambda r: validate_range(ctx, *r, sessions), ranges))
+        repaired = sum(pool.map(lambda r: validate_range(ctx, hasher, *r, sessions), ranges))
     log_event(log, "validation done", ranges=len(ranges), repaired=repaired, in_snapshot=bool(snapshots))
     return repaired
