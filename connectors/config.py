@@ -19,6 +19,11 @@ BASE_SETTINGS: dict[str, str] = {
     "snapshot.locking.mode": "none",          # no global read lock on a busy primary
     "tombstones.on.delete": "false",
     "decimal.handling.mode": "string",
+    # BIGINT UNSIGNED keys above 2^63 would arrive wrapped to negative numbers as a Java long: send them
+    # exactly (a decimal of scale 0), written by the JSON converters as a plain number, not base64 bytes.
+    "bigint.unsigned.handling.mode": "precise",
+    "key.converter.decimal.format": "NUMERIC",
+    "value.converter.decimal.format": "NUMERIC",
     "include.schema.changes": "false",
     "schema.history.internal.skip.unparseable.ddl": "true",
     "schema.history.internal.store.only.captured.tables.ddl": "true",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from decimal import Decimal
 
 FENCE_KEY_COLUMN = "__stream_osc_fence"
 
@@ -24,17 +25,30 @@ def encode_key(column: str, value: int) -> bytes:
     return json.dumps({column: value}, separators=(",", ":")).encode()
 
 
+def key_value(value: object) -> int:
+    """A key field as an exact int: a JSON integer, a decimal number (an unsigned BIGINT sent precisely:
+    parsed as Decimal, never through a float) or a string of digits."""
+    if type(value) is int:   # the usual case, on the apply path
+        return value
+    if not isinstance(value, (Decimal, str)):
+        raise ValueError(f"not an integer key: {value!r}")
+    exact = Decimal(value)
+    if exact != exact.to_integral_value():
+        raise ValueError(f"not an integer key: {value!r}")
+    return int(exact)
+
+
 def decode_key(key: bytes | None, pk_column: str) -> ChangeKey | None:
     """Key bytes -> ChangeKey; None for records that are not row changes (e.g. no key)."""
     if not key:
         return None
-    doc = json.loads(key)
+    doc = json.loads(key, parse_float=Decimal)
     if not isinstance(doc, dict):
         return None
     if FENCE_KEY_COLUMN in doc:
         return ChangeKey(pk=None, fence_id=int(doc[FENCE_KEY_COLUMN]))
     if pk_column in doc:
-        return ChangeKey(pk=int(doc[pk_column]))
+        return ChangeKey(pk=key_value(doc[pk_column]))
     return None
 
 

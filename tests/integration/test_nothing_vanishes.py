@@ -6,7 +6,9 @@ application was told (its own writes), not against the tool's idea of the swap.
 """
 from __future__ import annotations
 
+import random
 import threading
+from collections import Counter
 
 import pytest
 
@@ -14,7 +16,8 @@ from applier.table import load_pair
 from cutover.swap import Cutover
 from migration.context import RunContext
 from migration.cli import main
-from migration.db import ServerInfo, query, scalar
+from migration.db import ServerInfo, connect, qualified, query, scalar
+from migration.endpoints import MySQLAddress
 from migration.runner import Runner
 from migration.spec import MigrationSpec, helper_table_name
 from migration.state import SourceChanged, StateStore
@@ -63,6 +66,79 @@ class RunnerThread(threading.Thread):
             self.result = self.runner.run()
         except BaseException as exc:  # noqa: BLE001 - the test inspects it
             self.error = exc
+
+
+class Incrementer(threading.Thread):
+    """An application session incrementing counters of the given rows as fast as it can; it records what
+    the server acknowledged (the oracle), so every update counted must be in the final table."""
+
+    def __init__(self, addr: MySQLAddress, table: str, keys: list[int], seed: int) -> None:
+        super().__init__(daemon=True)
+        self.addr, self.name, self.keys = addr, qualified(DB, table), keys
+        self.rng = random.Random(seed)
+        self.acknowledged: Counter[int] = Counter()
+        self.errors: list[str] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        conn = connect(self.addr)
+        try:
+            while not self.stop_event.is_set():
+                key = self.rng.choice(self.keys)
+                try:
+                    query(conn, f"UPDATE {self.name} SET counter = counter + 1 WHERE id = %s", (key,))
+                except Exception as exc:  # noqa: BLE001 - an unacknowledged write; the test shows them
+                    self.errors.append(f"{key}: {exc}")
+                    continue
+                self.acknowledged[key] += 1
+        finally:
+            conn.close()
+
+    def updates_to(self, key: int) -> int:
+        return self.acknowledged[key]
+
+    def wait_for_updates(self, more: int) -> None:
+        target = sum(self.acknowledged.values()) + more
+        wait_for(lambda: sum(self.acknowledged.values()) >= target, 60, f"{more} more updates")
+
+    def __enter__(self) -> "Incrementer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_event.set()
+        self.join()
+
+
+def migrate_under_updates(endpoints, conn, table: str, keys: list[int], seed: int) -> Incrementer:
+    """Migrate DB.table (adding a column) while counters of `keys` are incremented, before, during and after
+    the swap; returns the record of acknowledged updates."""
+    with Incrementer(endpoints.mysql, table, keys, seed) as writer:
+        writer.wait_for_updates(100)
+        spec = spec_for(table, "ADD COLUMN extra INT NULL", chunk_size=500, batch_size=100)
+        assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+        writer.wait_for_updates(100)   # after the swap too
+    assert writer.errors == []
+    assert "extra" in [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
+                                                 "TABLE_SCHEMA=%s AND TABLE_NAME=%s", (DB, table))]
+    return writer
+
+
+def counter_table(conn, table: str, id_type: str, ids: list[int], filler: tuple[int, int]) -> None:
+    """(Re)create DB.table (id, counter) holding `ids` and the ids filler[0]..filler[1]."""
+    name = qualified(DB, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} (id {id_type} NOT NULL PRIMARY KEY, counter BIGINT NOT NULL DEFAULT 0, "
+                "payload VARCHAR(32) NOT NULL DEFAULT 'x') ENGINE=InnoDB")
+    query(conn, f"INSERT INTO {name} (id) VALUES " + ", ".join(["(%s)"] * len(ids)), ids)
+    query(conn, f"INSERT INTO {name} (id) SELECT seq FROM {DB}.seq_{filler[0]}_to_{filler[1]}")
+
+
+def assert_every_row_and_update(conn, table: str, writer: Incrementer, ids: set[int]) -> None:
+    rows = dict(query(conn, f"SELECT id, counter FROM {qualified(DB, table)}"))
+    assert set(rows) == ids, (sorted(ids - set(rows))[:5], sorted(set(rows) - ids)[:5])
+    lost = {k: (rows[k], writer.updates_to(k)) for k in writer.keys if rows[k] != writer.updates_to(k)}
+    assert lost == {}, "counter in the final table vs acknowledged updates"
 
 
 # 1. DDL on the source ------------------------------------------------------------------------------
@@ -133,3 +209,82 @@ def test_triggers_are_not_left_behind_on_the_old_table(endpoints, conn, capsys):
     assert leftovers(endpoints, DB, table) == []
     assert scalar(conn, "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA=%s "
                         "AND EVENT_OBJECT_TABLE=%s", (DB, table)) == 2
+
+
+# 3. a key of 0 ------------------------------------------------------------------------------------
+def test_a_row_whose_auto_increment_key_is_0_survives(endpoints, conn):
+    table = "zero_key"
+    fresh(conn, table)
+    query(conn, "SET SESSION sql_mode = CONCAT(@@SESSION.sql_mode, ',NO_AUTO_VALUE_ON_ZERO')")   # 0 stays 0
+    counter_table(conn, table, "BIGINT AUTO_INCREMENT", [-3, -1, 0], (1, 2_000))
+    assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.{table} WHERE id = 0") == 1
+    writer = migrate_under_updates(endpoints, conn, table, [-3, 0, 1, 2_000], seed=3)
+    assert_every_row_and_update(conn, table, writer, {-3, -1, 0, *range(1, 2_001)})
+    assert leftovers(endpoints, DB, table) == []
+
+
+# 4. unsigned BIGINT keys up to 2^64-1 ----------------------------------------------------------------
+def test_unsigned_bigint_keys_up_to_the_top_survive(endpoints, conn):
+    table = "unsigned_key"
+    fresh(conn, table)
+    top = 2**64 - 1
+    edges = [0, 2**63 - 1, 2**63, 2**63 + 1, top - 1, top]
+    counter_table(conn, table, "BIGINT UNSIGNED", edges, (1, 2_000))
+    writer = migrate_under_updates(endpoints, conn, table, [0, 1, 2**63, top - 1, top], seed=4)
+    assert_every_row_and_update(conn, table, writer, {*edges, *range(1, 2_001)})
+    assert leftovers(endpoints, DB, table) == []
+
+
+# 5. AUTO_INCREMENT position ------------------------------------------------------------------------
+def test_ids_handed_out_before_the_swap_are_not_handed_out_again(endpoints, conn):
+    table = "auto_position"
+    fresh(conn, table)
+    name = qualified(DB, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} (id INT NOT NULL AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
+    query(conn, f"INSERT INTO {name} (v) SELECT seq FROM {DB}.seq_1_to_1000")
+    handed_out = scalar(conn, f"SELECT MAX(id) FROM {name}")
+    query(conn, f"DELETE FROM {name} WHERE id > %s", (handed_out - 100,))   # the top ids are gone, not forgotten
+    assert Runner(endpoints, spec_for(table, "ADD COLUMN w INT NULL"), Progress(quiet=True)).run() == 0
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO {name} (v) VALUES (1)")
+        assert cur.lastrowid > handed_out
+    assert leftovers(endpoints, DB, table) == []
+
+
+def test_a_metadata_schema_made_with_bigint_key_columns_is_widened_in_place(conn):
+    schema = "vanish_meta"
+    query(conn, f"DROP DATABASE IF EXISTS {schema}")
+    query(conn, f"CREATE DATABASE {schema}")
+    try:
+        query(conn, f"""CREATE TABLE {schema}.migrations (
+            id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, db VARCHAR(64) NOT NULL, tbl VARCHAR(64) NOT NULL,
+            alter_sql TEXT NOT NULL, stage VARCHAR(16) NOT NULL, status VARCHAR(16) NOT NULL,
+            prefix VARCHAR(100) NOT NULL, pk_column VARCHAR(64) NOT NULL, min_pk BIGINT NULL, max_pk BIGINT NULL,
+            error TEXT NULL, validation_diffs BIGINT NOT NULL DEFAULT 0, cutover_blocked_ms INT NULL,
+            cutover_at DOUBLE NULL, options TEXT NOT NULL, active_key VARCHAR(140) NULL,
+            created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+            updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
+            UNIQUE KEY active_key (active_key)) ENGINE=InnoDB""")
+        query(conn, f"""CREATE TABLE {schema}.chunks (
+            migration_id BIGINT NOT NULL, chunk_no INT NOT NULL,
+            start_pk BIGINT NOT NULL, end_pk BIGINT NOT NULL, next_pk BIGINT NOT NULL,
+            rows_copied BIGINT NOT NULL DEFAULT 0, done TINYINT NOT NULL DEFAULT 0,
+            PRIMARY KEY (migration_id, chunk_no)) ENGINE=InnoDB""")
+        query(conn, f"INSERT INTO {schema}.migrations (id, db, tbl, alter_sql, stage, status, prefix, pk_column, "
+                    "min_pk, max_pk, options, active_key) VALUES (1, 'd', 't', 'ADD COLUMN x INT', 'copy', 'running', "
+                    "'p', 'id', %s, %s, '{}', 'd.t')", (-2**63, 2**63 - 1))
+        query(conn, f"INSERT INTO {schema}.chunks (migration_id, chunk_no, start_pk, end_pk, next_pk) "
+                    "VALUES (1, 0, %s, %s, 10)", (-2**63, 2**63 - 1))
+        store = StateStore(conn, schema)
+        store.ensure_schema()
+        types = set(query(conn, "SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND "
+                                "COLUMN_NAME IN ('min_pk', 'max_pk', 'start_pk', 'end_pk', 'next_pk')", (schema,)))
+        assert types == {("decimal",)}
+        migration = store.get(1)                                               # the running migration resumes
+        assert (migration.min_pk, migration.max_pk) == (-2**63, 2**63 - 1)
+        store.add_chunks(1, [(-2**63, 2**63 - 1), (2**63, 2**64 - 1)])        # chunk 0 exists already
+        query(conn, f"UPDATE {schema}.chunks SET next_pk = %s WHERE chunk_no = 1", (2**64,))   # one past the top
+        assert store.chunks(1) == [(0, -2**63, 2**63 - 1, 10, 0, 0), (1, 2**63, 2**64 - 1, 2**64, 0, 0)]
+    finally:
+        query(conn, f"DROP DATABASE IF EXISTS {schema}")
