@@ -72,7 +72,9 @@ def in_target_type(expr: str, col: ColumnType) -> str:
     if kind in ("decimal", "numeric"):
         return f"CAST({expr} AS DECIMAL({col.precision},{col.scale or 0}))"
     if kind in ("float", "double", "real"):
-        value = f"ROUND({expr}, {col.scale})" if col.scale is not None else expr
+        value = expr
+        if col.scale is not None:   # FLOAT(M,D)/DOUBLE(M,D) store floor(x) + rint(fraction * 10^D) / 10^D
+            value = f"(FLOOR({expr}) + ROUND(({expr} - FLOOR({expr})) * 1e{col.scale}) / 1e{col.scale})"
         if kind == "float":   # widened exactly to DOUBLE, which prints enough digits to tell floats apart
             value = f"CAST({value} AS FLOAT)"
         return f"CAST({value} AS DOUBLE)"
