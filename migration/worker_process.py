@@ -107,7 +107,7 @@ class JoinedWorker:
                    still: Callable[[Migration], bool]) -> None:
         """Run one kind of worker while `still(migration)` holds (or until the threads end by themselves)."""
         spec = spec_of(migration, self.copy_workers, self.apply_workers)
-        pair = load_pair(self.conn, spec.database, spec.table, spec.new_table, migration.pk_column)
+        pair = load_pair(self.conn, spec.database, spec.table, spec.new_table, migration.pk_column, spec.alter)
         ctx = RunContext(self.endpoints, spec, migration, pair)
         count = spec.copy_workers if kind == "copy" else spec.apply_workers
         log_event(log, "workers joined", migration=migration.id, kind=kind, count=count, stage=migration.stage)

@@ -10,7 +10,7 @@ from streams.topics import TopicNames
 def test_spec_from_table_arg_and_errors():
     spec = MigrationSpec.from_table_arg("shop.orders", "ADD COLUMN c INT", copy_workers=2, batch_size=None)
     assert (spec.database, spec.table, spec.copy_workers, spec.batch_size) == ("shop", "orders", 2, 5000)
-    assert (spec.new_table, spec.old_table) == ("_orders_new", "_orders_old")
+    assert (spec.new_table, spec.old_table) == ("orders_osc_new", "orders_osc_old")
     with pytest.raises(ConfigError, match="DB.TABLE"):
         MigrationSpec.from_table_arg("orders", "ADD COLUMN c INT")
     with pytest.raises(ConfigError, match="empty"):
