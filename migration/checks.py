@@ -55,6 +55,39 @@ def check_server(info: ServerInfo) -> None:
                   innodb_autoinc_lock_mode=info.autoinc_lock_mode)
 
 
+def check_session_binlog_formats(conn: pymysql.connections.Connection, info: ServerInfo) -> None:
+    """No other session still writes statement-based binlog (their writes would never reach the topic).
+
+    A session's binlog_format is fixed when it connects (or by its own SET SESSION), so sessions older
+    than a SET GLOBAL binlog_format='ROW' keep the old format. MySQL 8 shows every session's value in
+    performance_schema.variables_by_thread: such sessions are refused by name. MariaDB shows only its
+    own session's value; it tells whether the global value was set at run time, which is noted.
+    """
+    if info.is_mariadb:
+        origin = scalar(conn, "SELECT GLOBAL_VALUE_ORIGIN FROM information_schema.SYSTEM_VARIABLES "
+                              "WHERE VARIABLE_NAME='BINLOG_FORMAT'")
+        if origin == "SQL":
+            log_event(log, "binlog_format was set with SET GLOBAL since the server started: sessions connected "
+                           "before that keep their own format and their writes would not be captured; MariaDB "
+                           "cannot show them, so reconnect application sessions if unsure", logging.INFO)
+        return
+    try:
+        sessions = query(conn, """SELECT t.PROCESSLIST_ID, t.PROCESSLIST_USER, t.PROCESSLIST_HOST, v.VARIABLE_VALUE
+            FROM performance_schema.variables_by_thread v JOIN performance_schema.threads t USING (THREAD_ID)
+            WHERE v.VARIABLE_NAME='binlog_format' AND v.VARIABLE_VALUE<>'ROW' AND t.PROCESSLIST_ID IS NOT NULL
+            ORDER BY t.PROCESSLIST_ID""")
+    except pymysql.err.MySQLError as exc:
+        log_event(log, "could not read other sessions' binlog_format from performance_schema; sessions connected "
+                       "before binlog_format became ROW would not be captured", logging.WARNING, reason=exc.args[-1])
+        return
+    if sessions:
+        shown = ", ".join(f"{sid} {user}@{host} {fmt}" for sid, user, host, fmt in sessions[:5])
+        more = f" and {len(sessions) - 5} more" if len(sessions) > 5 else ""
+        raise PreflightError(f"{len(sessions)} sessions still use a binlog_format other than ROW ({shown}{more}): "
+                             "their writes would not be captured; reconnect them (a session keeps the format it "
+                             "connected with) and run again")
+
+
 def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> str:
     """The table exists, has a one-column integer PK, no foreign keys and no triggers; returns the PK column."""
     db, table = spec.database, spec.table

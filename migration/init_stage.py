@@ -18,7 +18,7 @@ from applier.table import primary_key_of
 from connectors.config import connector_config
 from connectors.rest import ConnectClient, ConnectError
 from migration.checks import (PreflightError, check_load_thresholds, check_privileges, check_server, check_services,
-                              check_table)
+                              check_session_binlog_formats, check_table)
 from migration.db import ServerInfo, qualified, query, quote_ident
 from migration.endpoints import Endpoints
 from migration.logs import log_event
@@ -40,6 +40,7 @@ def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
     check_privileges(conn, spec)
     check_load_thresholds(conn, spec)
     check_services(endpoints, info.flavor)
+    check_session_binlog_formats(conn, info)
     return pk
 
 

@@ -157,9 +157,9 @@ def test_ddl_on_the_source_during_the_migration_stops_it_with_the_original_untou
     run.start()
     wait_for(lambda: (row := migration_row(conn, DB, table)) is not None and row.stage == "copy"
              and scalar(conn, "SELECT COUNT(*) FROM stream_osc.chunks WHERE migration_id=%s AND next_pk > start_pk",
-                        (row.id,)), 60, "the copy under way")
+                        (row.id,)), 180, "the copy under way")
     query(conn, ddl.format(t=f"{DB}.{table}"))
-    run.join(120)
+    run.join(300)
     assert not run.is_alive()
     assert isinstance(run.error, SourceChanged), (run.result, run.error)
     assert f"table {DB}.{table} was altered during the migration" in str(run.error)
@@ -288,3 +288,18 @@ def test_a_metadata_schema_made_with_bigint_key_columns_is_widened_in_place(conn
         assert store.chunks(1) == [(0, -2**63, 2**63 - 1, 10, 0, 0), (1, 2**63, 2**64 - 1, 2**64, 0, 0)]
     finally:
         query(conn, f"DROP DATABASE IF EXISTS {schema}")
+
+
+# 6. sessions still on statement-based binlog -------------------------------------------------------
+def test_sessions_that_may_still_write_statement_binlog_are_pointed_out(endpoints, conn, capsys):
+    table = "session_format"
+    fresh(conn, table)
+    create_sample_table(conn, DB, table, rows=10, seed=6)
+    query(conn, "SET GLOBAL binlog_format = 'ROW'")   # a run-time change: older sessions keep their format
+    code = main(["--log-level", "INFO", "migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN flag INT NULL",
+                 "--dry-run", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    if ServerInfo.read(conn).is_mariadb:   # it cannot show other sessions' format: the change is pointed out
+        assert "binlog_format was set with SET GLOBAL since the server started" in err
+    assert leftovers(endpoints, DB, table) == []
