@@ -22,7 +22,7 @@ from applier.recopy import recopy_keys, with_retry
 from migration.context import RunContext
 from migration.db import qualified, query, scalar
 from migration.logs import log_event
-from migration.state import SourceChanged, check_definition
+from migration.state import check_definition
 from streams.events import decode_key
 from streams.fence import FenceReader, FenceTimeout, fence_consumer
 from streams.topics import TopicNames, committed_offsets, partition_count
@@ -261,14 +261,20 @@ class Cutover:
             log_event(log, "tables swapped", blocked_ms=round(blocked, 1), drained_keys=drained,
                       drain_ms=round((drained_at - locked_at) * 1000, 1))
             return CutoverResult(True, blocked, drained, locked_at=locked_wall)
-        except SourceChanged:
-            self._roll_back(lock_conn, renamer)
-            raise
         except CutoverAborted as exc:
             self._roll_back(lock_conn, renamer)
             blocked = (time.monotonic() - locked_at) * 1000 if locked_at else 0.0
             log_event(log, "cutover attempt rolled back", logging.WARNING, reason=str(exc))
             return CutoverResult(False, blocked, 0, str(exc))
+        except BaseException:
+            # SourceChanged, a cut connection, anything else: no sentry may outlive the attempt
+            # (a real original under the old name is never dropped: the sentry is known by its comment).
+            try:
+                self._roll_back(lock_conn, renamer)
+            except pymysql.err.Error as exc:
+                log_event(log, "cutover roll-back incomplete; the next attempt or abort removes the sentry",
+                          logging.WARNING, reason=str(exc))
+            raise
         finally:
             if renamer is not None:
                 renamer.close_unless_started()

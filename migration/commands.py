@@ -9,8 +9,9 @@ import redis
 
 from connectors.health import describe_failure
 from connectors.rest import ConnectClient, ConnectError
+from cutover.swap import SENTRY_COMMENT
 from migration.checks import PreflightError
-from migration.db import connect, qualified, query
+from migration.db import connect, qualified, query, scalar
 from migration.endpoints import Endpoints
 from migration.lease import STALE_S, live_coordinator
 from migration.runner import Runner, remove_capture
@@ -195,6 +196,9 @@ def cmd_abort(args: argparse.Namespace) -> int:
                          metadata_schema=args.metadata_schema or "stream_osc")
     remove_capture(conn, endpoints, spec, migration)
     query(conn, f"DROP TABLE IF EXISTS {qualified(db, spec.new_table)}")
+    if scalar(conn, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+              (db, spec.old_table)) == SENTRY_COMMENT:   # left by a cutover attempt that was killed
+        query(conn, f"DROP TABLE {qualified(db, spec.old_table)}")
     store.delete_work(migration.id)
     print(f"migration {migration.id} of {args.table} aborted; connector, topics, {spec.new_table} and its copy plan "
           "removed (its row stays, marked aborted)")

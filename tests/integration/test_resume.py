@@ -15,6 +15,7 @@ import pytest
 
 from connectors.rest import ConnectClient
 from cutover.compare import compare_tables
+from cutover.swap import SENTRY_COMMENT
 from migration.db import query, scalar
 from migration.state import Migration, StateStore
 from streams.topics import TopicNames, delete_topics
@@ -211,3 +212,12 @@ def test_failing_connector_is_restarted_then_stops_the_migration(endpoints):
         assert result.stderr.count("restarting it from its committed position") == 3, result.stderr
         assert f"connector {migration.connector} failed" in result.stderr.splitlines()[-1]
         assert table_is_original(conn, DB, table)
+
+
+def test_abort_removes_a_sentry_left_by_a_killed_cutover(endpoints):
+    table = "sentryleft"
+    with waiting_migration(endpoints, table, seed=5) as (conn, migration, connect):
+        # What a cutover attempt killed between creating its sentry and renaming leaves behind.
+        query(conn, f"CREATE TABLE {DB}.{helper_table_name(table, 'old')} (sentry INT) COMMENT=%s", (SENTRY_COMMENT,))
+    # waiting_migration aborts and then asserts that nothing is left, the sentry included
+    assert table_is_original(conn, DB, table)
