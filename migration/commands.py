@@ -234,7 +234,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     migrate.add_argument("--alter", help='the ALTER clauses, e.g. "ADD COLUMN c INT, ADD INDEX (c)"')
     migrate.add_argument("--cutover", choices=["auto", "manual"], help="swap when in sync (auto) or wait (manual)")
     migrate.add_argument("--keep-old", dest="keep_old", action="store_true", default=None,
-                         help="keep the original table as _<table>_old (default)")
+                         help="keep the original table as <table>_osc_old (default)")
     migrate.add_argument("--drop-old", dest="keep_old", action="store_false", help="drop the original table after")
     migrate.add_argument("--dry-run", action="store_true", default=None, help="run every check, change nothing")
     migrate.set_defaults(func=cmd_migrate)
