@@ -1,4 +1,4 @@
-"""Bulk copy: chunk workers copy PK ranges with INSERT … SELECT in batches (invariants 3 and 6)."""
+"""Bulk copy: chunk workers copy PK ranges with INSERT … SELECT in batches (invariants 3, 6 and 9)."""
 from __future__ import annotations
 
 import logging
@@ -6,69 +6,77 @@ import logging
 import pymysql
 
 from applier.chunks import ChunkQueue, next_boundary
-from applier.table import TablePair, unique_keys_of
+from applier.conflicts import Probe, refused_by_new_table, unresolved
 from migration.context import RunContext
-from migration.db import query, quote_ident
+from migration.db import query
 from migration.logs import log_event
 
 log = logging.getLogger("stream_osc.copy")
-
-
-class DuplicateKeyInSource(Exception):
-    """The ALTER adds a UNIQUE key that the table's data violates."""
-
-    user_facing = True
 
 
 class LeaseLost(Exception):
     """Another worker took over this chunk."""
 
 
-def find_source_duplicate(conn: pymysql.connections.Connection, pair: TablePair, lo: int, hi: int) -> str | None:
-    """Describe a UNIQUE key of the new table violated by source rows in [lo, hi], or None."""
-    for name, cols in unique_keys_of(conn, pair.database, pair.target).items():
-        if not all(c in pair.target_columns for c in cols):
-            continue
-        tup = ", ".join(quote_ident(c) for c in cols)
-        rows = query(conn, f"SELECT {tup}, COUNT(*) FROM {pair.source_name} WHERE ({tup}) IN "
-                           f"(SELECT {tup} FROM {pair.source_name} WHERE {pair.pk_ident} BETWEEN %s AND %s) "
-                           f"GROUP BY {tup} HAVING COUNT(*) > 1 LIMIT 1", (lo, hi))
-        if rows:
-            value = ", ".join(repr(v) for v in rows[0][:-1])
-            return (f"the ALTER adds UNIQUE key {name!r} ({', '.join(cols)}) but {rows[0][-1]} rows of "
-                    f"{pair.database}.{pair.source} share the value ({value})")
-    return None
+COPY_ROUNDS = 10   # batches that meet a refusal: each round re-reads the source and decides again
 
 
 def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: int, hi: int,
                last: bool) -> int:
-    """Copy PKs [lo, hi] and advance the chunk's durable position in the same transaction."""
+    """Copy PKs [lo, hi] and advance the chunk's durable position in the same transaction.
+
+    A plain INSERT: a row the new table refuses is never hidden or allowed to delete another
+    (invariants 6 and 9). The refusal is then decided by the server (applier/conflicts.py): rules the
+    source's current rows really break stop the migration (ConstraintViolated); a stale row copied
+    earlier, whose change is in the topic, is removed and the batch written again.
+    """
+    try:
+        return _copy_batch(conn, ctx, chunk_no, lo, hi, last, None)
+    except pymysql.err.MySQLError as exc:
+        if not refused_by_new_table(exc):
+            raise
+        refusal = exc
+    store = ctx.store(conn)
+    if query(conn, f"SELECT next_pk FROM {store.t('chunks')} WHERE migration_id=%s AND chunk_no=%s",
+             (ctx.migration.id, chunk_no)) != [(lo,)]:
+        raise LeaseLost(f"chunk {chunk_no} moved on without us")   # its rows are in: another worker copied them
+    with Probe(conn, ctx.pair, during_apply=False) as probe:   # created between transactions: its DDL commits
+        for _ in range(COPY_ROUNDS):
+            try:
+                return _copy_batch(conn, ctx, chunk_no, lo, hi, last, probe)
+            except pymysql.err.MySQLError as exc:
+                if not refused_by_new_table(exc):
+                    raise
+                refusal = exc
+    raise unresolved(ctx.pair, refusal, during_apply=False)
+
+
+def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: int, hi: int,
+                last: bool, probe: Probe | None) -> int:
+    """One transaction of copy_batch; with a probe, the way is cleared (or refused) before the insert."""
     pair, store = ctx.pair, ctx.store(conn)
-    for verb in ("INSERT", "REPLACE"):
-        conn.begin()
-        try:
-            with conn.cursor() as cur:
-                rows = cur.execute(f"{verb} INTO {pair.target_name} ({pair.target_column_list}) SELECT {pair.source_column_list} "
-                                   f"FROM {pair.source_name} WHERE {pair.pk_ident} BETWEEN %s AND %s", (lo, hi))
-                moved = cur.execute(f"UPDATE {store.t('chunks')} SET next_pk=%s, rows_copied=rows_copied+%s, "
-                                    "done=%s WHERE migration_id=%s AND chunk_no=%s AND next_pk=%s",
-                                    (hi + 1, rows, int(last), ctx.migration.id, chunk_no, lo))
-            if not moved:
-                conn.rollback()
-                raise LeaseLost(f"chunk {chunk_no} moved on without us")
-            conn.commit()
-            return rows
-        except pymysql.err.IntegrityError as exc:
-            conn.rollback()
-            if exc.args[0] != 1062 or verb == "REPLACE":
-                raise
-            # A UNIQUE conflict is either real (the source has duplicates: fail like the ALTER would)
-            # or with a stale row already copied whose change is in the topic (replace it; apply fixes it).
-            problem = find_source_duplicate(conn, pair, lo, hi)
-            if problem:
-                raise DuplicateKeyInSource(problem) from None
-            log_event(log, "unique conflict with a stale copied row; batch replaced", chunk=chunk_no, lo=lo, hi=hi)
-    raise AssertionError("unreachable")
+    conn.begin()
+    try:
+        if probe is not None:
+            keys = [r[0] for r in query(conn, f"SELECT {pair.pk_ident} FROM {pair.source_name} "
+                                              f"WHERE {pair.pk_ident} BETWEEN %s AND %s", (lo, hi))]
+            removed = probe.clear_way(keys)
+            if removed:
+                log_event(log, "stale copied rows collided under a UNIQUE key; removed, their changes are applied "
+                               "later", chunk=chunk_no, lo=lo, hi=hi, rows=removed)
+        with conn.cursor() as cur:
+            rows = cur.execute(f"INSERT INTO {pair.target_name} ({pair.target_column_list}) SELECT {pair.source_column_list} "
+                               f"FROM {pair.source_name} WHERE {pair.pk_ident} BETWEEN %s AND %s", (lo, hi))
+            moved = cur.execute(f"UPDATE {store.t('chunks')} SET next_pk=%s, rows_copied=rows_copied+%s, "
+                                "done=%s WHERE migration_id=%s AND chunk_no=%s AND next_pk=%s",
+                                (hi + 1, rows, int(last), ctx.migration.id, chunk_no, lo))
+        if not moved:
+            raise LeaseLost(f"chunk {chunk_no} moved on without us")
+        conn.commit()
+        return rows
+    except BaseException:
+        conn.rollback()
+        raise
 
 
 def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: ChunkQueue, chunk_no: int) -> int:

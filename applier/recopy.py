@@ -2,60 +2,90 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import TypeVar
 
 import pymysql
 
+from applier.conflicts import Probe, refused_by_new_table, unresolved
 from applier.table import TablePair
-from migration.db import query
+from migration.db import query, query_count
 
 T = TypeVar("T")
 RETRYABLE = {1205, 1213}   # lock wait timeout, deadlock
+CAREFUL_ROUNDS = 10        # writes that meet a refusal: each round re-reads the source and decides again
 
 
 def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, pks: Collection[int],
                 in_transaction: bool = True) -> tuple[int, int]:
-    """Upsert present rows (REPLACE, locking read) and delete absent ones; returns (upserted, deleted).
+    """Write present rows (delete by PK, then INSERT … SELECT after a locking read) and delete absent
+    ones, in one transaction; returns (upserted, deleted).
 
     The locking read comes first and alone: it waits for any writer of these keys to commit (a change
     reaches the binlog before a plain read can see it) and locks exactly the rows it returns (the
-    session is READ COMMITTED). The REPLACE … SELECT then reads those locked rows without locking
-    again: a second, differently-moded lock request on a row an application UPDATE already waits for
-    would deadlock with it, and the application's statement would be the victim.
+    session is READ COMMITTED). The later statements read those locked rows without locking again: a
+    second, differently-moded lock request on a row an application UPDATE already waits for would
+    deadlock with it, and the application's statement would be the victim.
 
-    With in_transaction=False the statements run one by one (for the session that holds LOCK TABLES,
-    where BEGIN would release the locks).
+    The write never deletes a row other than the keys' own (REPLACE would, silently, for a row that
+    collides under a UNIQUE key). When the new table refuses a row, the rows involved are checked by the
+    server (applier/conflicts.py): a stale row of the new table is removed, a real violation (the
+    application wrote data the new definition refuses) stops the migration with ConstraintViolated.
+
+    With in_transaction=False (the session holding LOCK TABLES, where BEGIN would release the locks)
+    the transaction is opened by turning autocommit off, which keeps the table locks.
     """
     if not pks:
         return 0, 0
     keys = sorted(set(pks))
-    marks = ", ".join(["%s"] * len(keys))
+    try:
+        return _write(conn, pair, keys, in_transaction, None)
+    except pymysql.err.MySQLError as exc:
+        if not refused_by_new_table(exc):
+            raise
+        refusal = exc
+    with Probe(conn, pair, during_apply=True) as probe:   # created between transactions: its DDL commits
+        for _ in range(CAREFUL_ROUNDS):
+            try:
+                return _write(conn, pair, keys, in_transaction, probe)
+            except pymysql.err.MySQLError as exc:
+                if not refused_by_new_table(exc):
+                    raise
+                refusal = exc
+    raise unresolved(pair, refusal, during_apply=True)
+
+
+def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[int], in_transaction: bool,
+           probe: Probe | None) -> tuple[int, int]:
+    """One transaction of recopy_keys; with a probe, the way is cleared (or refused) before the insert."""
     if in_transaction:
         conn.begin()
+    else:
+        conn.autocommit(False)
     try:
-        present = {r[0] for r in query(conn, f"SELECT {pair.pk_ident} FROM {pair.source_name} "
-                                             f"WHERE {pair.pk_ident} IN ({marks}) LOCK IN SHARE MODE", keys)}
-        upserted = deleted = 0
+        marks = ", ".join(["%s"] * len(keys))
+        present = sorted(r[0] for r in query(conn, f"SELECT {pair.pk_ident} FROM {pair.source_name} "
+                                                   f"WHERE {pair.pk_ident} IN ({marks}) LOCK IN SHARE MODE", keys))
+        absent = sorted(set(keys) - set(present))
+        deleted = 0
+        if absent:
+            deleted = query_count(conn, f"DELETE FROM {pair.target_name} WHERE {pair.pk_ident} IN "
+                                        f"({', '.join(['%s'] * len(absent))})", absent)
         if present:
             pmarks = ", ".join(["%s"] * len(present))
-            with conn.cursor() as cur:
-                cur.execute(f"REPLACE INTO {pair.target_name} ({pair.target_column_list}) SELECT {pair.source_column_list} "
-                            f"FROM {pair.source_name} WHERE {pair.pk_ident} IN ({pmarks})",
-                            sorted(present))
-            upserted = len(present)
-        absent = [k for k in keys if k not in present]
-        if absent:
-            amarks = ", ".join(["%s"] * len(absent))
-            with conn.cursor() as cur:
-                deleted = cur.execute(f"DELETE FROM {pair.target_name} WHERE {pair.pk_ident} IN ({amarks})", absent)
-        if in_transaction:
-            conn.commit()
-        return upserted, deleted
+            query(conn, f"DELETE FROM {pair.target_name} WHERE {pair.pk_ident} IN ({pmarks})", present)
+            if probe is not None:
+                probe.clear_way(present)
+            query(conn, f"INSERT INTO {pair.target_name} ({pair.target_column_list}) SELECT {pair.source_column_list} "
+                        f"FROM {pair.source_name} WHERE {pair.pk_ident} IN ({pmarks})", present)
+        conn.commit()
+        return len(present), deleted
     except BaseException:
-        if in_transaction:
-            conn.rollback()
+        conn.rollback()
         raise
+    finally:
+        if not in_transaction:
+            conn.autocommit(True)
 
 
 def with_retry(action: Callable[[], T], attempts: int = 20) -> T:

@@ -9,7 +9,8 @@ import redis
 
 from applier.apply import ApplyStats, apply_worker
 from applier.chunks import ChunkQueue
-from applier.copy import DuplicateKeyInSource, copy_worker
+from applier.conflicts import ConstraintViolated
+from applier.copy import copy_worker
 from applier.table import load_pair
 from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectClient, ConnectorState
@@ -196,9 +197,13 @@ class Runner:
                 self._cutover(ctx)
             self._cleanup(self.store.get(migration.id))
             return 0
-        except DuplicateKeyInSource:
-            # The ALTER cannot succeed on this data: fail like the ALTER would, and leave nothing behind.
-            self._stop_appliers()
+        except ConstraintViolated:
+            # The ALTER cannot succeed on this data (found by the copy, or written by the application
+            # meanwhile): fail like the ALTER would, and leave nothing behind. The appliers' own errors
+            # are this one again, or moot now.
+            if self.appliers is not None:
+                self.appliers.stop()
+                self.appliers = None
             self._discard(migration)
             raise
         except BaseException as exc:

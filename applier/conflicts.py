@@ -1,0 +1,267 @@
+"""Rules the ALTER adds, enforced by the server as its own ALTER would, when rows reach the new table.
+
+The new table refuses what the server's ALTER refuses: a value its type cannot hold (strict mode), a
+NULL in a NOT NULL column, a failed CHECK, a second row under a UNIQUE key (prefix keys and collation
+changes included). When the copy or an applier meets a refusal it is one of two things:
+
+- real: the source's current rows break the rule. The migration stops with the server's verdict and
+  a sample of the rows; no row of any table is deleted (ConstraintViolated).
+- a stale row of the new table: a row copied earlier whose later change is still in the topic collides
+  with the row being written (row 5 copied with u='x', then the application moved 'x' to row 900). It
+  is removed so the row at hand can be written; its change is applied later.
+
+The server decides which, never a Python comparison: the source's current rows are put into a Probe,
+a TEMPORARY table created LIKE the new table without its UNIQUE keys, where the server converts and
+checks them as the new table would. UNIQUE keys are then checked on those converted rows by grouping
+on the key parts (LEFT(col, SUB_PART) for prefix parts; rows with a NULL part never collide, as in
+the index). Every statement names the probe table once (MySQL cannot reopen a TEMPORARY table).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import pymysql
+
+from applier.table import TablePair
+from migration.db import qualified, query, query_count, quote_ident
+
+SAMPLE = 5   # rows shown in an error
+# A value the new column refuses in strict mode: NULL into NOT NULL (1048, 1263), out of range (1264,
+# 1690), truncated or wrong (1265, 1292, 1366), too long (1406), CHECK failed (MariaDB 4025, MySQL 3819).
+VALUE_REFUSED = frozenset({1048, 1263, 1264, 1265, 1292, 1366, 1406, 1690, 3819, 4025})
+DUPLICATE = frozenset({1062, 1586})
+ROW_NUMBER = re.compile(r" at row \d+")
+COLUMN_NAMED = re.compile(r"[Cc]olumn '([^']+)'")
+
+
+class ConstraintViolated(Exception):
+    """The table's rows, or a write made to it during the migration, break a rule the ALTER adds."""
+
+    user_facing = True
+
+
+def refused_by_new_table(exc: BaseException) -> bool:
+    """True for an error by which the new table refuses a row (a value or a UNIQUE key)."""
+    return (isinstance(exc, pymysql.err.MySQLError) and len(exc.args) > 1
+            and exc.args[0] in VALUE_REFUSED | DUPLICATE)
+
+
+@dataclass(frozen=True)
+class UniqueKey:
+    """A UNIQUE key of the new table: name and (column, prefix length or None) parts."""
+
+    name: str
+    parts: tuple[tuple[str, int | None], ...]
+
+    def exprs(self, alias: str | None = None) -> list[str]:
+        """The key's parts as SQL expressions: what the index compares."""
+        found = []
+        for column, sub_part in self.parts:
+            col = quote_ident(column) if alias is None else f"{alias}.{quote_ident(column)}"
+            found.append(col if sub_part is None else f"LEFT({col}, {int(sub_part)})")
+        return found
+
+    def values(self, alias: str | None = None) -> str:
+        return ", ".join(self.exprs(alias))
+
+    def equal(self, a: str, b: str) -> str:
+        """SQL: rows a and b collide under the key (`=`: a NULL part never collides, as in the index)."""
+        return " AND ".join(f"{x} = {y}" for x, y in zip(self.exprs(a), self.exprs(b)))
+
+    def __str__(self) -> str:
+        parts = ", ".join(c if n is None else f"{c}({n})" for c, n in self.parts)
+        return f"{self.name!r} ({parts})"
+
+
+def unique_keys(conn: pymysql.connections.Connection, database: str, table: str) -> tuple[list[str], list[UniqueKey]]:
+    """(names of every secondary UNIQUE index, the keys among them made of columns).
+
+    A key part that is an expression (MySQL functional index) has no column: such a key is dropped from
+    the probe but not checked; a conflict under it stays the server's error (see unresolved()).
+    """
+    parts: dict[str, list[tuple[str, int | None]]] = {}
+    on_expression: set[str] = set()
+    for name, column, sub_part in query(conn, """SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS
+            WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s AND NON_UNIQUE=0 AND INDEX_NAME<>'PRIMARY'
+            ORDER BY INDEX_NAME, SEQ_IN_INDEX""", (database, table)):
+        parts.setdefault(name, [])
+        if column is None:
+            on_expression.add(name)
+        else:
+            parts[name].append((column, None if sub_part is None else int(sub_part)))
+    return list(parts), [UniqueKey(n, tuple(p)) for n, p in parts.items() if n not in on_expression]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A source row the new definition refuses, with the server's error."""
+
+    pk: int
+    code: int
+    message: str
+
+
+def show(value: Any) -> str:
+    """A value for an error message, cut short."""
+    if value is None:
+        return "NULL"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class Probe:
+    """A TEMPORARY table LIKE the new table, without its UNIQUE keys, in one session.
+
+    Create it outside any transaction (its ALTER commits implicitly); use it inside one. Under LOCK
+    TABLES it needs no lock of its own.
+    """
+
+    def __init__(self, conn: pymysql.connections.Connection, pair: TablePair, during_apply: bool) -> None:
+        self.conn = conn
+        self.pair = pair
+        self.during_apply = during_apply
+        self.table = f"{pair.target[:58]}_probe"   # per session: the name only has to fit
+        self.name = qualified(pair.database, self.table)
+        self.keys: list[UniqueKey] = []
+
+    def __enter__(self) -> "Probe":
+        names, self.keys = unique_keys(self.conn, self.pair.database, self.pair.target)
+        query(self.conn, f"DROP TEMPORARY TABLE IF EXISTS {self.name}")
+        query(self.conn, f"CREATE TEMPORARY TABLE {self.name} LIKE {self.pair.target_name}")
+        if names:
+            query(self.conn, f"ALTER TABLE {self.name} " + ", ".join(f"DROP INDEX {quote_ident(n)}" for n in names))
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            query(self.conn, f"DROP TEMPORARY TABLE IF EXISTS {self.name}")
+        except pymysql.err.Error:
+            if kind is None:
+                raise   # else the session is likely gone, and its temporary table with it
+
+    # the decision ----------------------------------------------------------------------------------
+    def clear_way(self, keys: Sequence[int]) -> int:
+        """Check the source's current rows `keys` against the new definition and remove the new table's
+        stale rows that collide with them; returns how many were removed.
+
+        Runs in the caller's transaction (an applier's holds the locks of `keys`), after the new table's
+        own rows of `keys` were deleted. Raises ConstraintViolated when the rules are really broken.
+        A colliding row q of the new table is stale when q's current source row no longer collides.
+        That current row is read after q was removed (its row lock held until commit): if q differs
+        then, a change of q committed after the stale copy was made, and its applier writes q after this
+        transaction (its write waits for that lock), so removing q loses nothing, whatever the timing.
+        """
+        pk = self.pair.pk_ident
+        query(self.conn, f"DELETE FROM {self.name}")
+        self._refuse(self._load(keys))
+        self._check_duplicates()
+        own = set(keys)
+        colliding: set[int] = set()
+        # No alias: under LOCK TABLES a table is known by its locked name. A key whose first part is a
+        # prefix cannot use the new table's index here (LEFT() on its column): a scan, on this rare path.
+        target = self.pair.target_name
+        for key in self.keys:
+            colliding |= {r[0] for r in query(
+                self.conn, f"SELECT DISTINCT {target}.{pk} FROM {target} JOIN {self.name} p "
+                           f"ON {key.equal(target, 'p')} WHERE {target}.{pk} <> p.{pk}")}
+        stale = sorted(colliding - own)
+        if not stale:
+            return 0
+        marks = ", ".join(["%s"] * len(stale))
+        removed = 0
+        for key in self.keys:   # only while still colliding: a row rewritten meanwhile is left alone
+            removed += query_count(self.conn, f"DELETE FROM {self.pair.target_name} WHERE {pk} IN ({marks}) "
+                                              f"AND ({key.values()}) IN (SELECT {key.values('p')} FROM {self.name} p)",
+                                   stale)
+        self._refuse(self._load(stale))
+        self._check_duplicates()
+        return removed
+
+    def _load(self, keys: Sequence[int]) -> list[Refusal]:
+        """Put the source's current rows `keys` into the probe; returns the ones the server refuses
+        (at most SAMPLE), found by halving the failing statement down to single rows."""
+        if not keys:
+            return []
+        marks = ", ".join(["%s"] * len(keys))
+        try:
+            query(self.conn, f"INSERT INTO {self.name} ({self.pair.target_column_list}) SELECT "
+                             f"{self.pair.source_column_list} FROM {self.pair.source_name} "
+                             f"WHERE {self.pair.pk_ident} IN ({marks})", keys)
+            return []
+        except pymysql.err.MySQLError as exc:
+            if not exc.args or exc.args[0] not in VALUE_REFUSED:
+                raise
+            if len(keys) == 1:
+                return [Refusal(keys[0], exc.args[0], exc.args[1])]
+        half = len(keys) // 2
+        found = self._load(keys[:half])
+        if len(found) < SAMPLE:
+            found += self._load(keys[half:])
+        return found[:SAMPLE]
+
+    def _check_duplicates(self) -> None:
+        """Raise when rows in the probe collide under a UNIQUE key of the new table."""
+        pk = self.pair.pk_ident
+        for key in self.keys:
+            not_null = " AND ".join(f"{quote_ident(c)} IS NOT NULL" for c, _ in key.parts)
+            groups = query(self.conn, f"SELECT COUNT(*), SUBSTRING_INDEX(GROUP_CONCAT({pk} ORDER BY {pk}), ',', "
+                                      f"{SAMPLE}), {key.values()} FROM {self.name} WHERE {not_null} "
+                                      f"GROUP BY {key.values()} HAVING COUNT(*) > 1 LIMIT 2")
+            if groups:
+                raise ConstraintViolated(self._describe_duplicates(key, groups))
+
+    # messages --------------------------------------------------------------------------------------
+    @property
+    def _table(self) -> str:
+        return f"{self.pair.database}.{self.pair.source}"
+
+    def _describe_duplicates(self, key: UniqueKey, groups: list[tuple]) -> str:
+        count, pks, *value = groups[0]
+        ids = [int(p) for p in (pks.decode() if isinstance(pks, bytes) else str(pks)).split(",")]
+        columns = [c for c, _ in key.parts]
+        rows = query(self.conn, f"SELECT {self.pair.pk_ident}, {', '.join(quote_ident(c) for c in columns)} "
+                                f"FROM {self.name} WHERE {self.pair.pk_ident} IN ({', '.join(['%s'] * len(ids))}) "
+                                f"ORDER BY {self.pair.pk_ident}", ids)
+        sample = ", ".join(f"{self.pair.pk}={r[0]} (" + ", ".join(f"{c}={show(v)}" for c, v in zip(columns, r[1:])) + ")"
+                           for r in rows)
+        more = "; other values collide too" if len(groups) > 1 else ""
+        shared = ", ".join(show(v) for v in value)
+        if self.during_apply:
+            return (f"a write to {self._table} during the migration breaks UNIQUE key {key} that the ALTER adds: "
+                    f"{count} rows share the value ({shared}): {sample}{more}")
+        return f"the ALTER adds UNIQUE key {key} but {count} rows of {self._table} share the value ({shared}): {sample}{more}"
+
+    def _refuse(self, refusals: list[Refusal]) -> None:
+        """Raise for rows the new definition refuses, naming each row's values and the server's error."""
+        if not refusals:
+            return
+        pair = self.pair
+        marks = ", ".join(["%s"] * len(refusals))
+        values = {r[0]: r[1:] for r in query(self.conn, f"SELECT {pair.pk_ident}, {pair.source_column_list} FROM "
+                                                        f"{pair.source_name} WHERE {pair.pk_ident} IN ({marks})",
+                                             [r.pk for r in refusals])}
+        probe_name = f"{quote_ident(pair.database)}.{quote_ident(self.table)}"
+        described = []
+        for refusal in refusals:
+            message = ROW_NUMBER.sub("", refusal.message).replace(probe_name, pair.source_name)
+            named = COLUMN_NAMED.search(message)
+            row = values.get(refusal.pk, ())
+            shown = [(s, v) for t, s, v in zip(pair.target_columns, pair.source_columns, row)
+                     if named is None or t == named.group(1)][:6]
+            columns = ", ".join(f"{c}={show(v)}" for c, v in shown)
+            described.append(f"{pair.pk}={refusal.pk} ({columns}): {message} (error {refusal.code})")
+        written = " written during the migration" if self.during_apply else ""
+        raise ConstraintViolated(f"the ALTER's new definition refuses rows of {self._table}{written}, as the "
+                                 f"server's ALTER would: " + "; ".join(described))
+
+
+def unresolved(pair: TablePair, exc: pymysql.err.MySQLError, during_apply: bool) -> ConstraintViolated:
+    """The new table kept refusing a row although no rule-breaking rows could be named (e.g. a UNIQUE key
+    on an expression): the server's own error, as a stop."""
+    written = " written during the migration" if during_apply else ""
+    return ConstraintViolated(f"the ALTER's new definition refuses a row of {pair.database}.{pair.source}{written}: "
+                              f"{ROW_NUMBER.sub('', str(exc.args[1]))} (error {exc.args[0]})")

@@ -1,0 +1,202 @@
+"""Rules the ALTER adds are enforced as the server's ALTER would: refused with one clear error, a
+non-zero exit and nothing left behind, and never by deleting a row (invariants 6, 7 and 9)."""
+import pytest
+
+from applier import copy as copy_module
+from migration.cli import main
+from migration.db import query
+from migration.runner import Runner
+from migration.spec import MigrationSpec
+from monitor.progress import Progress
+from tests.integration.helpers import db_conn, leftovers, migration_row
+
+pytestmark = pytest.mark.integration
+
+DB = "constraints"
+
+
+@pytest.fixture
+def conn(endpoints):
+    conn = db_conn(endpoints)
+    query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
+    yield conn
+    conn.close()
+
+
+def make_table(conn, table: str, ddl: str, rows: list[tuple]) -> None:
+    """A fresh DB.table (whatever an earlier run left of its migration removed) holding `rows`."""
+    main(["abort", "--table", f"{DB}.{table}"])
+    for name in (table, f"{table}_osc_new", f"{table}_osc_old"):
+        query(conn, f"DROP TABLE IF EXISTS {DB}.{name}")
+    query(conn, f"CREATE TABLE {DB}.{table} ({ddl})")
+    if rows:
+        marks = ", ".join(["%s"] * len(rows[0]))
+        with conn.cursor() as cur:
+            cur.executemany(f"INSERT INTO {DB}.{table} VALUES ({marks})", rows)
+
+
+def snapshot(conn, table: str) -> tuple[str, list[tuple]]:
+    """The table's definition and rows, to prove a refused migration changed nothing."""
+    return (query(conn, f"SHOW CREATE TABLE {DB}.{table}")[0][1],
+            [tuple(r) for r in query(conn, f"SELECT * FROM {DB}.{table} ORDER BY id")])
+
+
+def assert_refused(endpoints, conn, capsys, table: str, alter: str, *extra: str) -> str:
+    """The migration fails with one clear line, exit 2, nothing left behind and the table unchanged."""
+    before = snapshot(conn, table)
+    capsys.readouterr()
+    code = main(["migrate", "--table", f"{DB}.{table}", "--alter", alter, "--quiet", *extra])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("stream-osc: error: ") and len(err.strip().splitlines()) == 1, err
+    assert leftovers(endpoints, DB, table) == []
+    assert snapshot(conn, table) == before
+    return err
+
+
+@pytest.mark.parametrize("batch", ["1", "100"], ids=["rows_in_different_batches", "rows_in_one_batch"])
+def test_prefix_unique_key_over_duplicates_is_refused_and_keeps_both_rows(endpoints, conn, capsys, batch):
+    make_table(conn, "prefix", "id INT PRIMARY KEY, name VARCHAR(40)", [(1, "abcdefghij-1"), (2, "abcdefghij-2")])
+    err = assert_refused(endpoints, conn, capsys, "prefix", "ADD UNIQUE KEY uk (name(10))",
+                         "--chunk-size", batch, "--batch-size", batch)
+    assert "UNIQUE key 'uk' (name(10))" in err and "share the value ('abcdefghij')" in err
+    assert "id=1 (name='abcdefghij-1')" in err and "id=2 (name='abcdefghij-2')" in err
+
+
+def test_unique_key_under_a_case_insensitive_collation_is_refused_and_keeps_both_rows(endpoints, conn, capsys):
+    make_table(conn, "coll", "id INT PRIMARY KEY, name VARCHAR(40) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, "
+                             "UNIQUE KEY uk (name)", [(1, "abc"), (2, "ABC"), (3, "other")])
+    err = assert_refused(endpoints, conn, capsys, "coll",
+                         "MODIFY name VARCHAR(40) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
+    assert "UNIQUE key 'uk' (name)" in err and "id=1 (name='abc')" in err and "id=2 (name='ABC')" in err
+
+
+def test_not_null_over_a_null_is_refused_and_keeps_the_row(endpoints, conn, capsys):
+    make_table(conn, "nulls", "id INT PRIMARY KEY, name VARCHAR(40)", [(1, "a"), (2, None), (3, "c")])
+    err = assert_refused(endpoints, conn, capsys, "nulls", "MODIFY name VARCHAR(40) NOT NULL")
+    assert "id=2 (name=NULL): Column 'name' cannot be null (error 1048)" in err
+
+
+@pytest.mark.parametrize("ddl, alter, row, expected", [
+    ("id INT PRIMARY KEY, name VARCHAR(40)", "MODIFY name VARCHAR(5)", (2, "far too long"),
+     "id=2 (name='far too long'): Data too long for column 'name' (error 1406)"),
+    ("id INT PRIMARY KEY, qty INT", "MODIFY qty TINYINT", (2, 300),
+     "id=2 (qty=300): Out of range value for column 'qty' (error 1264)"),
+], ids=["varchar_too_long", "int_out_of_range"])
+def test_narrowing_type_over_a_value_that_does_not_fit_is_refused(endpoints, conn, capsys, ddl, alter, row, expected):
+    make_table(conn, "narrow", ddl, [(1, "ok" if "VARCHAR" in ddl else 1), row])
+    err = assert_refused(endpoints, conn, capsys, "narrow", alter)
+    assert expected in err
+
+
+def test_check_constraint_over_a_violating_row_is_refused(endpoints, conn, capsys):
+    make_table(conn, "checked", "id INT PRIMARY KEY, qty INT", [(1, 5), (2, -3), (3, 7)])
+    err = assert_refused(endpoints, conn, capsys, "checked", "ADD CONSTRAINT qty_positive CHECK (qty >= 0)")
+    assert "id=2 (id=2, qty=-3): CONSTRAINT `qty_positive` failed for `constraints`.`checked`" in err
+
+
+def test_stale_copied_row_colliding_under_a_new_unique_key_is_not_a_duplicate(endpoints, conn, monkeypatch):
+    """Row 5 is copied with u='u-5'; then the application moves 'u-5' to row 30, before row 30's chunk is
+    copied. The collision is with a stale copy, not in the data: the migration completes, every row right."""
+    rows = [(i, f"u-{i}") for i in range(1, 41)]
+    make_table(conn, "stale", "id INT PRIMARY KEY, u VARCHAR(20)", rows)
+    app = db_conn(endpoints)
+    stale_copy_seen: list[tuple] = []
+    original = copy_module.copy_batch
+
+    def copy_after_the_move(c, ctx, chunk_no, lo, hi, last):
+        if lo <= 30 <= hi and not stale_copy_seen:
+            stale_copy_seen.extend(tuple(r) for r in query(c, f"SELECT id, u FROM {DB}.stale_osc_new WHERE id = 5"))
+            query(app, f"UPDATE {DB}.stale SET u = 'moved' WHERE id = 5")
+            query(app, f"UPDATE {DB}.stale SET u = 'u-5' WHERE id = 30")
+        return original(c, ctx, chunk_no, lo, hi, last)
+
+    monkeypatch.setattr(copy_module, "copy_batch", copy_after_the_move)
+    spec = MigrationSpec(database=DB, table="stale", alter="ADD UNIQUE KEY uk (u)", copy_workers=1, apply_workers=1,
+                         chunk_size=10, batch_size=10, partitions=1).validate()
+    try:
+        assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+    finally:
+        app.close()
+    assert stale_copy_seen == [(5, "u-5")]   # the collision did happen with a stale copy
+    expected = dict(rows) | {5: "moved", 30: "u-5"}
+    assert dict(query(conn, f"SELECT id, u FROM {DB}.stale")) == expected
+    assert query(conn, f"SHOW INDEX FROM {DB}.stale WHERE Key_name = 'uk'")
+    assert migration_row(conn, DB, "stale").status == "done"
+
+
+@pytest.mark.parametrize("alter, write, expected", [
+    ("ADD UNIQUE KEY uk (name(10))", "INSERT INTO {t} VALUES (100, 'abcdefghij-100')",
+     ["during the migration breaks UNIQUE key 'uk' (name(10))", "id=1 (name='abcdefghij-1')",
+      "id=100 (name='abcdefghij-100')"]),
+    ("MODIFY name VARCHAR(40) NOT NULL", "UPDATE {t} SET name = NULL WHERE id = 2",
+     ["refuses rows of constraints.appwrite written during the migration",
+      "id=2 (name=NULL): Column 'name' cannot be null (error 1048)"]),
+], ids=["duplicate_under_new_unique_key", "null_under_new_not_null"])
+def test_application_write_breaking_a_new_rule_stops_the_migration_and_deletes_no_row(endpoints, conn, capsys,
+                                                                                       alter, write, expected):
+    """The application writes, during the migration, a row the new definition refuses (here: a duplicate
+    of row 1 under the new key, or a NULL): the applier must not replace row 1 with it nor fail obscurely;
+    the migration stops with one clear error and leaves the table as it is."""
+    make_table(conn, "appwrite", "id INT PRIMARY KEY, name VARCHAR(40)",
+               [(1, "abcdefghij-1"), (2, "other"), (3, "third")])
+    table = f"{DB}.appwrite"
+    assert main(["migrate", "--table", table, "--alter", alter, "--cutover", "manual", "--quiet"]) == 0
+    assert migration_row(conn, DB, "appwrite").status == "waiting"
+    query(conn, write.format(t=table))
+    before = snapshot(conn, "appwrite")
+    capsys.readouterr()
+    code = main(["cutover", "--table", table, "--max-lag", "0", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("stream-osc: error: ") and len(err.strip().splitlines()) == 1, err
+    for part in expected:
+        assert part in err
+    assert leftovers(endpoints, DB, "appwrite") == []
+    assert snapshot(conn, "appwrite") == before
+
+
+def test_lock_session_recopy_resolves_a_stale_collision_and_keeps_its_table_locks(endpoints, conn):
+    """recopy_keys in the cutover's lock session (in_transaction=False): a stale row of the new table is
+    removed, no other row is touched, and the session still holds its LOCK TABLES afterwards."""
+    from applier.recopy import recopy_keys
+    from applier.table import load_pair
+    make_table(conn, "locked", "id INT PRIMARY KEY, u VARCHAR(20)", [(5, "moved"), (7, "seven"), (900, "x")])
+    query(conn, f"CREATE TABLE {DB}.locked_osc_new (id INT PRIMARY KEY, u VARCHAR(20), UNIQUE KEY uk (u))")
+    query(conn, f"INSERT INTO {DB}.locked_osc_new VALUES (5, 'x'), (7, 'seven')")   # 5 is stale
+    pair = load_pair(conn, DB, "locked", "locked_osc_new", "id")
+    lock = db_conn(endpoints)
+    other = db_conn(endpoints)
+    try:
+        query(lock, f"LOCK TABLES {DB}.locked WRITE, {DB}.locked_osc_new WRITE")
+        assert recopy_keys(lock, pair, [900], in_transaction=False) == (1, 0)
+        query(other, "SET SESSION lock_wait_timeout = 1")
+        with pytest.raises(Exception, match="Lock wait timeout"):
+            query(other, f"INSERT INTO {DB}.locked VALUES (1000, 'blocked')")
+        assert [tuple(r) for r in query(lock, f"SELECT id, u FROM {DB}.locked_osc_new ORDER BY id")] == \
+               [(7, "seven"), (900, "x")]
+        query(lock, "UNLOCK TABLES")
+    finally:
+        lock.close()
+        other.close()
+    query(conn, f"DROP TABLE {DB}.locked_osc_new")
+
+
+def test_recopy_of_a_real_duplicate_deletes_no_row(endpoints, conn):
+    """Rows 5 and 900 both hold 'x' in the source: re-copying 900 must refuse, not replace row 5."""
+    from applier.conflicts import ConstraintViolated
+    from applier.recopy import recopy_keys
+    from applier.table import load_pair
+    make_table(conn, "realdup", "id INT PRIMARY KEY, u VARCHAR(20)", [(5, "x"), (900, "X")])
+    query(conn, f"CREATE TABLE {DB}.realdup_osc_new (id INT PRIMARY KEY, "
+                f"u VARCHAR(20) COLLATE utf8mb4_general_ci, UNIQUE KEY uk (u))")
+    query(conn, f"INSERT INTO {DB}.realdup_osc_new VALUES (5, 'x')")
+    pair = load_pair(conn, DB, "realdup", "realdup_osc_new", "id")
+    worker = db_conn(endpoints)
+    try:
+        with pytest.raises(ConstraintViolated, match=r"breaks UNIQUE key 'uk' \(u\) that the ALTER adds: 2 rows share the value \('[xX]'\): id=5 \(u='x'\), id=900 \(u='X'\)"):
+            recopy_keys(worker, pair, [900])
+    finally:
+        worker.close()
+    assert [tuple(r) for r in query(conn, f"SELECT id, u FROM {DB}.realdup_osc_new")] == [(5, "x")]
+    query(conn, f"DROP TABLE {DB}.realdup_osc_new")
