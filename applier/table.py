@@ -62,16 +62,6 @@ def primary_key_of(conn: pymysql.connections.Connection, database: str, table: s
         ORDER BY k.ORDINAL_POSITION""", (database, table))]
 
 
-def unique_keys_of(conn: pymysql.connections.Connection, database: str, table: str) -> dict[str, list[str]]:
-    """Secondary UNIQUE keys: name -> columns."""
-    keys: dict[str, list[str]] = {}
-    for name, column in query(conn, """SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
-            WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s AND NON_UNIQUE=0 AND INDEX_NAME<>'PRIMARY'
-            ORDER BY INDEX_NAME, SEQ_IN_INDEX""", (database, table)):
-        keys.setdefault(name, []).append(column)
-    return keys
-
-
 def is_generated(extra: str) -> bool:
     """information_schema.COLUMNS.EXTRA of a generated column: 'VIRTUAL GENERATED', 'STORED GENERATED'
     (MySQL, MariaDB), 'PERSISTENT GENERATED' or 'VIRTUAL'/'PERSISTENT' (older MariaDB); not MySQL's
