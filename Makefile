@@ -19,7 +19,7 @@ test-slow: setup
 
 demo: setup
 	$(OSC) stack up
-	$(OSC) demo
+	$(PY) -m demo
 
 bench: setup
 	$(VENV)/bin/pip install -q -e '.[bench]'

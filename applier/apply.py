@@ -8,8 +8,8 @@ import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from applier.recopy import recopy_keys, with_retry
-from migration.context import RunContext
-from migration.logs import log_event
+from core.context import RunContext
+from core.logs import log_event
 from streams.events import decode_key
 from streams.topics import TopicNames, consumer_config
 

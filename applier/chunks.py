@@ -6,7 +6,7 @@ import uuid
 import pymysql
 import redis
 
-from migration.db import query
+from core.db import query
 
 
 def next_boundary(conn: pymysql.connections.Connection, table: str, pk: str, start: int, end: int,

@@ -26,8 +26,8 @@ from typing import Any
 
 import pymysql
 
-from applier.table import TablePair
-from migration.db import qualified, query, query_count, quote_ident
+from core.table import TablePair
+from core.db import qualified, query, query_count, quote_ident
 
 SAMPLE = 5   # rows shown in an error
 # A value the new column refuses in strict mode: NULL into NOT NULL (1048, 1263), out of range (1264,

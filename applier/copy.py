@@ -7,9 +7,9 @@ import pymysql
 
 from applier.chunks import ChunkQueue, next_boundary
 from applier.conflicts import Probe, refused_by_new_table, unresolved
-from migration.context import RunContext
-from migration.db import query
-from migration.logs import log_event
+from core.context import RunContext
+from core.db import query
+from core.logs import log_event
 
 log = logging.getLogger("stream_osc.copy")
 

@@ -8,8 +8,8 @@ from typing import TypeVar
 import pymysql
 
 from applier.conflicts import Probe, refused_by_new_table, unresolved
-from applier.table import TablePair
-from migration.db import query, query_count
+from core.table import TablePair
+from core.db import query, query_count
 
 T = TypeVar("T")
 RETRYABLE = {1205, 1213}   # lock wait timeout, deadlock

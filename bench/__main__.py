@@ -16,8 +16,8 @@ from bench.plot import scaling_plot, timeline_plot
 from bench.report import read_previous, summarise, write_json, write_markdown
 from bench.run import Schedule
 from bench.sysbench import BenchError
-from migration.db import connect, scalar
-from migration.endpoints import ENV_KEYS, Endpoints
+from core.db import connect, scalar
+from core.endpoints import ENV_KEYS, Endpoints
 from stack import services
 from stack.config import StackConfig
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if not any(os.environ.get(var) for var in ENV_KEYS.values()):
         _say("bringing the embedded stack up (stream-osc stack up)")
         services.up(StackConfig())
-    endpoints = Endpoints.load()
+    endpoints = StackConfig().endpoints()
     config.out_dir.mkdir(parents=True, exist_ok=True)
     json_path = config.out_dir / "benchmarks.json"
     invocations, runs = read_previous(json_path) if config.append else ([], [])

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from migration.endpoints import ENV_KEYS
+from core.endpoints import ENV_KEYS
 
 TOOLS = ("server-copy", "alter-copy", "online-ddl", "stream-osc", "pt-osc", "gh-ost")
 SCENARIOS = ("idle", "light", "heavy")

@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass, field
 
 from bench.sysbench import BenchError, sysbench_command
-from migration.db import connect, query
-from migration.endpoints import MySQLAddress
+from core.db import connect, query
+from core.endpoints import MySQLAddress
 
 REPORT = re.compile(r"^\[ (\d+)s \] thds: \d+ tps: ([\d.]+) .*lat \(ms,99%\): ([\d.]+) err/s: ([\d.]+)")
 ROW_COUNTERS = ("Handler_write", "Handler_update", "Handler_delete")   # rows written, as the binlog logs them

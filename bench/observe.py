@@ -12,9 +12,9 @@ import redis
 
 from applier.apply import ApplyStats
 from bench.table import BenchTable
-from migration.db import connect, qualified, query
-from migration.endpoints import Endpoints
-from migration.state import Migration, StateStore
+from core.db import connect, qualified, query
+from core.endpoints import Endpoints
+from core.state import Migration, StateStore
 from streams.topics import TopicNames, group_lag
 
 STEADY_LAG = 1_000          # the runner's default --max-lag: below it the backlog is drained

@@ -11,7 +11,7 @@ from bench.streamosc import stream_osc
 from bench.sysbench import BenchError
 from bench.table import BenchTable
 from bench.tools import Outcome, ToolRun, alter_copy, gh_ost, online_ddl, pt_osc, server_copy
-from migration.endpoints import Endpoints
+from core.endpoints import Endpoints
 
 TOOL_FUNCS: dict[str, Callable[[ToolRun], Outcome]] = {
     "server-copy": server_copy, "alter-copy": alter_copy, "online-ddl": online_ddl,

@@ -7,7 +7,7 @@ import time
 import pymysql
 
 from bench.sysbench import BenchError
-from migration.db import query, scalar
+from core.db import query, scalar
 
 GIB = 2 ** 30
 TABLE_COPIES = 3          # the original, the new (or shadow) table, and the one being restored from

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import shutil
 
-from migration.endpoints import MySQLAddress
+from core.endpoints import MySQLAddress
 
 
 class BenchError(RuntimeError):

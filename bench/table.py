@@ -7,8 +7,8 @@ import pymysql
 
 from bench.server import fit_buffer_pool
 from bench.sysbench import BenchError, sysbench_command
-from migration.db import connect, qualified, query, scalar
-from migration.endpoints import MySQLAddress
+from core.db import connect, qualified, query, scalar
+from core.endpoints import MySQLAddress
 
 LEFTOVERS = ("_{t}_new", "_{t}_old", "_{t}_gho", "_{t}_ghc", "_{t}_del")
 PROBE_ROWS = 8   # rows above the sysbench id range, written only by the latency probe

@@ -17,8 +17,8 @@ from typing import Any
 import pymysql
 
 from bench.table import BenchTable
-from migration.db import connect, qualified, query, scalar
-from migration.endpoints import ENV_KEYS, Endpoints
+from core.db import connect, qualified, query, scalar
+from core.endpoints import ENV_KEYS, Endpoints
 
 
 @dataclass

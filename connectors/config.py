@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 import zlib
 
-from migration.endpoints import MySQLAddress
+from core.endpoints import MySQLAddress
 from streams.topics import TopicNames
 
 CONNECTOR_CLASSES = {

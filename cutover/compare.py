@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pymysql
 
-from applier.table import TablePair, load_pair
+from core.table import TablePair, load_pair
 from cutover.validate import row_hasher, row_hashes
 
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import pymysql
 
 from applier.recopy import recopy_keys, with_retry
-from migration.context import RunContext
-from migration.db import qualified, query, scalar
-from migration.logs import log_event
-from migration.state import check_definition
+from core.context import RunContext
+from core.db import qualified, query, scalar
+from core.logs import log_event
+from core.state import check_definition
 from streams.events import decode_key
 from streams.fence import FenceReader, FenceTimeout, fence_consumer
 from streams.topics import TopicNames, committed_offsets, partition_count

@@ -23,10 +23,10 @@ import pymysql
 
 from applier.chunks import key_ranges
 from applier.recopy import recopy_keys, with_retry
-from applier.table import TablePair
-from migration.context import RunContext, WorkStopped
-from migration.db import query, quote_ident, scalar
-from migration.logs import log_event
+from core.table import TablePair
+from core.context import RunContext, WorkStopped
+from core.db import query, quote_ident, scalar
+from core.logs import log_event
 
 log = logging.getLogger("stream_osc.validate")
 

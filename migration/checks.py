@@ -6,14 +6,14 @@ import logging
 import pymysql
 import redis
 
-from applier.table import primary_key_of
+from core.table import primary_key_of
 from connectors.config import CONNECTOR_CLASSES
 from connectors.rest import ConnectClient
-from migration.db import ServerInfo, query, scalar
-from migration.endpoints import Endpoints, redis_where
-from migration.logs import log_event
-from migration.spec import MigrationSpec
-from monitor.throttle import over, read_status
+from core.db import ServerInfo, query, scalar
+from core.endpoints import Endpoints, redis_where
+from core.logs import log_event
+from core.spec import MigrationSpec
+from core.load import over, read_status
 from streams.topics import check_reachable
 
 log = logging.getLogger("stream_osc.checks")

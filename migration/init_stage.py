@@ -14,16 +14,16 @@ from collections.abc import Callable
 import pymysql
 
 from applier.chunks import key_ranges
-from applier.table import primary_key_of
+from core.table import primary_key_of
 from connectors.config import connector_config
 from connectors.rest import ConnectClient, ConnectError
 from migration.checks import (PreflightError, check_load_thresholds, check_privileges, check_server, check_services,
                               check_session_binlog_formats, check_table)
-from migration.db import ServerInfo, qualified, query, quote_ident
-from migration.endpoints import Endpoints
-from migration.logs import log_event
-from migration.spec import MigrationSpec
-from migration.state import DEFINITION_OPTION, Migration, StateStore, table_definition
+from core.db import ServerInfo, qualified, query, quote_ident
+from core.endpoints import Endpoints
+from core.logs import log_event
+from core.spec import MigrationSpec
+from core.state import DEFINITION_OPTION, Migration, StateStore, table_definition
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
 from streams.topics import TopicNames, create_change_topic, delete_topics
 

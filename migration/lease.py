@@ -9,10 +9,10 @@ import uuid
 
 import pymysql
 
-from migration.db import connect
-from migration.endpoints import MySQLAddress
-from migration.logs import log_event
-from migration.state import StateStore
+from core.db import connect
+from core.endpoints import MySQLAddress
+from core.logs import log_event
+from core.state import StateStore
 
 log = logging.getLogger("stream_osc.lease")
 

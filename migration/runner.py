@@ -11,24 +11,24 @@ from applier.apply import ApplyStats, apply_worker
 from applier.chunks import ChunkQueue
 from applier.conflicts import ConstraintViolated
 from applier.copy import copy_worker
-from applier.table import load_pair
+from core.table import load_pair
 from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectClient, ConnectorState
 from cutover.swap import SENTRY_COMMENT, Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError
-from migration.context import RunContext
-from migration.db import ServerInfo, connect, qualified, query, scalar
-from migration.endpoints import Endpoints
+from core.context import RunContext
+from core.db import ServerInfo, connect, qualified, query, scalar
+from core.endpoints import Endpoints
 from migration.init_stage import run_init, undo_init
 from migration.lease import CoordinatorLease, live_coordinator, owner_name
-from migration.logs import log_event
-from migration.spec import MigrationSpec, with_overrides
-from migration.state import Migration, SourceChanged, StateStore, check_definition
+from core.logs import log_event
+from core.spec import MigrationSpec, with_overrides
+from core.state import Migration, SourceChanged, StateStore, check_definition
 from migration.transient import MAX_TRANSIENT_FAILURES, retrying_transient
 from migration.workers import WorkerGroup
 from monitor.progress import Progress, copy_fraction
-from monitor.throttle import note_key
+from core.load import note_key
 from streams.topics import TopicNames, delete_topics, group_lag
 
 log = logging.getLogger("stream_osc.runner")

@@ -10,7 +10,7 @@ import redis
 from confluent_kafka import KafkaException
 
 from connectors.rest import ConnectUnreachable
-from migration.db import DatabaseUnreachable
+from core.db import DatabaseUnreachable
 from streams.topics import KafkaUnreachable
 
 T = TypeVar("T")

@@ -15,14 +15,14 @@ import pymysql
 
 from applier.apply import apply_worker
 from applier.copy import copy_worker
-from applier.table import load_pair
+from core.table import load_pair
 from migration.checks import PreflightError
-from migration.context import RunContext
-from migration.db import connect
-from migration.endpoints import Endpoints
-from migration.logs import log_event
-from migration.spec import MigrationSpec
-from migration.state import Migration, StateStore
+from core.context import RunContext
+from core.db import connect
+from core.endpoints import Endpoints
+from core.logs import log_event
+from core.spec import MigrationSpec
+from core.state import Migration, StateStore
 from migration.transient import retrying_transient
 from migration.workers import WorkerGroup
 from monitor.progress import Progress

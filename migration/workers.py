@@ -5,7 +5,7 @@ import dataclasses
 import threading
 from collections.abc import Callable
 
-from migration.context import RunContext
+from core.context import RunContext
 
 
 class WorkerGroup:

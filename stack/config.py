@@ -5,6 +5,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.endpoints import Endpoints
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 KAFKA_VERSION = "4.1.1"
@@ -74,6 +76,11 @@ class StackConfig:
     def log_file(self, service: str) -> Path:
         """Log file (stdout and stderr) of one service."""
         return self.run_dir / f"{service}.log"
+
+    def endpoints(self, config_file: str | Path | None = None) -> Endpoints:
+        """The endpoints a command uses: this stack's addresses unless a config file or STREAM_OSC_*
+        variables say otherwise."""
+        return Endpoints.load(config_file, defaults=self.env())
 
     def env(self) -> dict[str, str]:
         """The endpoint variables every stream-osc command reads, for this stack."""

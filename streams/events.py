@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass
 from decimal import Decimal
 
-FENCE_KEY_COLUMN = "__stream_osc_fence"
+from core.state import FENCE_KEY_COLUMN
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from migration.endpoints import ENV_KEYS, Endpoints
+from core.endpoints import ENV_KEYS, Endpoints
 from stack import services
 from stack.config import PORT_ENV, StackConfig
 from stack.process import free_ports, port_in_use
@@ -17,7 +17,7 @@ def _stack_config() -> StackConfig:
 
     That happens when another checkout's stack runs on this machine (e.g. CI in a fresh clone next to
     a developer's stack): this checkout's run dir then gets its own ports for the session. The port
-    variables go into os.environ, so StackConfig(), Endpoints.load() and CLI subprocesses agree.
+    variables go into os.environ, so StackConfig(), its endpoints and CLI subprocesses agree.
     """
     config = StackConfig()
     if any(services.service_pid(config, s) for s in services.SERVICES):
@@ -51,8 +51,8 @@ def stack_config() -> StackConfig | None:
 
 @pytest.fixture(scope="session")
 def endpoints(stack_config: StackConfig | None) -> Endpoints:
-    """Endpoints.load(): the STREAM_OSC_* variables if set, else the embedded stack (brought up first)."""
-    return Endpoints.load()
+    """The STREAM_OSC_* variables if set, else the embedded stack (brought up first)."""
+    return StackConfig().endpoints()
 
 
 @pytest.hookimpl(hookwrapper=True)

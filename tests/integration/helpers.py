@@ -10,12 +10,12 @@ from pathlib import Path
 
 from connectors.rest import ConnectClient
 from cutover.swap import SENTRY_COMMENT
-from migration.db import connect, query
-from migration.endpoints import Endpoints
-from migration.state import Migration, StateStore
-from migration.traffic import create_sample_table
+from core.db import connect, query
+from core.endpoints import Endpoints
+from core.state import Migration, StateStore
+from demo.traffic import create_sample_table
 from streams.topics import existing_topics
-from migration.spec import helper_table_name
+from core.spec import helper_table_name
 
 
 def db_conn(endpoints: Endpoints):
@@ -58,7 +58,7 @@ def leftovers(endpoints: Endpoints, db: str, table: str) -> list[str]:
 
 def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run `stream-osc ARGS` in a subprocess, as an operator would, and wait for it."""
-    return subprocess.run([sys.executable, "-m", "migration.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
@@ -66,7 +66,7 @@ def start_cli(*args: str, env: dict[str, str] | None = None, log: Path | None = 
     """Start `stream-osc ARGS` in a subprocess; its stdout and stderr go to `log` (appended) if given."""
     out = open(log, "ab") if log is not None else subprocess.DEVNULL
     try:
-        return subprocess.Popen([sys.executable, "-m", "migration.cli", *args], stdin=subprocess.DEVNULL,
+        return subprocess.Popen([sys.executable, "-m", "cli.main", *args], stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
     finally:
         if log is not None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from migration.db import connect, qualified, query
-from migration.endpoints import MySQLAddress
+from core.db import connect, qualified, query
+from core.endpoints import MySQLAddress
 
 LEDGER_TABLE_DDL = """CREATE TABLE {name} (
   id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,

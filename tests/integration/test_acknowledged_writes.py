@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from migration.db import query
+from core.db import query
 from migration.runner import Runner
-from migration.spec import MigrationSpec
+from core.spec import MigrationSpec
 from monitor.progress import Progress
 from tests.integration.helpers import db_conn, leftovers
 from tests.integration.ledger import Ledger, create_ledger_table

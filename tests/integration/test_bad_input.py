@@ -1,9 +1,9 @@
 """Bad input: one clear error, a non-zero exit, and nothing left behind."""
 import pytest
 
-from migration.cli import main
-from migration.db import query
-from migration.traffic import create_sample_table
+from cli.main import main
+from core.db import query
+from demo.traffic import create_sample_table
 from tests.integration.helpers import db_conn, leftovers
 
 pytestmark = pytest.mark.integration

@@ -2,11 +2,11 @@
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from migration.db import ServerInfo, query
+from core.db import ServerInfo, query
 from migration.init_stage import start_capture, topic_prefix
 from migration.runner import remove_capture
-from migration.spec import MigrationSpec
-from migration.state import StateStore
+from core.spec import MigrationSpec
+from core.state import StateStore
 from streams.events import decode_event
 from streams.fence import fence_ids_for
 from streams.murmur2 import partition_for

@@ -9,11 +9,11 @@ import pymysql
 import pytest
 
 from cutover.compare import compare_tables
-from migration.db import connect, query
-from migration.endpoints import Endpoints
+from core.db import connect, query
+from core.endpoints import Endpoints
 from migration.runner import Runner
-from migration.spec import MigrationSpec
-from migration.state import StateStore
+from core.spec import MigrationSpec
+from core.state import StateStore
 from monitor.progress import Progress
 from tests.integration.helpers import cli, db_conn, fresh_table, leftovers
 

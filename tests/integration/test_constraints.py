@@ -3,10 +3,10 @@ non-zero exit and nothing left behind, and never by deleting a row (invariants 6
 import pytest
 
 from applier import copy as copy_module
-from migration.cli import main
-from migration.db import query
+from cli.main import main
+from core.db import query
 from migration.runner import Runner
-from migration.spec import MigrationSpec
+from core.spec import MigrationSpec
 from monitor.progress import Progress
 from tests.integration.helpers import db_conn, leftovers, migration_row
 
@@ -160,7 +160,7 @@ def test_lock_session_recopy_resolves_a_stale_collision_and_keeps_its_table_lock
     """recopy_keys in the cutover's lock session (in_transaction=False): a stale row of the new table is
     removed, no other row is touched, and the session still holds its LOCK TABLES afterwards."""
     from applier.recopy import recopy_keys
-    from applier.table import load_pair
+    from core.table import load_pair
     make_table(conn, "locked", "id INT PRIMARY KEY, u VARCHAR(20)", [(5, "moved"), (7, "seven"), (900, "x")])
     query(conn, f"CREATE TABLE {DB}.locked_osc_new (id INT PRIMARY KEY, u VARCHAR(20), UNIQUE KEY uk (u))")
     query(conn, f"INSERT INTO {DB}.locked_osc_new VALUES (5, 'x'), (7, 'seven')")   # 5 is stale
@@ -186,7 +186,7 @@ def test_recopy_of_a_real_duplicate_deletes_no_row(endpoints, conn):
     """Rows 5 and 900 both hold 'x' in the source: re-copying 900 must refuse, not replace row 5."""
     from applier.conflicts import ConstraintViolated
     from applier.recopy import recopy_keys
-    from applier.table import load_pair
+    from core.table import load_pair
     make_table(conn, "realdup", "id INT PRIMARY KEY, u VARCHAR(20)", [(5, "x"), (900, "X")])
     query(conn, f"CREATE TABLE {DB}.realdup_osc_new (id INT PRIMARY KEY, "
                 f"u VARCHAR(20) COLLATE utf8mb4_general_ci, UNIQUE KEY uk (u))")

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from migration.db import query
-from migration.endpoints import Endpoints
-from migration.spec import helper_table_name
-from migration.traffic import SampleRows, Traffic
+from core.db import query
+from core.endpoints import Endpoints
+from core.spec import helper_table_name
+from demo.traffic import SampleRows, Traffic
 from stack import services
 from stack.config import StackConfig
 from tests.integration.helpers import (db_conn, fresh_table, latest_migration_id, leftovers, migration_row,

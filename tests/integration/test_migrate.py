@@ -7,11 +7,11 @@ import zlib
 
 import pytest
 
-from migration.db import query
+from core.db import query
 from migration.runner import Runner
-from migration.spec import MigrationSpec, helper_table_name
-from migration.state import StateStore
-from migration.traffic import Traffic, create_sample_table
+from core.spec import MigrationSpec, helper_table_name
+from core.state import StateStore
+from demo.traffic import Traffic, create_sample_table
 from monitor.progress import Progress
 from tests.integration.helpers import db_conn, leftovers
 

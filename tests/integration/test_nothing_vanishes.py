@@ -12,16 +12,16 @@ from collections import Counter
 
 import pytest
 
-from applier.table import load_pair
+from core.table import load_pair
 from cutover.swap import Cutover
-from migration.context import RunContext
-from migration.cli import main
-from migration.db import ServerInfo, connect, qualified, query, scalar
-from migration.endpoints import MySQLAddress
+from core.context import RunContext
+from cli.main import main
+from core.db import ServerInfo, connect, qualified, query, scalar
+from core.endpoints import MySQLAddress
 from migration.runner import Runner
-from migration.spec import MigrationSpec, helper_table_name
-from migration.state import SourceChanged, StateStore
-from migration.traffic import create_sample_table
+from core.spec import MigrationSpec, helper_table_name
+from core.state import SourceChanged, StateStore
+from demo.traffic import create_sample_table
 from monitor.progress import Progress
 from tests.integration.helpers import cli, db_conn, leftovers, migration_row, wait_for
 

@@ -16,13 +16,13 @@ import pytest
 from connectors.rest import ConnectClient
 from cutover.compare import compare_tables
 from cutover.swap import SENTRY_COMMENT
-from migration.db import query, scalar
-from migration.state import Migration, StateStore
+from core.db import query, scalar
+from core.state import Migration, StateStore
 from streams.topics import TopicNames, delete_topics
 from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_table, hold_apply_open,
                                        latest_migration_id, leftovers, migration_row, new_migration_row, start_cli,
                                        status_doc, table_is_original, wait_for)
-from migration.spec import helper_table_name
+from core.spec import helper_table_name
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ NAMES = ["mariadb", "redis", "kafka", "connect"]
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
     """Run `stream-osc ARGS` in a subprocess (as a user would), capturing its output."""
-    return subprocess.run([sys.executable, "-m", "migration.cli", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], env=env, capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 

@@ -9,11 +9,11 @@ import time
 import pytest
 
 from cutover.compare import compare_tables
-from migration.db import query
+from core.db import query
 from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_table, latest_migration_id, leftovers,
                                        migration_row, new_migration_row, start_cli, status_doc, table_is_original,
                                        wait_for)
-from migration.spec import helper_table_name
+from core.spec import helper_table_name
 
 pytestmark = pytest.mark.integration
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from migration.db import query
-from migration.traffic import Traffic, create_sample_table
+from core.db import query
+from demo.traffic import Traffic, create_sample_table
 from tests.integration.helpers import db_conn
 
 pytestmark = pytest.mark.integration

@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 
 from cutover.compare import compare_tables
-from migration.db import query, scalar
-from migration.state import StateStore
+from core.db import query, scalar
+from core.state import StateStore
 from tests.integration.helpers import (cli, db_conn, fresh_table, hold_apply_open, latest_migration_id,
                                        migration_row, new_migration_row, start_cli, status_doc, wait_for)
-from migration.spec import helper_table_name
+from core.spec import helper_table_name
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from applier.table import TablePair, load_pair
+from core.table import TablePair, load_pair
 from cutover.compare import compare_tables
 from cutover.validate import (
     ValidationFailed,
@@ -20,7 +20,7 @@ from cutover.validate import (
     row_hasher,
     validation_ranges,
 )
-from migration.db import query
+from core.db import query
 from tests.integration.helpers import db_conn
 
 pytestmark = pytest.mark.integration

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from applier.alter_columns import clauses, column_changes, renamed_columns
-from applier.table import is_generated
+from core.alter_columns import clauses, column_changes, renamed_columns
+from core.table import is_generated
 
 
 @pytest.mark.parametrize("alter, expected", [

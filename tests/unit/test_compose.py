@@ -4,7 +4,7 @@ from pathlib import Path
 import yaml
 
 from connectors.config import WORKER_SETTINGS
-from migration.endpoints import parse_mysql_dsn
+from core.endpoints import parse_mysql_dsn
 from stack.config import PORT_ENV, StackConfig
 
 COMPOSE = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text())

@@ -7,8 +7,8 @@ import string
 import pytest
 
 from cutover.swap import rename_queues_on_original
-from migration.endpoints import ConfigError
-from migration.spec import MAX_NAME_CHARS, helper_table_name
+from core.endpoints import ConfigError
+from core.spec import MAX_NAME_CHARS, helper_table_name
 
 ALPHABET = string.ascii_letters + string.digits + "_$" + "éß中"
 

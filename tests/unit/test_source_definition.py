@@ -1,5 +1,5 @@
 """What a change of the source table's definition is reported as."""
-from migration.state import definition_changes
+from core.state import definition_changes
 
 RECORDED = {"columns": {"id": "bigint(20) NOT NULL auto_increment", "k": "int(11) NOT NULL DEFAULT 0",
                         "legacy": "varchar(20) NULL DEFAULT NULL"},

@@ -2,8 +2,8 @@
 import pytest
 
 from connectors.config import connector_config, redact
-from migration.endpoints import ConfigError, Endpoints, parse_mysql_dsn
-from migration.spec import MigrationSpec
+from core.endpoints import ConfigError, Endpoints, parse_mysql_dsn
+from core.spec import MigrationSpec
 from streams.topics import TopicNames
 
 
@@ -21,11 +21,20 @@ def test_spec_from_table_arg_and_errors():
         MigrationSpec.from_table_arg("a.b;drop", "ADD COLUMN c INT")
 
 
+ADDRESSES = {"STREAM_OSC_MYSQL_DSN": "mysql://u:p@db:3306/", "STREAM_OSC_KAFKA_BOOTSTRAP": "k:9092",
+             "STREAM_OSC_CONNECT_URL": "http://c:8083", "STREAM_OSC_REDIS_URL": "redis://r:6379/0"}
+
+
+def test_endpoints_have_no_built_in_addresses():
+    with pytest.raises(ConfigError, match="no address for: STREAM_OSC_KAFKA_BOOTSTRAP"):
+        Endpoints.load(environ={"STREAM_OSC_MYSQL_DSN": "mysql://u:p@db:3306/"})
+
+
 def test_dsn_parsing_never_shows_password():
     addr = parse_mysql_dsn("mysql://app:s%40cret@db.example:3307/")
     assert (addr.host, addr.port, addr.user, addr.password) == ("db.example", 3307, "app", "s@cret")
     assert "s@cret" not in repr(addr)
-    endpoints = Endpoints.load(environ={"STREAM_OSC_MYSQL_DSN": "mysql://app:hunter2@h:1/"})
+    endpoints = Endpoints.load(environ={"STREAM_OSC_MYSQL_DSN": "mysql://app:hunter2@h:1/"}, defaults=ADDRESSES)
     assert "hunter2" not in repr(endpoints)
     with pytest.raises(ConfigError) as err:
         parse_mysql_dsn("postgres://app:hunter2@h/")
@@ -35,7 +44,7 @@ def test_dsn_parsing_never_shows_password():
 def test_endpoints_from_config_file_then_env(tmp_path):
     path = tmp_path / "osc.toml"
     path.write_text('[endpoints]\nkafka_bootstrap = "k:9092"\nredis_url = "redis://r:6379/0"\n')
-    endpoints = Endpoints.load(path, environ={"STREAM_OSC_REDIS_URL": "redis://env:1/0"})
+    endpoints = Endpoints.load(path, environ={"STREAM_OSC_REDIS_URL": "redis://env:1/0"}, defaults=ADDRESSES)
     assert endpoints.kafka_bootstrap == "k:9092"
     assert endpoints.redis_url == "redis://env:1/0"
     path.write_text('[endpoints]\nkafka = "x"\n')

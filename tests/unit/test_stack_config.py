@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from connectors.config import WORKER_SETTINGS
-from migration.endpoints import Endpoints
 from stack import connect, install, java, kafka, mariadb, services
 from stack.cli import format_status, sh_quote
 from stack.config import PORT_ENV, REPO_ROOT, StackConfig
@@ -61,7 +60,7 @@ def test_ports_and_folders_move_with_the_environment(clean_env, tmp_path):
     assert config.run_dir == tmp_path / "run" and config.kafka_jars_dir == tmp_path / "cache/jars/kafka"
     assert config.ready_timeout == 7
     # the endpoints every command uses follow the moved stack
-    loaded = Endpoints.load(environ={})
+    loaded = StackConfig().endpoints()
     assert loaded.kafka_bootstrap == "127.0.0.1:31002" and loaded.mysql.port == 31000
 
 
@@ -238,7 +237,7 @@ def test_status_lines():
 
 
 def test_cli_registers_stack_commands(capsys):
-    from migration.cli import main
+    from cli.main import main
     assert main(["stack", "env"]) == 0
     assert capsys.readouterr().out.count("export STREAM_OSC_") == 4
     with pytest.raises(SystemExit):
@@ -246,7 +245,7 @@ def test_cli_registers_stack_commands(capsys):
 
 
 def test_cli_reports_stack_errors_as_one_line(capsys, monkeypatch, tmp_path):
-    from migration.cli import main
+    from cli.main import main
     monkeypatch.setenv("STREAM_OSC_RUN_DIR", str(tmp_path))
     assert main(["stack", "up", "zookeeper"]) == 2
     err = capsys.readouterr().err
@@ -254,7 +253,7 @@ def test_cli_reports_stack_errors_as_one_line(capsys, monkeypatch, tmp_path):
 
 
 def test_python_module_entry(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "migration.cli", "stack", "--help"], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "cli.main", "stack", "--help"], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0
     for word in ("install", "up", "down", "status", "env"):

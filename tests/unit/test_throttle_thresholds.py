@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from migration.endpoints import ConfigError
-from monitor.throttle import over, parse_thresholds
+from core.endpoints import ConfigError
+from core.load import over, parse_thresholds
 
 
 def test_a_comma_separated_list_of_limits():

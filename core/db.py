@@ -7,7 +7,7 @@ from typing import Any, Iterable
 import pymysql
 import pymysql.cursors
 
-from migration.endpoints import MySQLAddress
+from core.endpoints import MySQLAddress
 
 
 class DatabaseUnreachable(Exception):

@@ -7,8 +7,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from migration.endpoints import ConfigError
-from monitor.throttle import parse_thresholds
+from core.endpoints import ConfigError
+from core.load import parse_thresholds
 
 IDENT = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 MAX_NAME_CHARS = 64

@@ -7,10 +7,12 @@ from typing import Any
 
 import pymysql
 
-from migration.db import qualified, query, query_count, quote_ident
-from streams.events import FENCE_KEY_COLUMN
+from core.db import qualified, query, query_count, quote_ident
 
 STAGES = ("init", "copy", "apply", "validate", "cutover", "cleanup", "done")
+
+
+FENCE_KEY_COLUMN = "__stream_osc_fence"   # the fence table's key column; its change keys carry it
 
 
 @dataclass

@@ -11,17 +11,18 @@ from connectors.health import describe_failure
 from connectors.rest import ConnectClient, ConnectError
 from cutover.swap import SENTRY_COMMENT
 from migration.checks import PreflightError
-from migration.db import connect, qualified, query, scalar
-from migration.endpoints import Endpoints
+from core.db import connect, qualified, query, scalar
+from core.endpoints import Endpoints
+from stack.config import StackConfig
 from migration.lease import STALE_S, live_coordinator
 from migration.runner import Runner, remove_capture
-from migration.spec import MigrationSpec, load_migration_file
-from migration.state import Migration, StateStore
+from core.spec import MigrationSpec, load_migration_file
+from core.state import Migration, StateStore
 from migration.worker_process import JoinedWorker
 from monitor.progress import Progress
-from monitor.throttle import note_key
+from core.load import note_key
 from streams.topics import TopicNames, group_lag
-from migration.spec import helper_table_name
+from core.spec import helper_table_name
 
 SPEC_OPTIONS = {
     "copy_workers": int, "apply_workers": int, "chunk_size": int, "batch_size": int, "apply_batch_size": int,
@@ -76,7 +77,7 @@ def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> Mig
 
 def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> str:
     """The ALTER of the table's unfinished migration (for resume/cutover/abort)."""
-    endpoints = Endpoints.load(args.config)
+    endpoints = StackConfig().endpoints(args.config)
     db, _, tbl = table.partition(".")
     conn = connect(endpoints.mysql)
     try:
@@ -90,7 +91,7 @@ def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> s
 
 def cmd_migrate(args: argparse.Namespace, cutover_now: bool = False) -> int:
     spec = spec_from_args(args, alter_required=not cutover_now and args.command == "migrate")
-    endpoints = Endpoints.load(args.config)
+    endpoints = StackConfig().endpoints(args.config)
     return Runner(endpoints, spec, Progress(quiet=args.quiet), cutover_now=cutover_now,
                   resume_live=args.command == "resume").run()
 
@@ -100,7 +101,7 @@ def cmd_cutover(args: argparse.Namespace) -> int:
 
 
 def _with_store(args: argparse.Namespace):
-    endpoints = Endpoints.load(args.config)
+    endpoints = StackConfig().endpoints(args.config)
     db, _, tbl = args.table.partition(".")
     conn = connect(endpoints.mysql)
     return endpoints, conn, StateStore(conn, args.metadata_schema or "stream_osc"), db, tbl
@@ -216,7 +217,7 @@ def _wait_for_coordinator_exit(store: StateStore, migration_id: int) -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Join a running migration with more copy workers and appliers."""
-    endpoints = Endpoints.load(args.config)
+    endpoints = StackConfig().endpoints(args.config)
     db, tbl = spec_table(args.table)
     return JoinedWorker(endpoints, db, tbl, args.metadata_schema or "stream_osc", Progress(quiet=args.quiet),
                         args.copy_workers, args.apply_workers).run()

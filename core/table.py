@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import pymysql
 
-from applier.alter_columns import column_changes
-from migration.db import qualified, query, quote_ident
+from core.alter_columns import column_changes
+from core.db import qualified, query, quote_ident
 
 
 @dataclass(frozen=True)

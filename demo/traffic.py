@@ -22,8 +22,8 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
-from migration.db import DatabaseUnreachable, connect, qualified, query
-from migration.endpoints import MySQLAddress
+from core.db import DatabaseUnreachable, connect, qualified, query
+from core.endpoints import MySQLAddress
 
 SAMPLE_TABLE_DDL = """CREATE TABLE {name} (
   id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,

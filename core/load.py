@@ -8,8 +8,8 @@ import time
 
 import pymysql
 
-from migration.db import query
-from migration.endpoints import ConfigError
+from core.db import query
+from core.endpoints import ConfigError
 
 THRESHOLD = re.compile(r"^([A-Za-z][A-Za-z0-9_]{0,63})=(\d+)$")
 READ_EVERY_S = 1.0

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 import pymysql
 import redis
 
-from applier.table import TablePair
-from migration.db import connect
-from migration.endpoints import Endpoints
-from migration.spec import MigrationSpec
-from migration.state import Migration, StateStore
-from monitor.throttle import NOTE_TTL_S, LoadThrottle, note_key
+from core.table import TablePair
+from core.db import connect
+from core.endpoints import Endpoints
+from core.spec import MigrationSpec
+from core.state import Migration, StateStore
+from core.load import NOTE_TTL_S, LoadThrottle, note_key
 
 
 class WorkStopped(Exception):

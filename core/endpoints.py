@@ -5,9 +5,8 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from urllib.parse import unquote, urlparse
-
-from stack.config import StackConfig
 
 ENV_KEYS = {
     "mysql_dsn": "STREAM_OSC_MYSQL_DSN",
@@ -55,7 +54,7 @@ def parse_mysql_dsn(dsn: str) -> MySQLAddress:
 
 @dataclass(frozen=True)
 class Endpoints:
-    """The four services; defaults are the embedded stack, overridden by a config file then env vars."""
+    """The four services: the caller's defaults, overridden by a config file, then by env vars."""
 
     mysql_dsn: str
     kafka_bootstrap: str
@@ -71,11 +70,16 @@ class Endpoints:
                 f"connect={self.connect_url}, redis={redis_where(self.redis_url)})")
 
     @classmethod
-    def load(cls, config_file: str | Path | None = None, environ: dict[str, str] | None = None) -> "Endpoints":
-        """Embedded-stack defaults < `[endpoints]` of a TOML config file < STREAM_OSC_* variables."""
+    def load(cls, config_file: str | Path | None = None, environ: Mapping[str, str] | None = None,
+             defaults: Mapping[str, str] | None = None) -> "Endpoints":
+        """`defaults` (keyed by variable name) < `[endpoints]` of a TOML config file < STREAM_OSC_* variables.
+
+        The defaults are the caller's to give (the CLI gives the embedded stack's): this layer knows
+        no addresses of its own, so a production run never falls back to a development default here.
+        """
         environ = os.environ if environ is None else environ
-        defaults = StackConfig().env()
-        values = {key: defaults[var] for key, var in ENV_KEYS.items()}
+        defaults = defaults or {}
+        values = {key: defaults[var] for key, var in ENV_KEYS.items() if var in defaults}
         path = config_file or environ.get("STREAM_OSC_CONFIG")
         if path:
             try:
@@ -90,6 +94,9 @@ class Endpoints:
         for key, var in ENV_KEYS.items():
             if environ.get(var):
                 values[key] = environ[var]
+        missing = [f"{var} (or {key} in [endpoints])" for key, var in ENV_KEYS.items() if key not in values]
+        if missing:
+            raise ConfigError(f"no address for: {', '.join(missing)}")
         endpoints = cls(**values)
         endpoints.mysql  # validate early
         return endpoints

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from migration.logs import configure_logging
-from migration import commands, demo
+from core.logs import configure_logging
+from cli import commands
 from stack import cli as stack_cli
 
 
@@ -18,7 +18,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="WARNING", help="log level for structured logs on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
     commands.register(sub)
-    demo.register(sub)
     stack_cli.register(sub)
     return parser
 

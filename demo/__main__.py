@@ -1,15 +1,16 @@
-"""`stream-osc demo`: a real online schema change of a generated table under write traffic."""
+"""`python -m demo` (`make demo`): a real online schema change of a generated table under write traffic."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
-from migration.db import connect
-from migration.endpoints import Endpoints
+from core.db import connect
+from stack.config import StackConfig
 from migration.runner import Runner
-from migration.spec import MigrationSpec, helper_table_name
-from migration.state import StateStore
-from migration.traffic import Traffic, create_sample_table
+from core.spec import MigrationSpec, helper_table_name
+from core.state import StateStore
+from demo.traffic import Traffic, create_sample_table
 from monitor.progress import Progress
 
 DEMO_ALTER = ("MODIFY k BIGINT NOT NULL DEFAULT 0, ADD COLUMN status VARCHAR(16) NOT NULL DEFAULT 'new', "
@@ -17,7 +18,7 @@ DEMO_ALTER = ("MODIFY k BIGINT NOT NULL DEFAULT 0, ADD COLUMN status VARCHAR(16)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    endpoints = Endpoints.load(args.config)
+    endpoints = StackConfig().endpoints(args.config)
     progress = Progress()
     conn = connect(endpoints.mysql)
     db, table = "stream_osc_demo", "orders"
@@ -55,12 +56,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if code == 0 and check.ok and not stats.failures else 1
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    demo = sub.add_parser("demo", help="run a real migration of a generated table under traffic")
-    demo.add_argument("--rows", type=int, default=300_000, help="rows in the generated table (default 300000)")
-    demo.add_argument("--rate", type=float, default=300.0,
-                      help="application writes per second in all (default 300; 0: as fast as they can)")
-    demo.add_argument("--writers", type=int, default=4, help="application sessions writing (default 4)")
-    demo.add_argument("--seed", type=int, default=7, help="seed of the traffic generator")
-    demo.add_argument("--config", help="TOML file with [endpoints]")
-    demo.set_defaults(func=cmd_demo)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m demo",
+                                     description="a real migration of a generated table under write traffic")
+    parser.add_argument("--rows", type=int, default=300_000, help="rows in the generated table (default 300000)")
+    parser.add_argument("--rate", type=float, default=300.0,
+                        help="application writes per second in all (default 300; 0: as fast as they can)")
+    parser.add_argument("--writers", type=int, default=4, help="application sessions writing (default 4)")
+    parser.add_argument("--seed", type=int, default=7, help="seed of the traffic generator")
+    parser.add_argument("--config", help="TOML file with [endpoints]")
+    return cmd_demo(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
