@@ -17,7 +17,7 @@ from stack.config import StackConfig
 from migration.lease import STALE_S, live_coordinator
 from migration.runner import Runner, remove_capture
 from core.spec import MigrationSpec, load_migration_file
-from core.state import Migration, StateStore
+from core.state import FINISHED, Migration, Stage, StateStore, Status
 from migration.worker_process import JoinedWorker
 from monitor.progress import Progress
 from core.load import note_key
@@ -120,11 +120,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         "validation_diffs": migration.validation_diffs, "cutover_blocked_ms": migration.cutover_blocked_ms,
         "connector": migration.connector, "error": migration.error,
     }
-    if migration.status not in ("done", "aborted"):
+    if migration.status not in FINISHED:
         doc["coordinator"] = _coordinator_line(store, migration.id)
         doc["connector_state"] = _connector_line(endpoints, migration, args.table)
         doc["throttled"] = _throttle_line(endpoints, migration)
-    if migration.stage in ("apply", "validate", "cutover"):
+    if migration.stage in (Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER):
         names = TopicNames(migration.prefix, db, tbl)
         try:
             doc["apply_lag_events"] = group_lag(endpoints.kafka_bootstrap, migration.group_id, names.changes,
@@ -165,7 +165,7 @@ def _connector_line(endpoints: Endpoints, migration: Migration, table: str) -> s
     return f"{state.connector} (tasks: {', '.join(state.tasks) or 'none'})"
 
 
-def cmd_pause(args: argparse.Namespace, status: str = "paused") -> int:
+def cmd_pause(args: argparse.Namespace, status: Status = Status.PAUSED) -> int:
     _, conn, store, db, tbl = _with_store(args)
     migration = store.active(db, tbl)
     if migration is None:
@@ -186,11 +186,11 @@ def cmd_abort(args: argparse.Namespace) -> int:
     migration = store.active(db, tbl)
     if migration is None:
         raise PreflightError(f"no unfinished migration of {args.table}")
-    if migration.stage in ("cleanup", "done"):
+    if migration.stage in (Stage.CLEANUP, Stage.DONE):
         raise PreflightError(f"migration {migration.id} already swapped the tables; nothing to abort")
-    store.update(migration.id, status="aborted")
+    store.update(migration.id, status=Status.ABORTED)
     _wait_for_coordinator_exit(store, migration.id)
-    if store.get(migration.id).stage in ("cleanup", "done"):
+    if store.get(migration.id).stage in (Stage.CLEANUP, Stage.DONE):
         raise PreflightError(f"migration {migration.id} swapped the tables before the abort took effect; "
                              f"the new table is in place and the original is {db}.{helper_table_name(tbl, 'old')}")
     spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql,

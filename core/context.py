@@ -12,7 +12,7 @@ from core.table import TablePair
 from core.db import connect
 from core.endpoints import Endpoints
 from core.spec import MigrationSpec
-from core.state import Migration, StateStore
+from core.state import Migration, StateStore, Status
 from core.load import NOTE_TTL_S, LoadThrottle, note_key
 
 
@@ -29,7 +29,7 @@ class RunContext:
     migration: Migration
     pair: TablePair
     stop: threading.Event = field(default_factory=threading.Event)
-    _status_cache: tuple[float, str] = (0.0, "running")
+    _status_cache: tuple[float, str] = (0.0, Status.RUNNING)
     throttle: LoadThrottle = field(init=False)
     _shared_redis: redis.Redis | None = None
     _throttle_noted: bool = False
@@ -81,9 +81,9 @@ class RunContext:
         """
         while not self.stop.is_set():
             status = self.status(conn)
-            if status not in ("running", "paused"):
+            if status not in (Status.RUNNING, Status.PAUSED):
                 return False
-            if status == "running":
+            if status == Status.RUNNING:
                 reason = self.throttle.reason(conn)
                 self._note_throttle(reason)
                 if reason is None:

@@ -2,14 +2,54 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import pymysql
 
 from core.db import qualified, query, query_count, quote_ident
+from core.logs import log_event
 
-STAGES = ("init", "copy", "apply", "validate", "cutover", "cleanup", "done")
+log = logging.getLogger("stream_osc.state")
+
+
+class Stage(StrEnum):
+    """Where a migration is; entered only through StateStore.enter_stage (durable, then logged)."""
+
+    INIT = "init"
+    COPY = "copy"
+    APPLY = "apply"
+    VALIDATE = "validate"
+    CUTOVER = "cutover"
+    CLEANUP = "cleanup"
+    DONE = "done"
+
+
+class Status(StrEnum):
+    """Whether work on a migration proceeds."""
+
+    RUNNING = "running"
+    PAUSED = "paused"       # an operator's pause: no writes until resume
+    WAITING = "waiting"     # in sync, waiting for `stream-osc cutover` (--cutover manual)
+    DONE = "done"
+    ABORTED = "aborted"
+
+
+FINISHED = (Status.DONE, Status.ABORTED)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One planned key range of the bulk copy and how far it got."""
+
+    number: int
+    start_pk: int
+    end_pk: int
+    next_pk: int
+    rows_copied: int
+    done: bool
 
 
 FENCE_KEY_COLUMN = "__stream_osc_fence"   # the fence table's key column; its change keys carry it
@@ -23,8 +63,8 @@ class Migration:
     database: str
     table: str
     alter_sql: str
-    stage: str
-    status: str                  # running | paused | done | failed | aborted
+    stage: Stage
+    status: Status
     prefix: str
     pk_column: str
     min_pk: int | None
@@ -114,7 +154,7 @@ class StateStore:
     def _row(self, row: tuple) -> Migration:
         (mid, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error,
          diffs, blocked, cutover_at, options) = row
-        return Migration(mid, db, tbl, alter_sql, stage, status, prefix, pk_column, _key(min_pk), _key(max_pk),
+        return Migration(mid, db, tbl, alter_sql, Stage(stage), Status(status), prefix, pk_column, _key(min_pk), _key(max_pk),
                          error, diffs, blocked, cutover_at, json.loads(options or "{}"))
 
     def schema_exists(self) -> bool:
@@ -192,10 +232,15 @@ class StateStore:
         """Set columns of the migration row (stage, status, error, ...)."""
         if "options" in values:
             values["options"] = json.dumps(values["options"])
-        if values.get("status") in ("done", "aborted"):
+        if values.get("status") in FINISHED:
             values["active_key"] = None
         sets = ", ".join(f"{quote_ident(k)}=%s" for k in values)
         query(self.conn, f"UPDATE {self.t('migrations')} SET {sets} WHERE id=%s", (*values.values(), migration_id))
+
+    def enter_stage(self, migration_id: int, stage: Stage, **values: Any) -> None:
+        """The one way into a stage: recorded with `values` in one committed update, then logged."""
+        self.update(migration_id, stage=stage, **values)
+        log_event(log, "stage", migration=migration_id, stage=str(stage))
 
     def delete(self, migration_id: int) -> None:
         """Remove every metadata row of a migration (used when init fails: nothing is left)."""
@@ -214,9 +259,10 @@ class StateStore:
                             "VALUES (%s,%s,%s,%s,%s)",
                             [(migration_id, n, lo, hi, lo) for n, (lo, hi) in enumerate(ranges)])
 
-    def chunks(self, migration_id: int) -> list[tuple[int, int, int, int, int, int]]:
-        """(chunk_no, start_pk, end_pk, next_pk, rows_copied, done) of every chunk."""
-        return [(n, int(start), int(end), int(next_pk), rows, done) for n, start, end, next_pk, rows, done in
+    def chunks(self, migration_id: int) -> list[Chunk]:
+        """Every chunk of the migration's copy plan, in key order."""
+        return [Chunk(n, int(start), int(end), int(next_pk), int(rows), bool(done))
+                for n, start, end, next_pk, rows, done in
                 query(self.conn, f"SELECT chunk_no, start_pk, end_pk, next_pk, rows_copied, done "
                                  f"FROM {self.t('chunks')} WHERE migration_id=%s ORDER BY chunk_no", (migration_id,))]
 

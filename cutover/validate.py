@@ -244,7 +244,7 @@ def validation_ranges(conn: pymysql.connections.Connection, ctx: RunContext,
     """The copy chunks plus everything below and above them; the tables' keys are read through `reader`
     (the snapshot session when validating in a snapshot, so the ranges cover exactly its rows)."""
     pair = ctx.pair
-    ranges = [(start, end) for _, start, end, *_ in ctx.store(conn).chunks(ctx.migration.id)]
+    ranges = [(c.start_pk, c.end_pk) for c in ctx.store(conn).chunks(ctx.migration.id)]
     top = max(scalar(reader, f"SELECT COALESCE(MAX({pair.pk_ident}), 0) FROM {pair.source_name}") or 0,
               scalar(reader, f"SELECT COALESCE(MAX({pair.pk_ident}), 0) FROM {pair.target_name}") or 0)
     low = min(scalar(reader, f"SELECT COALESCE(MIN({pair.pk_ident}), 0) FROM {pair.source_name}") or 0,

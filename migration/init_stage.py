@@ -23,7 +23,7 @@ from core.db import ServerInfo, qualified, query, quote_ident
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
-from core.state import DEFINITION_OPTION, Migration, StateStore, table_definition
+from core.state import DEFINITION_OPTION, Migration, Stage, StateStore, table_definition
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
 from streams.topics import TopicNames, create_change_topic, delete_topics
 
@@ -169,7 +169,7 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
         if max_pk is not None:
             store.add_chunks(migration.id, key_ranges(conn, src, quote_ident(pk), int(min_pk), int(max_pk),
                                                       spec.chunk_size))
-        store.update(migration.id, min_pk=min_pk, max_pk=max_pk, stage="copy")
+        store.enter_stage(migration.id, Stage.COPY, min_pk=min_pk, max_pk=max_pk)
         log_event(log, "capture running; copy planned", migration=migration.id, min_pk=min_pk, max_pk=max_pk)
         return store.get(migration.id)
     except BaseException:

@@ -24,7 +24,7 @@ from migration.init_stage import run_init, undo_init
 from migration.lease import CoordinatorLease, live_coordinator, owner_name
 from core.logs import log_event
 from core.spec import MigrationSpec, with_overrides
-from core.state import Migration, SourceChanged, StateStore, check_definition
+from core.state import Migration, SourceChanged, Stage, StateStore, Status, check_definition
 from migration.transient import MAX_TRANSIENT_FAILURES, retrying_transient
 from migration.workers import WorkerGroup
 from monitor.progress import Progress, copy_fraction
@@ -86,7 +86,7 @@ class Runner:
                 return self._join_live(migration, *live)
             if not self.lease.claim(self.store, migration.id):
                 raise PreflightError(f"another process took over migration {migration.id} just now")
-            if migration.stage == "init":
+            if migration.stage == Stage.INIT:
                 # Killed during init: nothing was copied yet, so start init over from a clean slate.
                 undo_init(self.conn, self.endpoints, self.spec, migration)
                 migration = None
@@ -105,8 +105,8 @@ class Runner:
                                                      if k in migration.options})
             self.progress.say(f"resuming migration {migration.id} of {self.spec.qualified_name} "
                               f"at stage {migration.stage}")
-            if migration.status != "running":
-                self.store.update(migration.id, status="running", error=None)
+            if migration.status != Status.RUNNING:
+                self.store.update(migration.id, status=Status.RUNNING, error=None)
         return self._run_stages_retrying(migration.id)
 
     def _run_stages_retrying(self, migration_id: int) -> int:
@@ -130,7 +130,7 @@ class Runner:
                 raise
             try:
                 stage = self.store.get(migration.id).stage
-                if stage in ("copy", "apply", "validate", "cutover") and not self._swap_already_done():
+                if stage in (Stage.COPY, Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER) and not self._swap_already_done():
                     check_definition(self.conn, migration)   # (after the swap the name holds the new table)
             except SourceChanged as changed:
                 self.store.update(migration.id, error=str(changed)[:2000])
@@ -154,8 +154,8 @@ class Runner:
             raise PreflightError(f"migration {migration.id} of {self.spec.qualified_name} is being run by {owner} "
                                  f"(heartbeat {age_s:.0f} s ago); add workers with `stream-osc worker --table "
                                  f"{self.spec.qualified_name}` or pause/abort it")
-        if migration.status in ("paused", "waiting"):
-            self.store.update(migration.id, status="running", error=None)
+        if migration.status in (Status.PAUSED, Status.WAITING):
+            self.store.update(migration.id, status=Status.RUNNING, error=None)
             self.progress.say(f"migration {migration.id} of {self.spec.qualified_name} resumed; {owner} continues it")
         else:
             self.progress.say(f"migration {migration.id} of {self.spec.qualified_name} is already {migration.status} "
@@ -172,25 +172,25 @@ class Runner:
 
     def _run_stages(self, migration: Migration) -> int:
         try:
-            if migration.stage == "cutover" and self._swap_already_done():
-                self.store.update(migration.id, stage="cleanup")
+            if migration.stage == Stage.CUTOVER and self._swap_already_done():
+                self.store.enter_stage(migration.id, Stage.CLEANUP)
                 migration = self.store.get(migration.id)
-            if migration.stage in ("copy", "apply", "validate", "cutover"):
+            if migration.stage in (Stage.COPY, Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER):
                 ctx = self._context(migration)
-                if migration.stage == "copy":
+                if migration.stage == Stage.COPY:
                     self._copy(ctx)
                 self._start_appliers(ctx)
                 stage = self.store.get(migration.id).stage
-                if stage == "apply":
+                if stage == Stage.APPLY:
                     self._wait_for_lag(ctx, self.spec.max_lag_events)
-                    self._set_stage(ctx, "validate")
-                    stage = "validate"
-                if stage == "validate":
+                    self.store.enter_stage(ctx.migration.id, Stage.VALIDATE)
+                    stage = Stage.VALIDATE
+                if stage == Stage.VALIDATE:
                     self._hold_while_paused(ctx)
                     self._validate(ctx)
                 if self.spec.cutover == "manual" and not self.cutover_now:
                     self._stop_appliers()
-                    self.store.update(migration.id, status="waiting")
+                    self.store.update(migration.id, status=Status.WAITING)
                     self.progress.say(f"in sync and waiting for cutover: run `stream-osc cutover --table "
                                       f"{self.spec.qualified_name}` to swap the tables")
                     return 0
@@ -213,14 +213,10 @@ class Runner:
             raise
 
     # stages --------------------------------------------------------------------------------------
-    def _set_stage(self, ctx: RunContext, stage: str) -> None:
-        self.store.update(ctx.migration.id, stage=stage)
-        log_event(log, "stage", migration=ctx.migration.id, stage=stage)
-
     def _copy(self, ctx: RunContext) -> None:
         queue = ChunkQueue(ctx.redis(), ctx.migration.id)
         while True:
-            pending = [row[0] for row in self.store.chunks(ctx.migration.id) if not row[5]]
+            pending = [c.number for c in self.store.chunks(ctx.migration.id) if not c.done]
             if not pending:
                 break
             if not queue.is_seeded() or queue.pending_count() == 0:
@@ -236,12 +232,12 @@ class Runner:
                 group.stop()
             group.raise_if_failed()
         self._show_copy(ctx, force=True)
-        self._set_stage(ctx, "apply")
+        self.store.enter_stage(ctx.migration.id, Stage.APPLY)
 
     def _show_copy(self, ctx: RunContext, force: bool = False) -> None:
         chunks = self.store.chunks(ctx.migration.id)
-        rows = sum(r[4] for r in chunks)
-        self.progress.copy(copy_fraction(chunks, self.spec.chunk_size), rows, sum(r[5] for r in chunks),
+        rows = sum(c.rows_copied for c in chunks)
+        self.progress.copy(copy_fraction(chunks, self.spec.chunk_size), rows, sum(c.done for c in chunks),
                            len(chunks), force)
 
     def _show_throttle(self, ctx: RunContext) -> None:
@@ -296,7 +292,7 @@ class Runner:
         finally:
             for session in snapshots or []:
                 session.close()
-        self.store.update(ctx.migration.id, validation_diffs=repaired, stage="cutover")
+        self.store.enter_stage(ctx.migration.id, Stage.CUTOVER, validation_diffs=repaired)
         self.progress.say(f"validate: clean ({repaired} differing rows re-copied and re-checked)")
 
     def _consistent_snapshots(self, ctx: RunContext) -> list[pymysql.connections.Connection] | None:
@@ -333,7 +329,7 @@ class Runner:
             self._stop_appliers()
             result = cutover.attempt(self.spec.cutover_window_s)
             if result.swapped:
-                self.store.update(ctx.migration.id, stage="cleanup", cutover_blocked_ms=int(result.blocked_ms),
+                self.store.enter_stage(ctx.migration.id, Stage.CLEANUP, cutover_blocked_ms=int(result.blocked_ms),
                                   cutover_at=result.locked_at)
                 self.progress.say(f"cutover: swapped {self.spec.qualified_name}; application writes were blocked "
                                   f"for {result.blocked_ms:.0f} ms ({result.drained_keys} keys drained under lock)")
@@ -358,7 +354,7 @@ class Runner:
         remove_capture(self.conn, self.endpoints, self.spec, migration)
         if not self.spec.keep_old:
             query(self.conn, f"DROP TABLE IF EXISTS {qualified(self.spec.database, self.spec.old_table)}")
-        self.store.update(migration.id, stage="done", status="done", error=None)
+        self.store.enter_stage(migration.id, Stage.DONE, status=Status.DONE, error=None)
         kept = f"; original kept as {self.spec.database}.{self.spec.old_table}" if self.spec.keep_old else ""
         self.progress.say(f"done: {self.spec.qualified_name} has the new schema{kept}")
 
@@ -373,9 +369,9 @@ class Runner:
         announced = False
         while True:
             status = self.store.get(ctx.migration.id).status
-            if status == "aborted":
+            if status == Status.ABORTED:
                 raise MigrationStopped(f"migration {ctx.migration.id} was aborted")
-            if status != "paused":
+            if status != Status.PAUSED:
                 break
             if not announced:
                 self.progress.say(f"paused: no writes until `stream-osc resume --table {self.spec.qualified_name}`")
@@ -394,7 +390,7 @@ class Runner:
         if self.lease.lost.is_set():
             raise MigrationStopped(f"migration {ctx.migration.id}: another process took over as coordinator")
         status = self.store.get(ctx.migration.id).status
-        if status == "aborted":
+        if status == Status.ABORTED:
             raise MigrationStopped(f"migration {ctx.migration.id} was aborted")
         check_definition(self.conn, ctx.migration)
         state = self.connect.state(ctx.migration.connector)

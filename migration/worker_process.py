@@ -22,14 +22,14 @@ from core.db import connect
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
-from core.state import Migration, StateStore
+from core.state import FINISHED, Migration, Stage, StateStore
 from migration.transient import retrying_transient
 from migration.workers import WorkerGroup
 from monitor.progress import Progress
 
 log = logging.getLogger("stream_osc.worker")
 
-APPLY_STAGES = ("apply", "validate", "cutover")
+APPLY_STAGES = (Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER)
 ERR_NO_SUCH_TABLE = 1146   # an applier's statement after the swap: _<table>_new has been renamed
 
 
@@ -61,7 +61,7 @@ class JoinedWorker:
         self.apply_workers = apply_workers
 
     def _finished(self, migration: Migration) -> bool:
-        return migration.status in ("done", "aborted") or migration.stage in ("cleanup", "done")
+        return migration.status in FINISHED or migration.stage in (Stage.CLEANUP, Stage.DONE)
 
     def run(self) -> int:
         """Work until the migration is finished; 0 then. Passing failures are waited out, then work resumes."""
@@ -86,10 +86,10 @@ class JoinedWorker:
         if self._finished(migration):
             self.progress.say(f"worker: migration {migration.id} is {migration.status}; exiting")
             return True
-        if migration.stage == "copy":
-            self._run_group(migration, copy_worker, "copy", lambda m: m.stage == "copy")
+        if migration.stage == Stage.COPY:
+            self._run_group(migration, copy_worker, Stage.COPY, lambda m: m.stage == Stage.COPY)
         elif migration.stage in APPLY_STAGES:
-            self._run_group(migration, apply_worker, "apply", lambda m: m.stage in APPLY_STAGES)
+            self._run_group(migration, apply_worker, Stage.APPLY, lambda m: m.stage in APPLY_STAGES)
         # init, or no chunk free for now (leased by others, or the coordinator re-seeds the queue)
         time.sleep(1.0)
         return False

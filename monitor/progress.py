@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 import time
 from typing import TextIO
+from core.state import Chunk
 
 
 def format_duration(seconds: float) -> str:
@@ -18,15 +19,15 @@ def bar(fraction: float, width: int = 30) -> str:
     return "[" + "#" * filled + "-" * (width - filled) + "]"
 
 
-def copy_fraction(chunks: list[tuple[int, int, int, int, int, int]], chunk_rows: int) -> float:
-    """Share of the bulk copy done, from (chunk_no, start, end, next_pk, rows_copied, done) rows.
+def copy_fraction(chunks: list[Chunk], chunk_rows: int) -> float:
+    """Share of the bulk copy done.
 
     Chunks are planned to hold `chunk_rows` rows each, so a chunk's part is its rows copied over
     that; key spans are not used because keys can be sparse (one far-away key would stretch them).
     """
     if not chunks:
         return 1.0
-    parts = [1.0 if done else min(rows / chunk_rows, 0.99) for *_, rows, done in chunks]
+    parts = [1.0 if c.done else min(c.rows_copied / chunk_rows, 0.99) for c in chunks]
     return sum(parts) / len(parts)
 
 

@@ -20,7 +20,7 @@ from core.db import ServerInfo, connect, qualified, query, scalar
 from core.endpoints import MySQLAddress
 from migration.runner import Runner
 from core.spec import MigrationSpec, helper_table_name
-from core.state import SourceChanged, StateStore
+from core.state import Chunk, SourceChanged, StateStore
 from demo.traffic import create_sample_table
 from monitor.progress import Progress
 from tests.integration.helpers import cli, db_conn, leftovers, migration_row, wait_for
@@ -285,7 +285,7 @@ def test_a_metadata_schema_made_with_bigint_key_columns_is_widened_in_place(conn
         assert (migration.min_pk, migration.max_pk) == (-2**63, 2**63 - 1)
         store.add_chunks(1, [(-2**63, 2**63 - 1), (2**63, 2**64 - 1)])        # chunk 0 exists already
         query(conn, f"UPDATE {schema}.chunks SET next_pk = %s WHERE chunk_no = 1", (2**64,))   # one past the top
-        assert store.chunks(1) == [(0, -2**63, 2**63 - 1, 10, 0, 0), (1, 2**63, 2**64 - 1, 2**64, 0, 0)]
+        assert store.chunks(1) == [Chunk(0, -2**63, 2**63 - 1, 10, 0, False), Chunk(1, 2**63, 2**64 - 1, 2**64, 0, False)]
     finally:
         query(conn, f"DROP DATABASE IF EXISTS {schema}")
 

@@ -1,6 +1,7 @@
 """Progress display: bar, ETA, rate."""
 import io
 
+from core.state import Chunk
 from monitor.progress import CopyRate, Progress, bar, copy_fraction, format_duration
 
 
@@ -31,7 +32,7 @@ def test_progress_lines_on_a_pipe():
 
 def test_copy_fraction_counts_rows_not_key_span():
     # one chunk done, one half copied, one far-away key range untouched
-    chunks = [(0, 1, 100, 101, 100, 1), (1, 101, 200, 151, 50, 0), (2, 201, 10**9, 201, 0, 0)]
+    chunks = [Chunk(0, 1, 100, 101, 100, True), Chunk(1, 101, 200, 151, 50, False), Chunk(2, 201, 10**9, 201, 0, False)]
     assert copy_fraction(chunks, 100) == (1.0 + 0.5 + 0.0) / 3
-    assert copy_fraction([(0, 1, 9, 5, 500, 0)], 100) == 0.99     # never 100 % before done
+    assert copy_fraction([Chunk(0, 1, 9, 5, 500, False)], 100) == 0.99     # never 100 % before done
     assert copy_fraction([], 100) == 1.0
