@@ -8,6 +8,7 @@ import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from applier.recopy import recopy_keys, with_retry
+from core import redis_keys
 from core.context import RunContext
 from core.logs import log_event
 from streams.events import decode_key
@@ -38,7 +39,7 @@ class ApplyStats:
 
     def __init__(self, client: redis.Redis, migration_id: int) -> None:
         self.r = client
-        self.key = f"stream-osc:{migration_id}:apply"
+        self.key = redis_keys.apply_stats(migration_id)
 
     def add(self, events: int, keys: int, latency_ms: float) -> None:
         pipe = self.r.pipeline()

@@ -7,6 +7,7 @@ import pymysql
 import redis
 
 from core.db import query
+from core import redis_keys
 
 
 def next_boundary(conn: pymysql.connections.Connection, table: str, pk: str, start: int, end: int,
@@ -37,52 +38,47 @@ class ChunkQueue:
 
     def __init__(self, client: redis.Redis, migration_id: int, lease_ms: int = 15_000) -> None:
         self.r = client
-        self.key = f"stream-osc:{migration_id}"
+        self.migration_id = migration_id
         self.lease_ms = lease_ms
         self.owner = uuid.uuid4().hex
 
     def seed(self, pending: list[int]) -> None:
         """(Re)build the queue from the durable list of unfinished chunks."""
         pipe = self.r.pipeline()
-        pipe.delete(f"{self.key}:pending")
+        pipe.delete(redis_keys.pending_chunks(self.migration_id))
         if pending:
-            pipe.zadd(f"{self.key}:pending", {str(n): n for n in pending})
-        pipe.set(f"{self.key}:seeded", "1")
+            pipe.zadd(redis_keys.pending_chunks(self.migration_id), {str(n): n for n in pending})
+        pipe.set(redis_keys.queue_seeded(self.migration_id), "1")
         pipe.execute()
 
     def is_seeded(self) -> bool:
-        return bool(self.r.exists(f"{self.key}:seeded"))
+        return bool(self.r.exists(redis_keys.queue_seeded(self.migration_id)))
 
     def claim(self) -> int | None:
         """Lease the first pending chunk nobody holds; None when none is free."""
-        for member in self.r.zrange(f"{self.key}:pending", 0, -1):
-            if self.r.set(f"{self.key}:lease:{int(member)}", self.owner, nx=True, px=self.lease_ms):
+        for member in self.r.zrange(redis_keys.pending_chunks(self.migration_id), 0, -1):
+            if self.r.set(redis_keys.chunk_lease(self.migration_id, int(member)), self.owner, nx=True, px=self.lease_ms):
                 return int(member)
         return None
 
     def renew(self, chunk_no: int) -> bool:
         """Extend our lease; False if we lost it (then stop working on the chunk)."""
-        lease = f"{self.key}:lease:{chunk_no}"
+        lease = redis_keys.chunk_lease(self.migration_id, chunk_no)
         if self.r.get(lease) != self.owner.encode():
             return False
         return bool(self.r.pexpire(lease, self.lease_ms))
 
     def finish(self, chunk_no: int) -> None:
         pipe = self.r.pipeline()
-        pipe.zrem(f"{self.key}:pending", str(chunk_no))
-        pipe.delete(f"{self.key}:lease:{chunk_no}")
+        pipe.zrem(redis_keys.pending_chunks(self.migration_id), str(chunk_no))
+        pipe.delete(redis_keys.chunk_lease(self.migration_id, chunk_no))
         pipe.execute()
 
     def release(self, chunk_no: int) -> None:
         """Give a chunk back without finishing it (on error or stop)."""
-        if self.r.get(f"{self.key}:lease:{chunk_no}") == self.owner.encode():
-            self.r.delete(f"{self.key}:lease:{chunk_no}")
+        if self.r.get(redis_keys.chunk_lease(self.migration_id, chunk_no)) == self.owner.encode():
+            self.r.delete(redis_keys.chunk_lease(self.migration_id, chunk_no))
 
     def pending_count(self) -> int:
-        return int(self.r.zcard(f"{self.key}:pending"))
+        return int(self.r.zcard(redis_keys.pending_chunks(self.migration_id)))
 
-    def clear(self) -> None:
-        """Remove every key of this migration."""
-        keys = list(self.r.scan_iter(f"{self.key}:*"))
-        if keys:
-            self.r.delete(*keys)

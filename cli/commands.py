@@ -9,18 +9,18 @@ import redis
 
 from connectors.health import describe_failure
 from connectors.rest import ConnectClient, ConnectError
-from cutover.swap import SENTRY_COMMENT
 from migration.checks import PreflightError
-from core.db import connect, qualified, query, scalar
+from core.db import connect
 from core.endpoints import Endpoints
 from stack.config import StackConfig
 from migration.lease import STALE_S, live_coordinator
-from migration.runner import Runner, remove_capture
+from migration.runner import Runner
+from migration.teardown import Metadata, tear_down
 from core.spec import MigrationSpec, load_migration_file
 from core.state import FINISHED, Migration, Stage, StateStore, Status
 from migration.worker_process import JoinedWorker
 from monitor.progress import Progress
-from core.load import note_key
+from core import redis_keys
 from streams.topics import TopicNames, group_lag
 from core.spec import helper_table_name
 
@@ -142,7 +142,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _throttle_line(endpoints: Endpoints, migration: Migration) -> str:
     """Why the workers hold back (--max-load), or "no"."""
     try:
-        note = redis.Redis.from_url(endpoints.redis_url, socket_timeout=5).get(note_key(migration.id))
+        note = redis.Redis.from_url(endpoints.redis_url, socket_timeout=5).get(redis_keys.throttle_note(migration.id))
     except redis.RedisError as exc:
         return f"unknown (Redis: {type(exc).__name__})"
     return f"yes: {note.decode()} (--max-load)" if note else "no"
@@ -195,12 +195,7 @@ def cmd_abort(args: argparse.Namespace) -> int:
                              f"the new table is in place and the original is {db}.{helper_table_name(tbl, 'old')}")
     spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql,
                          metadata_schema=args.metadata_schema or "stream_osc")
-    remove_capture(conn, endpoints, spec, migration)
-    query(conn, f"DROP TABLE IF EXISTS {qualified(db, spec.new_table)}")
-    if scalar(conn, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
-              (db, spec.old_table)) == SENTRY_COMMENT:   # left by a cutover attempt that was killed
-        query(conn, f"DROP TABLE {qualified(db, spec.old_table)}")
-    store.delete_work(migration.id)
+    tear_down(conn, endpoints, spec, migration, drop_new_table=True, metadata=Metadata.WORK)   # a sentry too
     print(f"migration {migration.id} of {args.table} aborted; connector, topics, {spec.new_table} and its copy plan "
           "removed (its row stays, marked aborted)")
     return 0

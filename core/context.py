@@ -13,7 +13,8 @@ from core.db import connect
 from core.endpoints import Endpoints
 from core.spec import MigrationSpec
 from core.state import Migration, StateStore, Status
-from core.load import NOTE_TTL_S, LoadThrottle, note_key
+from core import redis_keys
+from core.load import NOTE_TTL_S, LoadThrottle
 
 
 class WorkStopped(Exception):
@@ -67,9 +68,9 @@ class RunContext:
             return
         try:
             if reason is None:
-                self.shared_redis().delete(note_key(self.migration.id))
+                self.shared_redis().delete(redis_keys.throttle_note(self.migration.id))
             else:
-                self.shared_redis().set(note_key(self.migration.id), reason, ex=NOTE_TTL_S)
+                self.shared_redis().set(redis_keys.throttle_note(self.migration.id), reason, ex=NOTE_TTL_S)
             self._throttle_noted = reason is not None
         except redis.RedisError:
             pass

@@ -16,11 +16,6 @@ READ_EVERY_S = 1.0
 NOTE_TTL_S = 5   # the Redis note `status` shows lives this long after the last throttled check
 
 
-def note_key(migration_id: int) -> str:
-    """Redis key holding why a migration's workers are held back, while they are."""
-    return f"stream-osc:{migration_id}:throttled"
-
-
 class CriticalLoad(Exception):
     """A --critical-load threshold was reached: the migration stops (and can be resumed later)."""
 

@@ -19,13 +19,14 @@ from connectors.config import connector_config
 from connectors.rest import ConnectClient, ConnectError
 from migration.checks import (PreflightError, check_load_thresholds, check_privileges, check_server, check_services,
                               check_session_binlog_formats, check_table)
+from migration.teardown import Metadata, tear_down
 from core.db import ServerInfo, qualified, query, quote_ident
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
 from core.state import DEFINITION_OPTION, Migration, Stage, StateStore, table_definition
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
-from streams.topics import TopicNames, create_change_topic, delete_topics
+from streams.topics import TopicNames, create_change_topic
 
 log = logging.getLogger("stream_osc.init")
 
@@ -116,30 +117,6 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
     wait_for_recorded_position(connect, migration.connector, START_TIMEOUT_S)
 
 
-def undo_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
-              migration: Migration | None) -> None:
-    """Remove whatever init made: connector, topics, new table, metadata rows.
-
-    If the connector or topics cannot be removed (Connect or Kafka down), the migration row stays, at
-    stage init, so that running the same command again finishes the clean-up before starting over.
-    """
-    removed = True
-    if migration is not None:
-        try:
-            ConnectClient(endpoints.connect_url).remove(migration.connector)
-        except ConnectError as exc:
-            log_event(log, "could not remove connector", logging.ERROR, connector=migration.connector, reason=str(exc))
-            removed = False
-        try:
-            delete_topics(endpoints.kafka_bootstrap, TopicNames(migration.prefix, spec.database, spec.table).all())
-        except Exception as exc:  # noqa: BLE001 - report, keep undoing
-            log_event(log, "could not delete topics", logging.ERROR, reason=str(exc))
-            removed = False
-        if removed:
-            StateStore(conn, spec.metadata_schema).delete(migration.id)
-    query(conn, f"DROP TABLE IF EXISTS {qualified(spec.database, spec.new_table)}")
-
-
 def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
              info: ServerInfo, coordinator: str,
              on_created: Callable[[Migration], None] = lambda migration: None) -> Migration | None:
@@ -173,7 +150,7 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
         log_event(log, "capture running; copy planned", migration=migration.id, min_pk=min_pk, max_pk=max_pk)
         return store.get(migration.id)
     except BaseException:
-        undo_init(conn, endpoints, spec, migration)
+        tear_down(conn, endpoints, spec, migration, drop_new_table=True, metadata=Metadata.ALL, best_effort=True)
         raise
 
 

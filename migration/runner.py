@@ -18,9 +18,10 @@ from cutover.swap import SENTRY_COMMENT, Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError
 from core.context import RunContext
-from core.db import ServerInfo, connect, qualified, query, scalar
+from core.db import ServerInfo, connect, scalar
 from core.endpoints import Endpoints
-from migration.init_stage import run_init, undo_init
+from migration.init_stage import run_init
+from migration.teardown import Metadata, tear_down
 from migration.lease import CoordinatorLease, live_coordinator, owner_name
 from core.logs import log_event
 from core.spec import MigrationSpec, with_overrides
@@ -28,8 +29,8 @@ from core.state import Migration, SourceChanged, Stage, StateStore, Status, chec
 from migration.transient import MAX_TRANSIENT_FAILURES, retrying_transient
 from migration.workers import WorkerGroup
 from monitor.progress import Progress, copy_fraction
-from core.load import note_key
-from streams.topics import TopicNames, delete_topics, group_lag
+from core import redis_keys
+from streams.topics import TopicNames, group_lag
 
 log = logging.getLogger("stream_osc.runner")
 
@@ -88,7 +89,8 @@ class Runner:
                 raise PreflightError(f"another process took over migration {migration.id} just now")
             if migration.stage == Stage.INIT:
                 # Killed during init: nothing was copied yet, so start init over from a clean slate.
-                undo_init(self.conn, self.endpoints, self.spec, migration)
+                tear_down(self.conn, self.endpoints, self.spec, migration, drop_new_table=True,
+                          metadata=Metadata.ALL, best_effort=True)
                 migration = None
         if migration is None:
             self.progress.say(f"init: checking {self.spec.qualified_name} and starting change capture")
@@ -243,7 +245,7 @@ class Runner:
     def _show_throttle(self, ctx: RunContext) -> None:
         """Say when the workers start or stop holding back for --max-load."""
         try:
-            note = ctx.shared_redis().get(note_key(ctx.migration.id))
+            note = ctx.shared_redis().get(redis_keys.throttle_note(ctx.migration.id))
         except redis.RedisError:
             return   # a display only: Redis failures are handled where the work needs Redis
         if bool(note) != self.throttled:
@@ -351,18 +353,15 @@ class Runner:
         return not new_exists and old_comment is not None and old_comment != SENTRY_COMMENT
 
     def _cleanup(self, migration: Migration) -> None:
-        remove_capture(self.conn, self.endpoints, self.spec, migration)
-        if not self.spec.keep_old:
-            query(self.conn, f"DROP TABLE IF EXISTS {qualified(self.spec.database, self.spec.old_table)}")
+        tear_down(self.conn, self.endpoints, self.spec, migration, drop_new_table=False,
+                  drop_old_table=not self.spec.keep_old, metadata=Metadata.KEEP)
         self.store.enter_stage(migration.id, Stage.DONE, status=Status.DONE, error=None)
         kept = f"; original kept as {self.spec.database}.{self.spec.old_table}" if self.spec.keep_old else ""
         self.progress.say(f"done: {self.spec.qualified_name} has the new schema{kept}")
 
     def _discard(self, migration: Migration) -> None:
         """Remove everything the migration made, including its metadata rows."""
-        remove_capture(self.conn, self.endpoints, self.spec, migration)
-        query(self.conn, f"DROP TABLE IF EXISTS {qualified(self.spec.database, self.spec.new_table)}")
-        self.store.delete(migration.id)
+        tear_down(self.conn, self.endpoints, self.spec, migration, drop_new_table=True, metadata=Metadata.ALL)
 
     def _hold_while_paused(self, ctx: RunContext) -> None:
         """Wait (writing nothing) while an operator has the migration paused."""
@@ -427,12 +426,3 @@ class Runner:
             time.sleep(0.2)
             state = self.connect.state(name)
         return state
-
-
-def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
-                   migration: Migration) -> None:
-    """Remove the connector, topics, fence table and Redis keys of a migration."""
-    ConnectClient(endpoints.connect_url).remove(migration.connector)
-    delete_topics(endpoints.kafka_bootstrap, TopicNames(migration.prefix, spec.database, spec.table).all())
-    query(conn, f"DROP TABLE IF EXISTS {qualified(spec.metadata_schema, migration.fence_table)}")
-    ChunkQueue(redis.Redis.from_url(endpoints.redis_url), migration.id).clear()

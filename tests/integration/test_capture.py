@@ -4,7 +4,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from core.db import ServerInfo, query
 from migration.init_stage import start_capture, topic_prefix
-from migration.runner import remove_capture
+from migration.teardown import remove_capture
 from core.spec import MigrationSpec
 from core.state import StateStore
 from streams.events import decode_event

@@ -1,0 +1,82 @@
+"""The one removal of what a migration made, used by init's undo, abort, a refused ALTER and cleanup.
+
+What each caller keeps differs only in the options below; the order is always capture first
+(connector, topics, fence table, Redis keys), then tables, then metadata, so that a removal stopped
+half-way can be run again and finishes the job.
+"""
+from __future__ import annotations
+
+import logging
+from enum import Enum
+
+import pymysql
+import redis
+
+from connectors.rest import ConnectClient
+from core import redis_keys
+from core.db import qualified, query, scalar
+from core.endpoints import Endpoints
+from core.logs import log_event
+from core.spec import MigrationSpec
+from core.state import Migration, StateStore
+from cutover.swap import SENTRY_COMMENT
+from streams.topics import TopicNames, delete_topics
+
+log = logging.getLogger("stream_osc.teardown")
+
+
+class Metadata(Enum):
+    """What of the migration's metadata rows to remove."""
+
+    KEEP = "keep"          # cleanup: the row and its copy plan stay as history
+    WORK = "work"          # abort: the row stays (marked aborted), the copy plan goes
+    ALL = "all"            # init's undo, a refused ALTER: as if the migration never was
+
+
+def tear_down(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
+              migration: Migration | None, *, drop_new_table: bool, drop_old_table: bool = False,
+              metadata: Metadata, best_effort: bool = False) -> bool:
+    """Remove the migration's capture, the tables asked for, and its metadata; True if all of it went.
+
+    With `best_effort` a connector or topic that cannot be removed (Connect or Kafka down) is logged
+    and the metadata is kept, so that the same command run again finishes the removal.
+    """
+    removed = True
+    if migration is not None:
+        try:
+            remove_capture(conn, endpoints, spec, migration)
+        except Exception as exc:  # noqa: BLE001 - Connect's, Kafka's and Redis's errors have no common base
+            if not best_effort:
+                raise
+            log_event(log, "could not remove capture; the row stays so that a rerun finishes", logging.ERROR,
+                      connector=migration.connector, reason=str(exc))
+            removed = False
+    if drop_new_table:
+        query(conn, f"DROP TABLE IF EXISTS {qualified(spec.database, spec.new_table)}")
+        drop_sentry(conn, spec)
+    if drop_old_table:
+        query(conn, f"DROP TABLE IF EXISTS {qualified(spec.database, spec.old_table)}")
+    if migration is not None and removed:
+        store = StateStore(conn, spec.metadata_schema)
+        if metadata is Metadata.ALL:
+            store.delete(migration.id)
+        elif metadata is Metadata.WORK:
+            store.delete_work(migration.id)
+    return removed
+
+
+def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
+                   migration: Migration) -> None:
+    """Remove the connector, topics, fence table and Redis keys of a migration."""
+    ConnectClient(endpoints.connect_url).remove(migration.connector)
+    delete_topics(endpoints.kafka_bootstrap, TopicNames(migration.prefix, spec.database, spec.table).all())
+    query(conn, f"DROP TABLE IF EXISTS {qualified(spec.metadata_schema, migration.fence_table)}")
+    redis_keys.clear_migration(redis.Redis.from_url(endpoints.redis_url), migration.id)
+
+
+def drop_sentry(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:
+    """Drop a cutover sentry left under the old-table name (never a real table: known by its comment)."""
+    comment = scalar(conn, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                           "AND TABLE_NAME=%s", (spec.database, spec.old_table))
+    if comment == SENTRY_COMMENT:
+        query(conn, f"DROP TABLE {qualified(spec.database, spec.old_table)}")
