@@ -95,14 +95,17 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
     store = StateStore(conn, spec.metadata_schema)
     consumer = fence_consumer(endpoints.kafka_bootstrap, migration.group_id)
     reader = FenceReader(consumer, names.changes, spec.partitions)
-    token = f"init-{uuid.uuid4().hex[:12]}"
+    stamped: list[str] = []
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
         # Debezium may need a moment after RUNNING to reach the binlog: re-stamp until a fence is seen.
+        # Any stamp seen proves capture ran from before it, and under heavy writes capture can lag by
+        # more than one read: every stamp written so far counts, so a lagging connector still proves it.
         while True:
-            store.write_fence(migration.id, token)
+            stamped.append(f"init-{uuid.uuid4().hex[:12]}")
+            store.write_fence(migration.id, stamped[-1])
             try:
-                reader.read({p: 0 for p in range(spec.partitions)}, token, 2.0)
+                reader.read({p: 0 for p in range(spec.partitions)}, stamped, 2.0)
                 break
             except FenceTimeout:
                 state = connect.state(migration.connector)
@@ -111,7 +114,6 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
                 if time.monotonic() > deadline:
                     raise ConnectError(f"connector {migration.connector} captured nothing within "
                                        f"{START_TIMEOUT_S:.0f} s") from None
-                token = f"init-{uuid.uuid4().hex[:12]}"
     finally:
         consumer.close()
     wait_for_recorded_position(connect, migration.connector, START_TIMEOUT_S)

@@ -7,7 +7,7 @@ keyed to that partition is already in the partition (Connect's producer keeps pe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -47,12 +47,14 @@ class FenceReader:
     def _position(self, start: dict[int, int]) -> None:
         self.consumer.assign([TopicPartition(self.topic, p, start[p]) for p in self.partitions])
 
-    def read(self, start: dict[int, int], token: str, timeout: float,
+    def read(self, start: dict[int, int], token: str | Collection[str], timeout: float,
              on_key: Callable[[bytes], None] | None = None) -> dict[int, int]:
-        """Read from `start` until each partition shows a fence with `token`; pass other keys to on_key.
+        """Read from `start` until each partition shows a fence with `token` (or any of several tokens);
+        pass other keys to on_key.
 
         Returns, per partition, the offset just after its fence. Raises FenceTimeout when `timeout` passes first.
         """
+        tokens = {token} if isinstance(token, str) else set(token)
         self._position(start)
         waiting = set(self.partitions)
         after_fence: dict[int, int] = {}
@@ -67,7 +69,7 @@ class FenceReader:
                     continue
                 key = decode_key(msg.key(), "")
                 if key is not None and key.is_fence:
-                    if fence_token(msg.value()) == token:
+                    if fence_token(msg.value()) in tokens:
                         waiting.discard(msg.partition())
                         after_fence[msg.partition()] = msg.offset() + 1
                 elif on_key is not None:
