@@ -113,7 +113,7 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
                 if change is not None and not change.is_fence:
                     keys.add(change.pk)
             if keys:
-                with_retry(lambda: recopy_keys(conn, ctx.pair, keys))
+                with_retry(lambda keys=keys: recopy_keys(conn, ctx.pair, keys))
             committer.after_batch()
             stats.add(len(messages), len(keys), (time.monotonic() - started) * 1000)
     finally:

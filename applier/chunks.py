@@ -57,7 +57,8 @@ class ChunkQueue:
     def claim(self) -> int | None:
         """Lease the first pending chunk nobody holds; None when none is free."""
         for member in self.r.zrange(redis_keys.pending_chunks(self.migration_id), 0, -1):
-            if self.r.set(redis_keys.chunk_lease(self.migration_id, int(member)), self.owner, nx=True, px=self.lease_ms):
+            if self.r.set(redis_keys.chunk_lease(self.migration_id, int(member)), self.owner,
+                          nx=True, px=self.lease_ms):
                 return int(member)
         return None
 

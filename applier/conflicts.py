@@ -85,7 +85,8 @@ def unique_keys(conn: pymysql.connections.Connection, database: str, table: str)
     """
     parts: dict[str, list[tuple[str, int | None]]] = {}
     on_expression: set[str] = set()
-    for name, column, sub_part in query(conn, """SELECT INDEX_NAME, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS
+    for name, column, sub_part in query(conn, """SELECT INDEX_NAME, COLUMN_NAME, SUB_PART
+            FROM information_schema.STATISTICS
             WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s AND NON_UNIQUE=0 AND INDEX_NAME<>'PRIMARY'
             ORDER BY INDEX_NAME, SEQ_IN_INDEX""", (database, table)):
         parts.setdefault(name, [])
@@ -226,14 +227,16 @@ class Probe:
         rows = query(self.conn, f"SELECT {self.pair.pk_ident}, {', '.join(quote_ident(c) for c in columns)} "
                                 f"FROM {self.name} WHERE {self.pair.pk_ident} IN ({', '.join(['%s'] * len(ids))}) "
                                 f"ORDER BY {self.pair.pk_ident}", ids)
-        sample = ", ".join(f"{self.pair.pk}={r[0]} (" + ", ".join(f"{c}={show(v)}" for c, v in zip(columns, r[1:])) + ")"
+        sample = ", ".join(f"{self.pair.pk}={r[0]} ("
+                           + ", ".join(f"{c}={show(v)}" for c, v in zip(columns, r[1:])) + ")"
                            for r in rows)
         more = "; other values collide too" if len(groups) > 1 else ""
         shared = ", ".join(show(v) for v in value)
         if self.during_apply:
             return (f"a write to {self._table} during the migration breaks UNIQUE key {key} that the ALTER adds: "
                     f"{count} rows share the value ({shared}): {sample}{more}")
-        return f"the ALTER adds UNIQUE key {key} but {count} rows of {self._table} share the value ({shared}): {sample}{more}"
+        return (f"the ALTER adds UNIQUE key {key} but {count} rows of {self._table} "
+                f"share the value ({shared}): {sample}{more}")
 
     def _refuse(self, refusals: list[Refusal]) -> None:
         """Raise for rows the new definition refuses, naming each row's values and the server's error."""

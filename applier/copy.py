@@ -65,7 +65,8 @@ def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no:
                 log_event(log, "stale copied rows collided under a UNIQUE key; removed, their changes are applied "
                                "later", chunk=chunk_no, lo=lo, hi=hi, rows=removed)
         with conn.cursor() as cur:
-            rows = cur.execute(f"INSERT INTO {pair.target_name} ({pair.target_column_list}) SELECT {pair.source_column_list} "
+            rows = cur.execute(f"INSERT INTO {pair.target_name} ({pair.target_column_list}) "
+                               f"SELECT {pair.source_column_list} "
                                f"FROM {pair.source_name} WHERE {pair.pk_ident} BETWEEN %s AND %s", (lo, hi))
             moved = cur.execute(f"UPDATE {store.t('chunks')} SET next_pk=%s, rows_copied=rows_copied+%s, "
                                 "done=%s WHERE migration_id=%s AND chunk_no=%s AND next_pk=%s",

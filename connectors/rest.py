@@ -64,7 +64,8 @@ class ConnectClient:
                 detail = json.loads(detail).get("message", detail)
             except ValueError:
                 pass
-            raise ConnectError(f"Kafka Connect at {self.url} answered {exc.code} to {method} {path}: {detail}") from None
+            raise ConnectError(f"Kafka Connect at {self.url} answered {exc.code} "
+                               f"to {method} {path}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ConnectUnreachable(f"Kafka Connect at {self.url} is unreachable ({reason})") from None

@@ -98,7 +98,7 @@ class Endpoints:
         if missing:
             raise ConfigError(f"no address for: {', '.join(missing)}")
         endpoints = cls(**values)
-        endpoints.mysql  # validate early
+        parse_mysql_dsn(endpoints.mysql_dsn)  # a malformed DSN is refused here, not at first use
         return endpoints
 
 

@@ -126,7 +126,8 @@ class StateStore:
             stage VARCHAR(16) NOT NULL, status VARCHAR(16) NOT NULL,
             prefix VARCHAR(100) NOT NULL, pk_column VARCHAR(64) NOT NULL,
             min_pk {KEY_TYPE} NULL, max_pk {KEY_TYPE} NULL,
-            error TEXT NULL, validation_diffs BIGINT NOT NULL DEFAULT 0, cutover_blocked_ms INT NULL, cutover_at DOUBLE NULL,
+            error TEXT NULL, validation_diffs BIGINT NOT NULL DEFAULT 0,
+            cutover_blocked_ms INT NULL, cutover_at DOUBLE NULL,
             options TEXT NOT NULL,
             active_key VARCHAR(140) NULL,
             coordinator VARCHAR(200) NULL, heartbeat_at TIMESTAMP(6) NULL,
@@ -154,8 +155,8 @@ class StateStore:
     def _row(self, row: tuple) -> Migration:
         (mid, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error,
          diffs, blocked, cutover_at, options) = row
-        return Migration(mid, db, tbl, alter_sql, Stage(stage), Status(status), prefix, pk_column, _key(min_pk), _key(max_pk),
-                         error, diffs, blocked, cutover_at, json.loads(options or "{}"))
+        return Migration(mid, db, tbl, alter_sql, Stage(stage), Status(status), prefix, pk_column,
+                         _key(min_pk), _key(max_pk), error, diffs, blocked, cutover_at, json.loads(options or "{}"))
 
     def schema_exists(self) -> bool:
         return bool(query(self.conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
@@ -255,8 +256,8 @@ class StateStore:
     # chunks -------------------------------------------------------------------------------------
     def add_chunks(self, migration_id: int, ranges: list[tuple[int, int]]) -> None:
         with self.conn.cursor() as cur:
-            cur.executemany(f"INSERT IGNORE INTO {self.t('chunks')} (migration_id, chunk_no, start_pk, end_pk, next_pk) "
-                            "VALUES (%s,%s,%s,%s,%s)",
+            cur.executemany(f"INSERT IGNORE INTO {self.t('chunks')} "
+                            "(migration_id, chunk_no, start_pk, end_pk, next_pk) VALUES (%s,%s,%s,%s,%s)",
                             [(migration_id, n, lo, hi, lo) for n, (lo, hi) in enumerate(ranges)])
 
     def chunks(self, migration_id: int) -> list[Chunk]:

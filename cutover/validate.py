@@ -207,7 +207,8 @@ def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: in
         if worst is not None and strikes[worst] >= ROUNDS:
             raise ValidationFailed(
                 f"{len(persisting)} rows of {table} in PK range {lo}..{hi} still differ right after being "
-                f"re-copied {ROUNDS} times; first {hasher.pair.pk}={worst}: {describe_difference(conn, hasher, worst)}. "
+                f"re-copied {ROUNDS} times; first {hasher.pair.pk}={worst}: "
+                f"{describe_difference(conn, hasher, worst)}. "
                 "The ALTER may change values (a lossy type change) or make rows collide on a UNIQUE key")
         diff = persisting | now.missing
     raise ValidationFailed(f"rows of {table} in PK range {lo}..{hi} kept differing through {MAX_ROUNDS} rounds of "

@@ -151,8 +151,8 @@ def check_privileges(conn: pymysql.connections.Connection, spec: MigrationSpec) 
     grants = " ".join(r[0] for r in query(conn, "SHOW GRANTS")).upper()
     if "ALL PRIVILEGES ON *.*" in grants:
         return
-    needed = ["SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "LOCK TABLES", "CREATE TEMPORARY TABLES",
-              "REPLICATION"]
+    needed = ["SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "LOCK TABLES",
+              "CREATE TEMPORARY TABLES", "REPLICATION"]
     missing = [p for p in needed if p not in grants]
     if missing:
         raise PreflightError(f"the database user lacks privileges: {', '.join(missing)} "

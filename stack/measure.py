@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         warm_total = time.monotonic() - t0
         time.sleep(args.settle)  # memory of an idle stack: nothing to wait for but time
         rows = services.status(config, probe=False)
-        print(f"| service | first start (s) | warm start (s) | RSS after {args.settle:.0f} s idle (MiB) | peak RSS (MiB) |")
+        print(f"| service | first start (s) | warm start (s) | RSS after {args.settle:.0f} s idle (MiB) "
+              "| peak RSS (MiB) |")
         print("| --- | ---: | ---: | ---: | ---: |")
         total_rss = 0.0
         for row in rows:

@@ -61,7 +61,8 @@ def check_reachable(bootstrap: str, timeout: float = 10.0) -> None:
     try:
         admin(bootstrap).list_topics(timeout=timeout)
     except KafkaException:
-        raise KafkaUnreachable(f"Kafka at {bootstrap} is unreachable (no broker answered within {timeout:.0f} s)") from None
+        raise KafkaUnreachable(f"Kafka at {bootstrap} is unreachable "
+                               f"(no broker answered within {timeout:.0f} s)") from None
 
 
 def existing_topics(bootstrap: str) -> set[str]:

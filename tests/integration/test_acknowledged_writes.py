@@ -19,7 +19,8 @@ from tests.integration.ledger import Ledger, create_ledger_table
 pytestmark = pytest.mark.integration
 
 NAMES = {"lowercase": "orders", "uppercase": "Orders", "64_characters": "o" * 60 + "rder"}
-ALTERS = ("ADD COLUMN extra1 INT NULL", "ADD INDEX payload_idx (payload)", "MODIFY payload VARCHAR(80) NOT NULL DEFAULT ''")
+ALTERS = ("ADD COLUMN extra1 INT NULL", "ADD INDEX payload_idx (payload)",
+          "MODIFY payload VARCHAR(80) NOT NULL DEFAULT ''")
 
 
 @pytest.mark.parametrize("kind", list(NAMES))

@@ -194,7 +194,9 @@ def test_recopy_of_a_real_duplicate_deletes_no_row(endpoints, conn):
     pair = load_pair(conn, DB, "realdup", "realdup_osc_new", "id")
     worker = db_conn(endpoints)
     try:
-        with pytest.raises(ConstraintViolated, match=r"breaks UNIQUE key 'uk' \(u\) that the ALTER adds: 2 rows share the value \('[xX]'\): id=5 \(u='x'\), id=900 \(u='X'\)"):
+        with pytest.raises(ConstraintViolated,
+                           match=r"breaks UNIQUE key 'uk' \(u\) that the ALTER adds: 2 rows share the value "
+                                 r"\('[xX]'\): id=5 \(u='x'\), id=900 \(u='X'\)"):
             recopy_keys(worker, pair, [900])
     finally:
         worker.close()

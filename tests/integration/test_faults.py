@@ -177,7 +177,8 @@ def run_with_fault(seed: int, endpoints: Endpoints, stack_config: StackConfig | 
         if run.stage != "init":
             order = ("-",) + STAGES + ("cleanup", "done")
             wait_for(lambda: run.coordinator.poll() is not None
-                     or order.index(current_stage(conn, run.table)) >= order.index(run.stage), 120, f"stage {run.stage}")
+                     or order.index(current_stage(conn, run.table)) >= order.index(run.stage),
+                     120, f"stage {run.stage}")
             inject_at_random_moment(run, conn, stack_config)
         supervise(run, conn, stack_config)
         traffic.wait_for_writes(300)   # writes after the swap count as much as any other

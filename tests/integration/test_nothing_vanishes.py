@@ -143,7 +143,8 @@ def assert_every_row_and_update(conn, table: str, writer: Incrementer, ids: set[
 
 # 1. DDL on the source ------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind, ddl, change", [
-    ("add", "ALTER TABLE {t} ADD COLUMN extra INT NOT NULL DEFAULT 7", "column extra added (int(11) NOT NULL DEFAULT 7)"),
+    ("add", "ALTER TABLE {t} ADD COLUMN extra INT NOT NULL DEFAULT 7",
+     "column extra added (int(11) NOT NULL DEFAULT 7)"),
     ("drop", "ALTER TABLE {t} DROP COLUMN legacy", "column legacy dropped"),
     ("trigger", "CREATE TRIGGER {t}_audit BEFORE UPDATE ON {t} FOR EACH ROW SET NEW.note = 'audited'",
      "trigger ddl_trigger_audit added (BEFORE UPDATE)"),
@@ -285,7 +286,8 @@ def test_a_metadata_schema_made_with_bigint_key_columns_is_widened_in_place(conn
         assert (migration.min_pk, migration.max_pk) == (-2**63, 2**63 - 1)
         store.add_chunks(1, [(-2**63, 2**63 - 1), (2**63, 2**64 - 1)])        # chunk 0 exists already
         query(conn, f"UPDATE {schema}.chunks SET next_pk = %s WHERE chunk_no = 1", (2**64,))   # one past the top
-        assert store.chunks(1) == [Chunk(0, -2**63, 2**63 - 1, 10, 0, False), Chunk(1, 2**63, 2**64 - 1, 2**64, 0, False)]
+        assert store.chunks(1) == [Chunk(0, -2**63, 2**63 - 1, 10, 0, False),
+                                   Chunk(1, 2**63, 2**64 - 1, 2**64, 0, False)]
     finally:
         query(conn, f"DROP DATABASE IF EXISTS {schema}")
 

@@ -62,12 +62,14 @@ def differences(conn, pair: TablePair) -> set[int]:
 WIDE_DDL = ("id INT PRIMARY KEY, amount DECIMAL(12,2), at DATETIME, n INT, f FLOAT, "
             "note VARCHAR(20) CHARACTER SET latin1, fixed CHAR(6) CHARACTER SET latin1, dd DOUBLE(10,2)")
 WIDEN = ("MODIFY amount DECIMAL(14,4), MODIFY at DATETIME(6), MODIFY n BIGINT, MODIFY f DOUBLE, "
-         "MODIFY note VARCHAR(40) CHARACTER SET utf8mb4, MODIFY fixed VARCHAR(6) CHARACTER SET utf8mb4, MODIFY dd DOUBLE")
+         "MODIFY note VARCHAR(40) CHARACTER SET utf8mb4, MODIFY fixed VARCHAR(6) CHARACTER SET utf8mb4, "
+         "MODIFY dd DOUBLE")
 
 
 def wide_rows(count: int, seed: int) -> list[tuple]:
     rng = random.Random(seed)
-    return [(i, round(rng.uniform(-1e6, 1e6), 2), f"2024-0{rng.randint(1, 9)}-1{rng.randint(0, 9)} 1{rng.randint(0, 9)}:00:0{i % 10}",
+    return [(i, round(rng.uniform(-1e6, 1e6), 2),
+             f"2024-0{rng.randint(1, 9)}-1{rng.randint(0, 9)} 1{rng.randint(0, 9)}:00:0{i % 10}",
              rng.randint(-2 ** 31, 2 ** 31 - 1), rng.uniform(-1000, 1000),
              rng.choice(["é", "ça va", "naïve", "", None, "plain"]), rng.choice(["a", "ü ", "", None]),
              round(rng.uniform(0, 100), 2)) for i in range(1, count + 1)]

@@ -18,7 +18,8 @@ def random_names(count: int, seed: int = 7) -> list[str]:
     return ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, MAX_NAME_CHARS))) for _ in range(count)]
 
 
-@pytest.mark.parametrize("table", ["orders", "Orders", "o" * 64, "Z" * 64, "t1", "a" * 57, "_x", "$"] + random_names(300))
+@pytest.mark.parametrize("table", ["orders", "Orders", "o" * 64, "Z" * 64, "t1", "a" * 57, "_x", "$"]
+                         + random_names(300))
 def test_helper_names_queue_the_rename_on_the_original(table):
     helpers = [helper_table_name(table, "new"), helper_table_name(table, "old")]
     assert rename_queues_on_original(table, helpers)
