@@ -1,4 +1,4 @@
-"""Bulk copy: chunk workers copy PK ranges with INSERT … SELECT in batches (invariants 3, 6 and 9)."""
+"""Bulk copy: chunk workers copy PK ranges with INSERT … SELECT in batches (docs/invariants.md, 3, 6 and 9)."""
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,7 @@
-"""Re-copy rows by primary key: make the new table match the source's current state (invariant 2)."""
+"""Re-copy rows by primary key: make the new table match the source's current state.
+
+State-based apply: docs/invariants.md, 2.
+"""
 from __future__ import annotations
 
 import time

@@ -31,25 +31,38 @@ SPEC_OPTIONS = {
 }
 
 
+# One source for every default: the spec's own (what a migration uses when no option is given).
+DEFAULTS = MigrationSpec(database="db", table="t", alter="-")
+
+
 def add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table", help="DB.TABLE to change")
     parser.add_argument("--config", help="TOML file with [endpoints] and [migration] sections")
-    parser.add_argument("--copy-workers", type=int, help="parallel bulk-copy workers (default 4)")
-    parser.add_argument("--apply-workers", type=int, help="parallel change appliers (default 2)")
-    parser.add_argument("--chunk-size", type=int, help="primary-key values per copy chunk (default 100000)")
-    parser.add_argument("--batch-size", type=int, help="primary-key values per copy statement (default 5000)")
-    parser.add_argument("--apply-batch-size", type=int, help="change events per apply batch (default 2000)")
-    parser.add_argument("--partitions", type=int, help="partitions of the change topic (default 8)")
+    parser.add_argument("--copy-workers", type=int,
+                        help=f"parallel bulk-copy workers (default {DEFAULTS.copy_workers})")
+    parser.add_argument("--apply-workers", type=int,
+                        help=f"parallel change appliers (default {DEFAULTS.apply_workers})")
+    parser.add_argument("--chunk-size", type=int,
+                        help=f"primary-key values per copy chunk (default {DEFAULTS.chunk_size})")
+    parser.add_argument("--batch-size", type=int,
+                        help=f"primary-key values per copy statement (default {DEFAULTS.batch_size})")
+    parser.add_argument("--apply-batch-size", type=int,
+                        help=f"change events per apply batch (default {DEFAULTS.apply_batch_size})")
+    parser.add_argument("--partitions", type=int,
+                        help=f"partitions of the change topic (default {DEFAULTS.partitions})")
     parser.add_argument("--cutover-window", dest="cutover_window_s", type=float,
-                        help="longest time writes may be blocked at cutover, seconds (default 3)")
-    parser.add_argument("--cutover-attempts", type=int, help="cutover attempts before giving up (default 10)")
+                        help="longest time writes may be blocked at cutover, seconds "
+                             f"(default {DEFAULTS.cutover_window_s})")
+    parser.add_argument("--cutover-attempts", type=int,
+                        help=f"cutover attempts before giving up (default {DEFAULTS.cutover_attempts})")
     parser.add_argument("--max-lag", dest="max_lag_events", type=int,
-                        help="apply lag (events) under which validation and cutover start (default 1000)")
+                        help="apply lag (events) under which validation and cutover start "
+                             f"(default {DEFAULTS.max_lag_events})")
     parser.add_argument("--max-load", help="hold copy, apply and validation back while a global status "
                                            "variable is at or above a limit, e.g. Threads_running=25 (comma-separated)")
     parser.add_argument("--critical-load", help="stop the migration (resumable) when a global status variable "
                                                 "reaches a limit, e.g. Threads_running=100")
-    parser.add_argument("--metadata-schema", help="schema for stream-osc's state (default stream_osc)")
+    parser.add_argument("--metadata-schema", help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
 
 
@@ -81,7 +94,8 @@ def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> s
     db, _, tbl = table.partition(".")
     conn = connect(endpoints.mysql)
     try:
-        migration = StateStore(conn, getattr(args, "metadata_schema", None) or schema or "stream_osc").active(db, tbl)
+        store_schema = getattr(args, "metadata_schema", None) or schema or DEFAULTS.metadata_schema
+        migration = StateStore(conn, store_schema).active(db, tbl)
     finally:
         conn.close()
     if migration is None:
@@ -104,7 +118,7 @@ def _with_store(args: argparse.Namespace):
     endpoints = StackConfig().endpoints(args.config)
     db, _, tbl = args.table.partition(".")
     conn = connect(endpoints.mysql)
-    return endpoints, conn, StateStore(conn, args.metadata_schema or "stream_osc"), db, tbl
+    return endpoints, conn, StateStore(conn, args.metadata_schema or DEFAULTS.metadata_schema), db, tbl
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -194,7 +208,7 @@ def cmd_abort(args: argparse.Namespace) -> int:
         raise PreflightError(f"migration {migration.id} swapped the tables before the abort took effect; "
                              f"the new table is in place and the original is {db}.{helper_table_name(tbl, 'old')}")
     spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql,
-                         metadata_schema=args.metadata_schema or "stream_osc")
+                         metadata_schema=args.metadata_schema or DEFAULTS.metadata_schema)
     tear_down(conn, endpoints, spec, migration, drop_new_table=True, metadata=Metadata.WORK)   # a sentry too
     print(f"migration {migration.id} of {args.table} aborted; connector, topics, {spec.new_table} and its copy plan "
           "removed (its row stays, marked aborted)")
@@ -214,8 +228,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """Join a running migration with more copy workers and appliers."""
     endpoints = StackConfig().endpoints(args.config)
     db, tbl = spec_table(args.table)
-    return JoinedWorker(endpoints, db, tbl, args.metadata_schema or "stream_osc", Progress(quiet=args.quiet),
-                        args.copy_workers, args.apply_workers).run()
+    return JoinedWorker(endpoints, db, tbl, args.metadata_schema or DEFAULTS.metadata_schema,
+                        Progress(quiet=args.quiet), args.copy_workers, args.apply_workers).run()
 
 
 def spec_table(table: str) -> tuple[str, str]:
@@ -244,7 +258,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     worker = sub.add_parser("worker", help="add copy workers and appliers to a running migration (any machine)")
     worker.add_argument("--table", required=True, help="DB.TABLE of the running migration")
     worker.add_argument("--config", help="TOML file with [endpoints]")
-    worker.add_argument("--metadata-schema", help="schema for stream-osc's state (default stream_osc)")
+    worker.add_argument("--metadata-schema", help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
     worker.add_argument("--copy-workers", type=int, help="copy threads in this process (default: the migration's)")
     worker.add_argument("--apply-workers", type=int, help="applier threads in this process (default: the migration's)")
     worker.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -256,7 +270,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         parser = sub.add_parser(name, help=text)
         parser.add_argument("--table", required=True, help="DB.TABLE")
         parser.add_argument("--config", help="TOML file with [endpoints]")
-        parser.add_argument("--metadata-schema", help="schema for stream-osc's state (default stream_osc)")
+        parser.add_argument("--metadata-schema",
+                            help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
         if name == "status":
             parser.add_argument("--json", action="store_true", help="machine-readable output")
         parser.set_defaults(func=func)

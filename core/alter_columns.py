@@ -1,4 +1,4 @@
-"""Which source column fills which new column, read from the ALTER text (invariant 9).
+"""Which source column fills which new column, read from the ALTER text (docs/invariants.md, 9).
 
 The new table is made with CREATE … LIKE plus the user's ALTER, so a column the ALTER renames has a
 new name there; matching columns by name alone would leave it empty. The server does not report

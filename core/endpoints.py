@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
 from urllib.parse import unquote, urlparse
+
+from core.config_file import ConfigError, config_section
 
 ENV_KEYS = {
     "mysql_dsn": "STREAM_OSC_MYSQL_DSN",
@@ -14,12 +15,6 @@ ENV_KEYS = {
     "connect_url": "STREAM_OSC_CONNECT_URL",
     "redis_url": "STREAM_OSC_REDIS_URL",
 }
-
-
-class ConfigError(ValueError):
-    """A setting is missing or malformed."""
-
-    user_facing = True
 
 
 @dataclass(frozen=True)
@@ -82,11 +77,7 @@ class Endpoints:
         values = {key: defaults[var] for key, var in ENV_KEYS.items() if var in defaults}
         path = config_file or environ.get("STREAM_OSC_CONFIG")
         if path:
-            try:
-                with open(path, "rb") as fh:
-                    section = tomllib.load(fh).get("endpoints", {})
-            except (OSError, tomllib.TOMLDecodeError) as exc:
-                raise ConfigError(f"cannot read config file {path}: {exc}") from None
+            section = config_section(path, "endpoints")
             unknown = set(section) - set(ENV_KEYS)
             if unknown:
                 raise ConfigError(f"unknown keys in [endpoints] of {path}: {', '.join(sorted(unknown))}")

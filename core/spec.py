@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from core.config_file import config_section
 from core.endpoints import ConfigError
 from core.load import parse_thresholds
 
@@ -109,11 +109,7 @@ class MigrationSpec:
 
 def load_migration_file(path: str | Path) -> dict[str, Any]:
     """Read the `[migration]` section of a TOML config file (keys as the long option names)."""
-    try:
-        with open(path, "rb") as fh:
-            section = tomllib.load(fh).get("migration", {})
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    section = config_section(path, "migration")
     known = {f.name for f in fields(MigrationSpec)} | {"table"}
     normalized = {k.replace("-", "_"): v for k, v in section.items()}
     unknown = set(normalized) - known

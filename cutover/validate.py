@@ -1,6 +1,6 @@
 """Validation: checksums of source and new table per PK range; differing rows are re-copied and re-checked.
 
-What a checksum must get right (invariant 9, and the reason validation exists at all):
+What a checksum must get right (docs/invariants.md, 9: the reason validation exists at all):
 - columns are compared as mapped by the ALTER (source name on the source side, new name on the new side);
 - values compare in the new column's type: the source value is converted as the copy converts it (a
   widening ALTER such as DECIMAL(12,2) -> DECIMAL(14,4) or latin1 -> utf8mb4 compares equal);

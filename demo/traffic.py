@@ -3,7 +3,7 @@
 Each writer session makes every kind of change a migration must survive (inserts, updates, deletes,
 primary-key changes, delete+reinsert, swaps of UNIQUE values) and records, for every key it wrote,
 the row its last acknowledged write left (or that there is none). That record, never the tool's own
-idea of when the swap happened, is the oracle of `Traffic.check` (DESIGN.md invariant 8).
+idea of when the swap happened, is the oracle of `Traffic.check` (docs/invariants.md, 8).
 """
 from __future__ import annotations
 

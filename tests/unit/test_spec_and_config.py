@@ -47,9 +47,10 @@ def test_endpoints_from_config_file_then_env(tmp_path):
     endpoints = Endpoints.load(path, environ={"STREAM_OSC_REDIS_URL": "redis://env:1/0"}, defaults=ADDRESSES)
     assert endpoints.kafka_bootstrap == "k:9092"
     assert endpoints.redis_url == "redis://env:1/0"
-    path.write_text('[endpoints]\nkafka = "x"\n')
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text('[endpoints]\nkafka = "x"\n')
     with pytest.raises(ConfigError, match="unknown keys"):
-        Endpoints.load(path, environ={})
+        Endpoints.load(wrong, environ={})
 
 
 def test_connector_config_captures_table_and_routes_fence():
