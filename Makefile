@@ -3,10 +3,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 OSC := $(VENV)/bin/stream-osc
 
-.PHONY: setup test test-slow demo bench up down status
+.PHONY: setup lint test test-slow demo bench up down status
 
 setup:
 	bash stack/bootstrap.sh
+
+lint: setup
+	$(VENV)/bin/ruff check .
 
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
 test: setup
