@@ -47,7 +47,17 @@ class ConstraintViolated(Exception):
 def refused_by_new_table(exc: BaseException) -> bool:
     """True for an error by which the new table refuses a row (a value or a UNIQUE key)."""
     return (isinstance(exc, pymysql.err.MySQLError) and len(exc.args) > 1
-            and exc.args[0] in VALUE_REFUSED | DUPLICATE)
+            and exc.args[0] in VALUE_REFUSED | DUPLICATE and not primary_key_race(exc))
+
+
+PRIMARY_DUPLICATE = re.compile(r"for key '(?:[^']*\.)?PRIMARY'")   # MariaDB 'PRIMARY', MySQL 8 'db.t.PRIMARY'
+
+
+def primary_key_race(exc: BaseException) -> bool:
+    """True for a duplicate on the PRIMARY key: another session re-copied the same key between this
+    one's DELETE (which found no row, so locked nothing) and its INSERT. Not a refusal: retry."""
+    return (isinstance(exc, pymysql.err.MySQLError) and len(exc.args) > 1 and exc.args[0] in DUPLICATE
+            and PRIMARY_DUPLICATE.search(str(exc.args[1])) is not None)
 
 
 @dataclass(frozen=True)

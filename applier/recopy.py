@@ -10,13 +10,14 @@ from typing import TypeVar
 
 import pymysql
 
-from applier.conflicts import Probe, refused_by_new_table, unresolved
+from applier.conflicts import Probe, primary_key_race, refused_by_new_table, unresolved
 from core.table import TablePair
 from core.db import query, query_count
 
 T = TypeVar("T")
 RETRYABLE = {1205, 1213}   # lock wait timeout, deadlock
 CAREFUL_ROUNDS = 10        # writes that meet a refusal: each round re-reads the source and decides again
+PK_RACE_RETRIES = 5        # a concurrent re-copy of the same key (an applier and a validation repair)
 
 
 def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, pks: Collection[int],
@@ -41,21 +42,32 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, pks: Coll
     if not pks:
         return 0, 0
     keys = sorted(set(pks))
-    try:
-        return _write(conn, pair, keys, in_transaction, None)
-    except pymysql.err.MySQLError as exc:
-        if not refused_by_new_table(exc):
-            raise
-        refusal = exc
+    refusal = _attempt(conn, pair, keys, in_transaction, None)
+    if not isinstance(refusal, pymysql.err.MySQLError):
+        return refusal
     with Probe(conn, pair, during_apply=True) as probe:   # created between transactions: its DDL commits
         for _ in range(CAREFUL_ROUNDS):
-            try:
-                return _write(conn, pair, keys, in_transaction, probe)
-            except pymysql.err.MySQLError as exc:
-                if not refused_by_new_table(exc):
-                    raise
-                refusal = exc
+            outcome = _attempt(conn, pair, keys, in_transaction, probe)
+            if not isinstance(outcome, pymysql.err.MySQLError):
+                return outcome
+            refusal = outcome
     raise unresolved(pair, refusal, during_apply=True)
+
+
+def _attempt(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[int], in_transaction: bool,
+             probe: Probe | None) -> tuple[int, int] | pymysql.err.MySQLError:
+    """_write, retried while another session races it on the same primary key; the new table's
+    refusal is returned (any other error raised)."""
+    for attempt in range(PK_RACE_RETRIES):
+        try:
+            return _write(conn, pair, keys, in_transaction, probe)
+        except pymysql.err.MySQLError as exc:
+            if primary_key_race(exc) and attempt < PK_RACE_RETRIES - 1:
+                continue   # the retry's DELETE finds the other session's row and locks it
+            if not refused_by_new_table(exc):
+                raise
+            return exc
+    raise AssertionError("unreachable")
 
 
 def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[int], in_transaction: bool,

@@ -308,10 +308,16 @@ class Cutover:
         spec = self.ctx.spec
         if not self.is_mariadb:   # MySQL 8 caches information_schema table statistics, the counter too
             query(lock_conn, "SET SESSION information_schema_stats_expiry = 0")
-        counters = dict(query(lock_conn, "SELECT TABLE_NAME, AUTO_INCREMENT FROM information_schema.TABLES "
-                                         "WHERE TABLE_SCHEMA=%s AND TABLE_NAME IN (%s, %s)",
-                              (spec.database, spec.table, spec.new_table)))
-        source, target = counters.get(spec.table), counters.get(spec.new_table)
+        rows = query(lock_conn, "SELECT TABLE_NAME, AUTO_INCREMENT FROM information_schema.TABLES "
+                                "WHERE TABLE_SCHEMA=%s AND TABLE_NAME IN (%s, %s)",
+                     (spec.database, spec.table, spec.new_table))
+
+        def counter(name: str) -> int | None:
+            """The exact name's counter; with lower_case_table_names the server stores another case."""
+            exact = [value for stored, value in rows if stored == name]
+            folded = [value for stored, value in rows if stored.lower() == name.lower()]
+            return (exact or folded or [None])[0]
+        source, target = counter(spec.table), counter(spec.new_table)
         if source is not None and target is not None and int(target) < int(source):
             query(lock_conn, f"ALTER TABLE {qualified(spec.database, spec.new_table)} AUTO_INCREMENT = {int(source)}")
 
