@@ -67,10 +67,15 @@ class Run:
         return cls(seed, fault, stage, random.Random(seed).uniform(0.0, 0.4), tmp_path, env, f"f{seed}")
 
     def start_coordinator(self) -> None:
-        """`migrate`, first and again after a crash: the same command continues the migration."""
+        """`migrate`, first and again after a crash: the same command continues the migration.
+
+        A run aimed at the apply stage holds it open with a tiny --max-lag; the others use the default,
+        which unthrottled writers let the appliers reach (a tiny one they may never let them reach).
+        """
+        max_lag = "20" if self.stage == "apply" else "1000"
         self.coordinator = start_cli("migrate", "--table", f"{DB}.{self.table}", "--alter", ALTER, "--quiet",
                                      "--copy-workers", "1", "--apply-workers", "1", "--chunk-size", "4000",
-                                     "--batch-size", "500", "--partitions", "4", "--max-lag", "20",
+                                     "--batch-size", "500", "--partitions", "4", "--max-lag", max_lag,
                                      env=self.env, log=self.logs / "coordinator.log")
 
     def start_worker(self) -> None:

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from core.state import Chunk
 from core.table import TablePair, load_pair
 from cutover.compare import compare_tables
 from cutover.validate import (
@@ -210,7 +211,7 @@ def test_key_ranges_in_snapshot_mode_are_read_in_the_snapshot(endpoints, conn):
         query(snapshot, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         query(snapshot, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
         query(conn, f"DELETE FROM {pair.source_name} WHERE id IN (-5, 5000)")
-        chunks = [(0, 1, 500, 501, 500, 1), (1, 501, 1000, 1001, 500, 1)]
+        chunks = [Chunk(0, 1, 500, 501, 500, True), Chunk(1, 501, 1000, 1001, 500, True)]
         ctx = SimpleNamespace(pair=pair, migration=SimpleNamespace(id=1), spec=SimpleNamespace(chunk_size=500),
                               store=lambda _conn: SimpleNamespace(chunks=lambda _id: chunks))
         ranges = validation_ranges(conn, ctx, snapshot)
@@ -222,5 +223,5 @@ def test_key_ranges_in_snapshot_mode_are_read_in_the_snapshot(endpoints, conn):
         snapshot.close()
 
 
-def chunks_as_ranges(chunks: list[tuple]) -> list[tuple[int, int]]:
-    return [(start, end) for _, start, end, *_ in chunks]
+def chunks_as_ranges(chunks: list[Chunk]) -> list[tuple[int, int]]:
+    return [(c.start_pk, c.end_pk) for c in chunks]
