@@ -20,6 +20,7 @@ import pymysql
 
 from applier.recopy import recopy_keys, with_retry
 from core.context import RunContext
+from core.spec import MigrationSpec
 from core.db import qualified, query, scalar
 from core.logs import log_event
 from core.state import check_definition
@@ -225,7 +226,7 @@ class Cutover:
                     raise CutoverAborted(f"helper tables {spec.new_table}, {spec.old_table} sort before "
                                          f"{spec.table}: the RENAME would not queue on the original table")
                 # Sentry and RENAME session are made ready before the lock: neither belongs in the window.
-                self._drop_stale_sentry(lock_conn)
+                drop_sentry(lock_conn, self.ctx.spec)
                 query(lock_conn, f"CREATE TABLE {qualified(db, spec.old_table)} (sentry INT) COMMENT=%s",
                       (SENTRY_COMMENT,))
                 tables.append(qualified(db, spec.old_table))
@@ -327,12 +328,12 @@ class Cutover:
         if renamer is not None and renamer.started:
             renamer.join()
         if self.is_mariadb:
-            self._drop_stale_sentry(lock_conn)
+            drop_sentry(lock_conn, self.ctx.spec)
 
-    def _drop_stale_sentry(self, conn: pymysql.connections.Connection) -> None:
-        """Remove a sentry table left by an earlier attempt (never a real table: checked by comment)."""
-        spec = self.ctx.spec
-        comment = scalar(conn, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
-                               "AND TABLE_NAME=%s", (spec.database, spec.old_table))
-        if comment == SENTRY_COMMENT:
-            query(conn, f"DROP TABLE {qualified(spec.database, spec.old_table)}")
+
+def drop_sentry(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:
+    """Remove a sentry table left by an earlier attempt (never a real table: known by its comment)."""
+    comment = scalar(conn, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                           "AND TABLE_NAME=%s", (spec.database, spec.old_table))
+    if comment == SENTRY_COMMENT:
+        query(conn, f"DROP TABLE {qualified(spec.database, spec.old_table)}")

@@ -14,12 +14,12 @@ import redis
 
 from connectors.rest import ConnectClient
 from core import redis_keys
-from core.db import qualified, query, scalar
+from core.db import qualified, query
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
 from core.state import Migration, StateStore
-from cutover.swap import SENTRY_COMMENT
+from cutover.swap import drop_sentry
 from streams.topics import TopicNames, delete_topics
 
 log = logging.getLogger("stream_osc.teardown")
@@ -72,11 +72,3 @@ def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, s
     delete_topics(endpoints.kafka_bootstrap, TopicNames(migration.prefix, spec.database, spec.table).all())
     query(conn, f"DROP TABLE IF EXISTS {qualified(spec.metadata_schema, migration.fence_table)}")
     redis_keys.clear_migration(redis.Redis.from_url(endpoints.redis_url), migration.id)
-
-
-def drop_sentry(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:
-    """Drop a cutover sentry left under the old-table name (never a real table: known by its comment)."""
-    comment = scalar(conn, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
-                           "AND TABLE_NAME=%s", (spec.database, spec.old_table))
-    if comment == SENTRY_COMMENT:
-        query(conn, f"DROP TABLE {qualified(spec.database, spec.old_table)}")
