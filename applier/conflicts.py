@@ -19,15 +19,17 @@ the index). Every statement names the probe table once (MySQL cannot reopen a TE
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import pymysql
 
 from core.table import TablePair
 from core.db import qualified, query, query_count, quote_ident
+
+T = TypeVar("T")
 
 SAMPLE = 5   # rows shown in an error
 # A value the new column refuses in strict mode: NULL into NOT NULL (1048, 1263), out of range (1264,
@@ -278,3 +280,30 @@ def unresolved(pair: TablePair, exc: pymysql.err.MySQLError, during_apply: bool)
     written = " written during the migration" if during_apply else ""
     return ConstraintViolated(f"the ALTER's new definition refuses a row of {pair.database}.{pair.source}{written}: "
                               f"{ROW_NUMBER.sub('', str(exc.args[1]))} (error {exc.args[0]})")
+
+
+def with_refusals_resolved(conn: pymysql.connections.Connection, pair: TablePair,
+                           write: Callable[[Probe | None], T], *, during_apply: bool, rounds: int,
+                           before_probe: Callable[[], None] = lambda: None) -> T:
+    """Run `write` (one transaction); if the new table refuses a row, run it again with a probe that
+    clears stale rows out of the way or raises ConstraintViolated, up to `rounds` times.
+
+    The one loop of the copy and the appliers: a refusal is never hidden, and never resolved by
+    deleting a row the server has not shown to be stale. Other errors propagate.
+    """
+    try:
+        return write(None)
+    except pymysql.err.MySQLError as exc:
+        if not refused_by_new_table(exc):
+            raise
+        refusal = exc
+    before_probe()
+    with Probe(conn, pair, during_apply=during_apply) as probe:   # made between transactions: its DDL commits
+        for _ in range(rounds):
+            try:
+                return write(probe)
+            except pymysql.err.MySQLError as exc:
+                if not refused_by_new_table(exc):
+                    raise
+                refusal = exc
+    raise unresolved(pair, refusal, during_apply=during_apply)

@@ -6,7 +6,7 @@ import logging
 import pymysql
 
 from applier.chunks import ChunkQueue, next_boundary
-from applier.conflicts import Probe, refused_by_new_table, unresolved
+from applier.conflicts import Probe, with_refusals_resolved
 from core.context import RunContext
 from core.db import query
 from core.logs import log_event
@@ -30,25 +30,14 @@ def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: 
     source's current rows really break stop the migration (ConstraintViolated); a stale row copied
     earlier, whose change is in the topic, is removed and the batch written again.
     """
-    try:
-        return _copy_batch(conn, ctx, chunk_no, lo, hi, last, None)
-    except pymysql.err.MySQLError as exc:
-        if not refused_by_new_table(exc):
-            raise
-        refusal = exc
-    store = ctx.store(conn)
-    if query(conn, f"SELECT next_pk FROM {store.t('chunks')} WHERE migration_id=%s AND chunk_no=%s",
-             (ctx.migration.id, chunk_no)) != [(lo,)]:
-        raise LeaseLost(f"chunk {chunk_no} moved on without us")   # its rows are in: another worker copied them
-    with Probe(conn, ctx.pair, during_apply=False) as probe:   # created between transactions: its DDL commits
-        for _ in range(COPY_ROUNDS):
-            try:
-                return _copy_batch(conn, ctx, chunk_no, lo, hi, last, probe)
-            except pymysql.err.MySQLError as exc:
-                if not refused_by_new_table(exc):
-                    raise
-                refusal = exc
-    raise unresolved(ctx.pair, refusal, during_apply=False)
+    def still_ours() -> None:
+        """Before the careful rounds: a chunk that moved on has its rows in, copied by another worker."""
+        if query(conn, f"SELECT next_pk FROM {ctx.store(conn).t('chunks')} WHERE migration_id=%s AND chunk_no=%s",
+                 (ctx.migration.id, chunk_no)) != [(lo,)]:
+            raise LeaseLost(f"chunk {chunk_no} moved on without us")
+
+    return with_refusals_resolved(conn, ctx.pair, lambda probe: _copy_batch(conn, ctx, chunk_no, lo, hi, last, probe),
+                                  during_apply=False, rounds=COPY_ROUNDS, before_probe=still_ours)
 
 
 def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: int, hi: int,

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import pymysql
 
-from applier.conflicts import Probe, primary_key_race, refused_by_new_table, unresolved
+from applier.conflicts import Probe, primary_key_race, with_refusals_resolved
 from core.table import TablePair
 from core.db import query, query_count
 
@@ -42,31 +42,20 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, pks: Coll
     if not pks:
         return 0, 0
     keys = sorted(set(pks))
-    refusal = _attempt(conn, pair, keys, in_transaction, None)
-    if not isinstance(refusal, pymysql.err.MySQLError):
-        return refusal
-    with Probe(conn, pair, during_apply=True) as probe:   # created between transactions: its DDL commits
-        for _ in range(CAREFUL_ROUNDS):
-            outcome = _attempt(conn, pair, keys, in_transaction, probe)
-            if not isinstance(outcome, pymysql.err.MySQLError):
-                return outcome
-            refusal = outcome
-    raise unresolved(pair, refusal, during_apply=True)
+    return with_refusals_resolved(conn, pair, lambda probe: _write_racing(conn, pair, keys, in_transaction, probe),
+                                  during_apply=True, rounds=CAREFUL_ROUNDS)
 
 
-def _attempt(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[int], in_transaction: bool,
-             probe: Probe | None) -> tuple[int, int] | pymysql.err.MySQLError:
-    """_write, retried while another session races it on the same primary key; the new table's
-    refusal is returned (any other error raised)."""
+def _write_racing(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[int], in_transaction: bool,
+                  probe: Probe | None) -> tuple[int, int]:
+    """_write, retried while another session races it on the same primary key."""
     for attempt in range(PK_RACE_RETRIES):
         try:
             return _write(conn, pair, keys, in_transaction, probe)
         except pymysql.err.MySQLError as exc:
-            if primary_key_race(exc) and attempt < PK_RACE_RETRIES - 1:
-                continue   # the retry's DELETE finds the other session's row and locks it
-            if not refused_by_new_table(exc):
+            if not primary_key_race(exc) or attempt == PK_RACE_RETRIES - 1:
                 raise
-            return exc
+            # the retry's DELETE finds the other session's row and locks it
     raise AssertionError("unreachable")
 
 

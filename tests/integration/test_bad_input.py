@@ -4,19 +4,11 @@ import pytest
 from cli.main import main
 from core.db import query
 from demo.traffic import create_sample_table
-from tests.integration.helpers import db_conn, leftovers
+from tests.integration.helpers import leftovers
 
 pytestmark = pytest.mark.integration
 
 DB = "bad"
-
-
-@pytest.fixture
-def conn(endpoints):
-    conn = db_conn(endpoints)
-    query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
-    yield conn
-    conn.close()
 
 
 def run_migrate(capsys, table, alter, *extra):

@@ -15,14 +15,6 @@ pytestmark = pytest.mark.integration
 DB = "constraints"
 
 
-@pytest.fixture
-def conn(endpoints):
-    conn = db_conn(endpoints)
-    query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
-    yield conn
-    conn.close()
-
-
 def make_table(conn, table: str, ddl: str, rows: list[tuple]) -> None:
     """A fresh DB.table (whatever an earlier run left of its migration removed) holding `rows`."""
     main(["abort", "--table", f"{DB}.{table}"])

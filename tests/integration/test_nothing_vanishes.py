@@ -23,19 +23,11 @@ from core.spec import MigrationSpec, helper_table_name
 from core.state import Chunk, SourceChanged, StateStore
 from demo.traffic import create_sample_table
 from monitor.progress import Progress
-from tests.integration.helpers import cli, db_conn, leftovers, migration_row, wait_for
+from tests.integration.helpers import cli, leftovers, migration_row, wait_for
 
 pytestmark = pytest.mark.integration
 
 DB = "vanish"
-
-
-@pytest.fixture
-def conn(endpoints):
-    conn = db_conn(endpoints)
-    query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
-    yield conn
-    conn.close()
 
 
 def spec_for(table: str, alter: str, **options) -> MigrationSpec:

@@ -30,14 +30,6 @@ DB = "valsem"
 LO, HI = -(2 ** 63), 2 ** 63 - 1
 
 
-@pytest.fixture
-def conn(endpoints):
-    c = db_conn(endpoints)
-    query(c, f"CREATE DATABASE IF NOT EXISTS {DB}")
-    yield c
-    c.close()
-
-
 def make_pair(conn, name: str, ddl: str, rows: list[tuple], alter: str) -> TablePair:
     """`valsem.<name>` with `rows`, `valsem.<name>_new` made from it by `alter`, and the rows copied over."""
     source, target = f"{DB}.{name}", f"{DB}.{name}_new"
