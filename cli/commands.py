@@ -17,7 +17,7 @@ from migration.lease import STALE_S, live_coordinator
 from migration.runner import Runner
 from migration.teardown import Metadata, tear_down
 from core.spec import MigrationSpec, load_migration_file
-from core.state import FINISHED, Migration, Stage, StateStore, Status
+from core.state import FINISHED, SWAPPED_STAGES, Migration, Stage, StateStore, Status
 from migration.worker_process import JoinedWorker
 from monitor.progress import Progress
 from core import redis_keys
@@ -200,11 +200,11 @@ def cmd_abort(args: argparse.Namespace) -> int:
     migration = store.active(db, tbl)
     if migration is None:
         raise PreflightError(f"no unfinished migration of {args.table}")
-    if migration.stage in (Stage.CLEANUP, Stage.DONE):
+    if migration.stage in SWAPPED_STAGES:
         raise PreflightError(f"migration {migration.id} already swapped the tables; nothing to abort")
     store.update(migration.id, status=Status.ABORTED)
     _wait_for_coordinator_exit(store, migration.id)
-    if store.get(migration.id).stage in (Stage.CLEANUP, Stage.DONE):
+    if store.get(migration.id).stage in SWAPPED_STAGES:
         raise PreflightError(f"migration {migration.id} swapped the tables before the abort took effect; "
                              f"the new table is in place and the original is {db}.{helper_table_name(tbl, 'old')}")
     spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql,

@@ -38,6 +38,8 @@ class Status(StrEnum):
 
 
 FINISHED = (Status.DONE, Status.ABORTED)
+WORKING_STAGES = (Stage.COPY, Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER)   # a new table exists, no swap yet
+SWAPPED_STAGES = (Stage.CLEANUP, Stage.DONE)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from migration.teardown import Metadata, tear_down
 from migration.lease import CoordinatorLease, live_coordinator, owner_name
 from core.logs import log_event
 from core.spec import MigrationSpec, with_overrides
-from core.state import Migration, SourceChanged, Stage, StateStore, Status, check_definition
+from core.state import WORKING_STAGES, Migration, SourceChanged, Stage, StateStore, Status, check_definition
 from migration.transient import MAX_TRANSIENT_FAILURES, retrying_transient
 from migration.workers import WorkerGroup
 from monitor.progress import Progress, copy_fraction
@@ -132,7 +132,7 @@ class Runner:
                 raise
             try:
                 stage = self.store.get(migration.id).stage
-                if stage in (Stage.COPY, Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER) and not self._swap_already_done():
+                if stage in WORKING_STAGES and not self._swap_already_done():
                     check_definition(self.conn, migration)   # (after the swap the name holds the new table)
             except SourceChanged as changed:
                 self.store.update(migration.id, error=str(changed)[:2000])
@@ -177,7 +177,7 @@ class Runner:
             if migration.stage == Stage.CUTOVER and self._swap_already_done():
                 self.store.enter_stage(migration.id, Stage.CLEANUP)
                 migration = self.store.get(migration.id)
-            if migration.stage in (Stage.COPY, Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER):
+            if migration.stage in WORKING_STAGES:
                 ctx = self._context(migration)
                 if migration.stage == Stage.COPY:
                     self._copy(ctx)

@@ -22,14 +22,14 @@ from core.db import connect
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
-from core.state import FINISHED, Migration, Stage, StateStore
+from core.state import FINISHED, SWAPPED_STAGES, WORKING_STAGES, Migration, Stage, StateStore
 from migration.transient import retrying_transient
 from migration.workers import WorkerGroup
 from monitor.progress import Progress
 
 log = logging.getLogger("stream_osc.worker")
 
-APPLY_STAGES = (Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER)
+APPLY_STAGES = WORKING_STAGES[1:]   # appliers run from apply to cutover
 ERR_NO_SUCH_TABLE = 1146   # an applier's statement after the swap: _<table>_new has been renamed
 
 
@@ -61,7 +61,7 @@ class JoinedWorker:
         self.apply_workers = apply_workers
 
     def _finished(self, migration: Migration) -> bool:
-        return migration.status in FINISHED or migration.stage in (Stage.CLEANUP, Stage.DONE)
+        return migration.status in FINISHED or migration.stage in SWAPPED_STAGES
 
     def run(self) -> int:
         """Work until the migration is finished; 0 then. Passing failures are waited out, then work resumes."""
