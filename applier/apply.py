@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from applier.recopy import recopy_keys, with_retry
 from core import redis_keys
 from core.context import RunContext
+from core.keys import Key
 from core.logs import log_event
 from streams.events import decode_key
 from streams.topics import TopicNames, consumer_config
@@ -93,7 +94,7 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
     conn = ctx.db(autocommit=True)
     stats = ApplyStats(ctx.redis(), ctx.migration.id)
     committer = OffsetCommitter(consumer, worker_no)
-    pk = ctx.migration.pk_column
+    pk = ctx.pair.pk
     try:
         while not ctx.stop.is_set():
             committer.retry_owed()   # before a pause can hold this applier: a refused commit must not wait
@@ -103,7 +104,7 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
             if not messages:
                 continue
             started = time.monotonic()
-            keys: set[int] = set()
+            keys: set[Key] = set()
             for msg in messages:
                 if msg.error():
                     if msg.error().fatal():

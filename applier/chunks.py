@@ -7,30 +7,33 @@ import pymysql
 import redis
 
 from core.db import query
+from core.keys import Key, PrimaryKey
 from core import redis_keys
 
 
-def next_boundary(conn: pymysql.connections.Connection, table: str, pk: str, start: int, end: int,
-                  rows: int) -> int | None:
-    """The PK `rows` rows after `start` within [start, end] (walking the PK index), or None if fewer remain."""
-    found = query(conn, f"SELECT {pk} FROM {table} WHERE {pk} >= %s AND {pk} <= %s ORDER BY {pk} "
-                        "LIMIT 1 OFFSET %s", (start, end, rows))
-    return int(found[0][0]) if found else None
+def next_boundary(conn: pymysql.connections.Connection, table: str, pk: PrimaryKey, start: Key | None,
+                  end: Key | None, rows: int) -> Key | None:
+    """The key `rows` rows after `start` within [start, end), walking the primary key's index; None if
+    fewer remain. The server orders and compares the keys (its collations), never Python."""
+    where, params = pk.in_range(start, end)
+    found = query(conn, f"SELECT {pk.column_list()} FROM {table} WHERE {where} ORDER BY {pk.column_list()} "
+                        "LIMIT 1 OFFSET %s", (*params, rows))
+    return tuple(found[0]) if found else None
 
 
-def key_ranges(conn: pymysql.connections.Connection, table: str, pk: str, lo: int, hi: int,
-               rows: int) -> list[tuple[int, int]]:
-    """Contiguous inclusive PK ranges covering [lo, hi], each holding at most `rows` rows (sparse keys welcome)."""
-    ranges: list[tuple[int, int]] = []
-    start = lo
-    while start <= hi:
-        boundary = next_boundary(conn, table, pk, start, hi, rows)
+def key_ranges(conn: pymysql.connections.Connection, table: str, pk: PrimaryKey, start: Key | None,
+               end: Key | None, rows: int) -> list[tuple[Key | None, Key | None]]:
+    """Contiguous half-open key ranges covering [start, end), each holding at most `rows` rows now; their
+    bounds are keys read from the index (None: open)."""
+    ranges: list[tuple[Key | None, Key | None]] = []
+    lo = start
+    while True:
+        boundary = next_boundary(conn, table, pk, lo, end, rows)
         if boundary is None:
-            ranges.append((start, hi))
-            break
-        ranges.append((start, boundary - 1))
-        start = boundary
-    return ranges
+            ranges.append((lo, end))
+            return ranges
+        ranges.append((lo, boundary))
+        lo = boundary
 
 
 class ChunkQueue:

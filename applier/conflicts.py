@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import pymysql
 
+from core.keys import Key, show_key
 from core.table import TablePair
 from core.db import qualified, query, query_count, quote_ident
 
@@ -113,7 +114,7 @@ def unique_keys(conn: pymysql.connections.Connection, database: str, table: str)
 class Refusal:
     """A source row the new definition refuses, with the server's error."""
 
-    pk: int
+    pk: Key
     code: int
     message: str
 
@@ -157,7 +158,7 @@ class Probe:
                 raise   # else the session is likely gone, and its temporary table with it
 
     # the decision ----------------------------------------------------------------------------------
-    def clear_way(self, keys: Sequence[int]) -> int:
+    def clear_way(self, keys: Sequence[Key]) -> int:
         """Check the source's current rows `keys` against the new definition and remove the new table's
         stale rows that collide with them; returns how many were removed.
 
@@ -168,42 +169,44 @@ class Probe:
         then, a change of q committed after the stale copy was made, and its applier writes q after this
         transaction (its write waits for that lock), so removing q loses nothing, whatever the timing.
         """
-        pk = self.pair.pk_ident
+        pk = self.pair.pk
         query(self.conn, f"DELETE FROM {self.name}")
         self._refuse(self._load(keys))
         self._check_duplicates()
-        own = set(keys)
-        colliding: set[int] = set()
+        colliding: dict[Key, None] = {}
         # No alias: under LOCK TABLES a table is known by its locked name. A key whose first part is a
         # prefix cannot use the new table's index here (LEFT() on its column): a scan, on this rare path.
+        # Rows of another key (under the key's collation) than the probe row they collide with.
         target = self.pair.target_name
+        other_key = " OR ".join(f"NOT {target}.{c.ident} <=> p.{c.ident}" for c in pk.columns)
         for key in self.keys:
-            colliding |= {r[0] for r in query(
-                self.conn, f"SELECT DISTINCT {target}.{pk} FROM {target} JOIN {self.name} p "
-                           f"ON {key.equal(target, 'p')} WHERE {target}.{pk} <> p.{pk}")}
-        stale = sorted(colliding - own)
+            colliding.update((tuple(r), None) for r in query(
+                self.conn, f"SELECT DISTINCT {pk.column_list(target)} FROM {target} JOIN {self.name} p "
+                           f"ON {key.equal(target, 'p')} WHERE {other_key}"))
+        # Leaving out `keys` themselves is only a saving: a caller rewrites their rows anyway.
+        own = set(keys)
+        stale = [k for k in colliding if k not in own]
         if not stale:
             return 0
-        marks = ", ".join(["%s"] * len(stale))
         removed = 0
         for key in self.keys:   # only while still colliding: a row rewritten meanwhile is left alone
-            removed += query_count(self.conn, f"DELETE FROM {self.pair.target_name} WHERE {pk} IN ({marks}) "
+            removed += query_count(self.conn, f"DELETE FROM {self.pair.target_name} WHERE {pk.in_list(len(stale))} "
                                               f"AND ({key.values()}) IN (SELECT {key.values('p')} FROM {self.name} p)",
-                                   stale)
+                                   pk.flat(stale))
         self._refuse(self._load(stale))
         self._check_duplicates()
         return removed
 
-    def _load(self, keys: Sequence[int]) -> list[Refusal]:
+    def _load(self, keys: Sequence[Key]) -> list[Refusal]:
         """Put the source's current rows `keys` into the probe; returns the ones the server refuses
         (at most SAMPLE), found by halving the failing statement down to single rows."""
         if not keys:
             return []
-        marks = ", ".join(["%s"] * len(keys))
+        pk = self.pair.pk
         try:
             query(self.conn, f"INSERT INTO {self.name} ({self.pair.target_column_list}) SELECT "
                              f"{self.pair.source_column_list} FROM {self.pair.source_name} "
-                             f"WHERE {self.pair.pk_ident} IN ({marks})", keys)
+                             f"WHERE {pk.in_list(len(keys))}", pk.flat(keys))
             return []
         except pymysql.err.MySQLError as exc:
             if not exc.args or exc.args[0] not in VALUE_REFUSED:
@@ -218,11 +221,9 @@ class Probe:
 
     def _check_duplicates(self) -> None:
         """Raise when rows in the probe collide under a UNIQUE key of the new table."""
-        pk = self.pair.pk_ident
         for key in self.keys:
             not_null = " AND ".join(f"{quote_ident(c)} IS NOT NULL" for c, _ in key.parts)
-            groups = query(self.conn, f"SELECT COUNT(*), SUBSTRING_INDEX(GROUP_CONCAT({pk} ORDER BY {pk}), ',', "
-                                      f"{SAMPLE}), {key.values()} FROM {self.name} WHERE {not_null} "
+            groups = query(self.conn, f"SELECT COUNT(*), {key.values()} FROM {self.name} WHERE {not_null} "
                                       f"GROUP BY {key.values()} HAVING COUNT(*) > 1 LIMIT 2")
             if groups:
                 raise ConstraintViolated(self._describe_duplicates(key, groups))
@@ -233,14 +234,14 @@ class Probe:
         return f"{self.pair.database}.{self.pair.source}"
 
     def _describe_duplicates(self, key: UniqueKey, groups: list[tuple]) -> str:
-        count, pks, *value = groups[0]
-        ids = [int(p) for p in (pks.decode() if isinstance(pks, bytes) else str(pks)).split(",")]
-        columns = [c for c, _ in key.parts]
-        rows = query(self.conn, f"SELECT {self.pair.pk_ident}, {', '.join(quote_ident(c) for c in columns)} "
-                                f"FROM {self.name} WHERE {self.pair.pk_ident} IN ({', '.join(['%s'] * len(ids))}) "
-                                f"ORDER BY {self.pair.pk_ident}", ids)
-        sample = ", ".join(f"{self.pair.pk}={r[0]} ("
-                           + ", ".join(f"{c}={show(v)}" for c, v in zip(columns, r[1:])) + ")"
+        count, *value = groups[0]
+        pk, columns = self.pair.pk, [c for c, _ in key.parts]
+        width = len(pk.columns)
+        rows = query(self.conn, f"SELECT {pk.column_list()}, {', '.join(quote_ident(c) for c in columns)} "
+                                f"FROM {self.name} WHERE ({key.values()}) = ({', '.join(['%s'] * len(value))}) "
+                                f"ORDER BY {pk.column_list()} LIMIT {SAMPLE}", value)
+        sample = ", ".join(f"{show_key(pk, tuple(r[:width]))} ("
+                           + ", ".join(f"{c}={show(v)}" for c, v in zip(columns, r[width:])) + ")"
                            for r in rows)
         more = "; other values collide too" if len(groups) > 1 else ""
         shared = ", ".join(show(v) for v in value)
@@ -254,11 +255,11 @@ class Probe:
         """Raise for rows the new definition refuses, naming each row's values and the server's error."""
         if not refusals:
             return
-        pair = self.pair
-        marks = ", ".join(["%s"] * len(refusals))
-        values = {r[0]: r[1:] for r in query(self.conn, f"SELECT {pair.pk_ident}, {pair.source_column_list} FROM "
-                                                        f"{pair.source_name} WHERE {pair.pk_ident} IN ({marks})",
-                                             [r.pk for r in refusals])}
+        pair, pk = self.pair, self.pair.pk
+        width = len(pk.columns)
+        values = {tuple(r[:width]): r[width:] for r in query(
+            self.conn, f"SELECT {pk.column_list()}, {pair.source_column_list} FROM {pair.source_name} "
+                       f"WHERE {pk.in_list(len(refusals))}", pk.flat(r.pk for r in refusals))}
         probe_name = f"{quote_ident(pair.database)}.{quote_ident(self.table)}"
         described = []
         for refusal in refusals:
@@ -268,7 +269,7 @@ class Probe:
             shown = [(s, v) for t, s, v in zip(pair.target_columns, pair.source_columns, row)
                      if named is None or t == named.group(1)][:6]
             columns = ", ".join(f"{c}={show(v)}" for c, v in shown)
-            described.append(f"{pair.pk}={refusal.pk} ({columns}): {message} (error {refusal.code})")
+            described.append(f"{show_key(pk, refusal.pk)} ({columns}): {message} (error {refusal.code})")
         written = " written during the migration" if self.during_apply else ""
         raise ConstraintViolated(f"the ALTER's new definition refuses rows of {self._table}{written}, as the "
                                  f"server's ALTER would: " + "; ".join(described))

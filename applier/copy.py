@@ -9,6 +9,7 @@ from applier.chunks import ChunkQueue, next_boundary
 from applier.conflicts import Probe, with_refusals_resolved
 from core.context import RunContext
 from core.db import query
+from core.keys import Key, dump_key
 from core.logs import log_event
 
 log = logging.getLogger("stream_osc.copy")
@@ -21,9 +22,9 @@ class LeaseLost(Exception):
 COPY_ROUNDS = 10   # batches that meet a refusal: each round re-reads the source and decides again
 
 
-def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: int, hi: int,
-               last: bool) -> int:
-    """Copy PKs [lo, hi] and advance the chunk's durable position in the same transaction.
+def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,
+               hi: Key | None, last: bool) -> int:
+    """Copy the keys [lo, hi) and advance the chunk's durable position to `hi` in the same transaction.
 
     A plain INSERT: a row the new table refuses is never hidden or allowed to delete another
     (invariants 6 and 9). The refusal is then decided by the server (applier/conflicts.py): rules the
@@ -32,34 +33,34 @@ def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: 
     """
     def still_ours() -> None:
         """Before the careful rounds: a chunk that moved on has its rows in, copied by another worker."""
-        if query(conn, f"SELECT next_pk FROM {ctx.store(conn).t('chunks')} WHERE migration_id=%s AND chunk_no=%s",
-                 (ctx.migration.id, chunk_no)) != [(lo,)]:
+        if query(conn, f"SELECT 1 FROM {ctx.store(conn).t('chunks')} WHERE migration_id=%s AND chunk_no=%s "
+                       "AND next_key <=> %s AND NOT done", (ctx.migration.id, chunk_no, dump_key(lo))) != [(1,)]:
             raise LeaseLost(f"chunk {chunk_no} moved on without us")
 
     return with_refusals_resolved(conn, ctx.pair, lambda probe: _copy_batch(conn, ctx, chunk_no, lo, hi, last, probe),
                                   during_apply=False, rounds=COPY_ROUNDS, before_probe=still_ours)
 
 
-def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: int, hi: int,
-                last: bool, probe: Probe | None) -> int:
+def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,
+                hi: Key | None, last: bool, probe: Probe | None) -> int:
     """One transaction of copy_batch; with a probe, the way is cleared (or refused) before the insert."""
     pair, store = ctx.pair, ctx.store(conn)
+    where, params = pair.pk.in_range(lo, hi)
     conn.begin()
     try:
         if probe is not None:
-            keys = [r[0] for r in query(conn, f"SELECT {pair.pk_ident} FROM {pair.source_name} "
-                                              f"WHERE {pair.pk_ident} BETWEEN %s AND %s", (lo, hi))]
+            keys = [tuple(r) for r in query(conn, f"SELECT {pair.pk.column_list()} FROM {pair.source_name} "
+                                                  f"WHERE {where}", params)]
             removed = probe.clear_way(keys)
             if removed:
                 log_event(log, "stale copied rows collided under a UNIQUE key; removed, their changes are applied "
-                               "later", chunk=chunk_no, lo=lo, hi=hi, rows=removed)
+                               "later", chunk=chunk_no, rows=removed)
         with conn.cursor() as cur:
             rows = cur.execute(f"INSERT INTO {pair.target_name} ({pair.target_column_list}) "
-                               f"SELECT {pair.source_column_list} "
-                               f"FROM {pair.source_name} WHERE {pair.pk_ident} BETWEEN %s AND %s", (lo, hi))
-            moved = cur.execute(f"UPDATE {store.t('chunks')} SET next_pk=%s, rows_copied=rows_copied+%s, "
-                                "done=%s WHERE migration_id=%s AND chunk_no=%s AND next_pk=%s",
-                                (hi + 1, rows, int(last), ctx.migration.id, chunk_no, lo))
+                               f"SELECT {pair.source_column_list} FROM {pair.source_name} WHERE {where}", params)
+            moved = cur.execute(f"UPDATE {store.t('chunks')} SET next_key=%s, rows_copied=rows_copied+%s, "
+                                "done=%s WHERE migration_id=%s AND chunk_no=%s AND next_key <=> %s AND NOT done",
+                                (dump_key(hi), rows, int(last), ctx.migration.id, chunk_no, dump_key(lo)))
         if not moved:
             raise LeaseLost(f"chunk {chunk_no} moved on without us")
         conn.commit()
@@ -71,21 +72,20 @@ def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no:
 
 def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: ChunkQueue, chunk_no: int) -> int:
     """Copy one chunk from its last committed batch onward; returns rows copied now."""
-    store = ctx.store(conn)
-    start, end, next_pk, done = query(conn, f"SELECT start_pk, end_pk, next_pk, done FROM {store.t('chunks')} "
-                                            "WHERE migration_id=%s AND chunk_no=%s", (ctx.migration.id, chunk_no))[0]
+    chunk = ctx.store(conn).find_chunk(ctx.migration.id, chunk_no)
+    position, done = chunk.next, chunk.done
     copied = 0
-    while not done and next_pk <= end:
+    while not done:
         if not ctx.wait_while_paused_or_throttled(conn):
             return copied
         if not queue.renew(chunk_no):
             raise LeaseLost(f"lease of chunk {chunk_no} expired")
-        boundary = next_boundary(conn, ctx.pair.source_name, ctx.pair.pk_ident, next_pk, end, ctx.spec.batch_size)
-        hi = end if boundary is None else boundary - 1
-        copied += copy_batch(conn, ctx, chunk_no, next_pk, hi, last=hi == end)
-        next_pk = hi + 1
-    if next_pk > end or done:
-        queue.finish(chunk_no)
+        boundary = next_boundary(conn, ctx.pair.source_name, ctx.pair.pk, position, chunk.end, ctx.spec.batch_size)
+        done = boundary is None
+        hi = chunk.end if done else boundary
+        copied += copy_batch(conn, ctx, chunk_no, position, hi, last=done)
+        position = hi
+    queue.finish(chunk_no)
     return copied
 
 

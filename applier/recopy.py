@@ -11,6 +11,7 @@ from typing import TypeVar
 import pymysql
 
 from applier.conflicts import Probe, primary_key_race, with_refusals_resolved
+from core.keys import Key
 from core.table import TablePair
 from core.db import query, query_count
 
@@ -20,16 +21,21 @@ CAREFUL_ROUNDS = 10        # writes that meet a refusal: each round re-reads the
 PK_RACE_RETRIES = 5        # a concurrent re-copy of the same key (an applier and a validation repair)
 
 
-def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, pks: Collection[int],
+def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Collection[Key],
                 in_transaction: bool = True) -> tuple[int, int]:
-    """Write present rows (delete by PK, then INSERT … SELECT after a locking read) and delete absent
-    ones, in one transaction; returns (upserted, deleted).
+    """Make the new table's rows of `keys` what the source holds now, in one transaction: a locking read
+    of the source, then the new table's rows of the keys deleted and the present ones inserted by
+    INSERT … SELECT; returns (rows written, rows of the new table deleted).
 
     The locking read comes first and alone: it waits for any writer of these keys to commit (a change
     reaches the binlog before a plain read can see it) and locks exactly the rows it returns (the
     session is READ COMMITTED). The later statements read those locked rows without locking again: a
     second, differently-moded lock request on a row an application UPDATE already waits for would
     deadlock with it, and the application's statement would be the victim.
+
+    Which keys match which rows is left to the server: a change key `User1@x` finds the source row
+    `uSER1@X` under a case-insensitive collation; the new table's rows are deleted by the change keys
+    and the rows inserted are the source rows those keys found. Python never decides two keys differ.
 
     The write never deletes a row other than the keys' own (REPLACE would, silently, for a row that
     collides under a UNIQUE key). When the new table refuses a row, the rows involved are checked by the
@@ -39,14 +45,14 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, pks: Coll
     With in_transaction=False (the session holding LOCK TABLES, where BEGIN would release the locks)
     the transaction is opened by turning autocommit off, which keeps the table locks.
     """
-    if not pks:
+    if not keys:
         return 0, 0
-    keys = sorted(set(pks))
-    return with_refusals_resolved(conn, pair, lambda probe: _write_racing(conn, pair, keys, in_transaction, probe),
+    distinct = list(dict.fromkeys(keys))   # exact duplicates only: equality under a collation is the server's
+    return with_refusals_resolved(conn, pair, lambda probe: _write_racing(conn, pair, distinct, in_transaction, probe),
                                   during_apply=True, rounds=CAREFUL_ROUNDS)
 
 
-def _write_racing(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[int], in_transaction: bool,
+def _write_racing(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key], in_transaction: bool,
                   probe: Probe | None) -> tuple[int, int]:
     """_write, retried while another session races it on the same primary key."""
     for attempt in range(PK_RACE_RETRIES):
@@ -59,29 +65,23 @@ def _write_racing(conn: pymysql.connections.Connection, pair: TablePair, keys: S
     raise AssertionError("unreachable")
 
 
-def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[int], in_transaction: bool,
+def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key], in_transaction: bool,
            probe: Probe | None) -> tuple[int, int]:
     """One transaction of recopy_keys; with a probe, the way is cleared (or refused) before the insert."""
     if in_transaction:
         conn.begin()
     else:
         conn.autocommit(False)
+    pk = pair.pk
     try:
-        marks = ", ".join(["%s"] * len(keys))
-        present = sorted(r[0] for r in query(conn, f"SELECT {pair.pk_ident} FROM {pair.source_name} "
-                                                   f"WHERE {pair.pk_ident} IN ({marks}) LOCK IN SHARE MODE", keys))
-        absent = sorted(set(keys) - set(present))
-        deleted = 0
-        if absent:
-            deleted = query_count(conn, f"DELETE FROM {pair.target_name} WHERE {pair.pk_ident} IN "
-                                        f"({', '.join(['%s'] * len(absent))})", absent)
+        present = [tuple(r) for r in query(conn, f"SELECT {pk.column_list()} FROM {pair.source_name} "
+                                                 f"WHERE {pk.in_list(len(keys))} LOCK IN SHARE MODE", pk.flat(keys))]
+        deleted = query_count(conn, f"DELETE FROM {pair.target_name} WHERE {pk.in_list(len(keys))}", pk.flat(keys))
         if present:
-            pmarks = ", ".join(["%s"] * len(present))
-            query(conn, f"DELETE FROM {pair.target_name} WHERE {pair.pk_ident} IN ({pmarks})", present)
             if probe is not None:
                 probe.clear_way(present)
             query(conn, f"INSERT INTO {pair.target_name} ({pair.target_column_list}) SELECT {pair.source_column_list} "
-                        f"FROM {pair.source_name} WHERE {pair.pk_ident} IN ({pmarks})", present)
+                        f"FROM {pair.source_name} WHERE {pk.in_list(len(present))}", pk.flat(present))
         conn.commit()
         return len(present), deleted
     except BaseException:

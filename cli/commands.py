@@ -91,7 +91,7 @@ def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> Mig
 def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> str:
     """The ALTER of the table's unfinished migration (for resume/cutover/abort)."""
     endpoints = StackConfig().endpoints(args.config)
-    db, _, tbl = table.partition(".")
+    db, tbl = spec_table(table)
     conn = connect(endpoints.mysql)
     try:
         store_schema = getattr(args, "metadata_schema", None) or schema or DEFAULTS.metadata_schema
@@ -116,7 +116,7 @@ def cmd_cutover(args: argparse.Namespace) -> int:
 
 def _with_store(args: argparse.Namespace):
     endpoints = StackConfig().endpoints(args.config)
-    db, _, tbl = args.table.partition(".")
+    db, tbl = spec_table(args.table)
     conn = connect(endpoints.mysql)
     return endpoints, conn, StateStore(conn, args.metadata_schema or DEFAULTS.metadata_schema), db, tbl
 

@@ -58,8 +58,20 @@ def server_id_for(prefix: str) -> str:
     return str(5_400_000 + zlib.crc32(prefix.encode()) % 1_000_000)
 
 
+def java_literal(text: str) -> str:
+    """`text` as a Java regular expression matching exactly it: letters, digits and _ as themselves, every
+    other character as \\x{hex} (no comma, which would split Debezium's list, and no quoting to escape)."""
+    return "".join(c if c.isascii() and (c.isalnum() or c == "_") else f"\\x{{{ord(c):x}}}" for c in text)
+
+
+def table_pattern(database: str, table: str) -> str:
+    """The include-list pattern of exactly `database`.`table`, case-sensitive as the server's names are
+    (Debezium matches include lists ignoring case: `Orders` would otherwise capture `orders` too)."""
+    return f"(?-i){java_literal(database)}\\.{java_literal(table)}"
+
+
 def connector_config(flavor: str, mysql: MySQLAddress, kafka_bootstrap: str, names: TopicNames,
-                     fence_table: str) -> dict[str, str]:
+                     fence_table: tuple[str, str]) -> dict[str, str]:
     """Full connector config: capture `db.table` and the fence table, route fences into the change topic."""
     config = dict(BASE_SETTINGS)
     config.update({
@@ -70,16 +82,18 @@ def connector_config(flavor: str, mysql: MySQLAddress, kafka_bootstrap: str, nam
         "database.password": mysql.password,
         "database.server.id": server_id_for(names.prefix),
         "topic.prefix": names.prefix,
-        "table.include.list": f"{re.escape(names.database)}\\.{re.escape(names.table)},{re.escape(fence_table)}",
+        "table.include.list": f"{table_pattern(names.database, names.table)},{table_pattern(*fence_table)}",
         "schema.history.internal.kafka.bootstrap.servers": kafka_bootstrap,
         "schema.history.internal.kafka.topic": names.schema_history,
-        # Fence rows go into the change topic itself, keyed so that each partition gets one:
-        # seeing a partition's fence proves every earlier change of that partition is there.
-        "transforms": "fence",
-        "transforms.fence.type": "io.debezium.transforms.ByLogicalTableRouter",
-        "transforms.fence.topic.regex": re.escape(f"{names.prefix}.{fence_table}"),
-        "transforms.fence.topic.replacement": names.changes,
-        "transforms.fence.key.enforce.uniqueness": "false",
+        # The table's changes and the fence rows go into one change topic, keys unchanged. The fences are
+        # keyed so that each partition gets one: seeing a partition's fence proves every earlier change of
+        # that partition is there. Routing every data topic of the prefix (heartbeats have their own
+        # prefix) also spares knowing how Debezium rewrites a name that is not a valid topic name.
+        "transforms": "route",
+        "transforms.route.type": "io.debezium.transforms.ByLogicalTableRouter",
+        "transforms.route.topic.regex": re.escape(f"{names.prefix}.") + ".*",
+        "transforms.route.topic.replacement": names.changes,
+        "transforms.route.key.enforce.uniqueness": "false",
     })
     if flavor == "mysql":
         config["database.ssl.mode"] = "preferred"

@@ -41,10 +41,14 @@ def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = 
 #   applier/README.md). Sessions that need a snapshot set REPEATABLE READ themselves.
 # - strict mode: a value the new table cannot hold is an error, as in the server's own ALTER, never a
 #   silent truncation; NO_AUTO_VALUE_ON_ZERO: a row whose AUTO_INCREMENT key is 0 is copied as 0.
+# - UTC: a TIMESTAMP key read back or taken from a change event (Debezium sends UTC) names one instant;
+#   in a zone with daylight saving an hour of local times is ambiguous. (Like gh-ost's sessions, so an
+#   ALTER turning TIMESTAMP into DATETIME writes the UTC time.)
 SESSION_SETUP = (
     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
     "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@GLOBAL.sql_mode, ''), 'STRICT_ALL_TABLES', "
     "'NO_AUTO_VALUE_ON_ZERO')",
+    "SET SESSION time_zone = '+00:00'",
 )
 
 

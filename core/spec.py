@@ -10,7 +10,7 @@ from core.config_file import config_section
 from core.endpoints import ConfigError
 from core.load import parse_thresholds
 
-IDENT = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
+_TABLE_PART = re.compile(r"`((?:[^`]|``)+)`|([^.`]+)")
 MAX_NAME_CHARS = 64
 HELPER_SUFFIX = "_osc_"        # <table>_osc_new, <table>_osc_old
 LONG_NAME_MARK = "~"           # sorts after every character of an unquoted ASCII identifier
@@ -36,6 +36,40 @@ def helper_table_name(table: str, role: str) -> str:
             return table[:cut] + tail
     raise ConfigError(f"table name {table!r}: no helper table name of at most {MAX_NAME_CHARS} characters "
                       "sorts after it; rename the table first")
+
+
+def check_name(name: str) -> None:
+    """ConfigError for a name no server accepts: empty, over 64 characters, a NUL, a trailing space, or a
+    character outside the Basic Multilingual Plane. Anything else (spaces, hyphens, dots, backticks,
+    any letter) is quoted wherever it is used."""
+    problem = ("is empty" if not name else
+               f"is {len(name)} characters long (at most {MAX_NAME_CHARS})" if len(name) > MAX_NAME_CHARS else
+               "holds a NUL character" if "\0" in name else
+               "ends with a space" if name.endswith(" ") else
+               "holds a character outside the Basic Multilingual Plane" if any(ord(c) > 0xFFFF for c in name) else
+               None)
+    if problem:
+        raise ConfigError(f"the name {name!r} {problem}: MySQL and MariaDB accept no such identifier")
+
+
+def split_table_arg(text: str) -> tuple[str, str]:
+    """`DB.TABLE` -> (database, table). A name holding a dot or a backtick is written in backticks, a
+    backtick in it doubled, as in SQL: `my.db`.`t`; names are otherwise taken as written."""
+    parts: list[str] = []
+    position = 0
+    while True:
+        found = _TABLE_PART.match(text, position)
+        if found is None:
+            break
+        parts.append(found.group(1).replace("``", "`") if found.group(1) is not None else found.group(2))
+        position = found.end()
+        if position == len(text) or text[position] != ".":
+            break
+        position += 1
+    if len(parts) != 2 or position != len(text):
+        raise ConfigError(f"--table must be DB.TABLE, got {text!r} (write a name that holds a dot in backticks: "
+                          "`my.db`.`my.table`)")
+    return parts[0], parts[1]
 
 
 @dataclass(frozen=True)
@@ -76,8 +110,7 @@ class MigrationSpec:
     def validate(self) -> "MigrationSpec":
         """Raise ConfigError on a spec that cannot be right."""
         for name in (self.database, self.table, self.metadata_schema):
-            if not IDENT.match(name):
-                raise ConfigError(f"unsupported identifier {name!r}: use letters, digits, _ and $ (max 64)")
+            check_name(name)
         helper_table_name(self.table, "new")   # ConfigError if no helper name sorts after the table's
         if not self.alter.strip():
             raise ConfigError("--alter is empty")
@@ -99,9 +132,7 @@ class MigrationSpec:
     @classmethod
     def from_table_arg(cls, table_arg: str, alter: str, **options: Any) -> "MigrationSpec":
         """Build from `DB.TABLE` and option values (None means default)."""
-        if table_arg.count(".") != 1:
-            raise ConfigError(f"--table must be DB.TABLE, got {table_arg!r}")
-        database, table = table_arg.split(".")
+        database, table = split_table_arg(table_arg)
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in options.items() if v is not None and k in known}
         return cls(database=database, table=table, alter=alter, **values).validate()

@@ -10,6 +10,7 @@ from typing import Any
 import pymysql
 
 from core.db import qualified, query, query_count, quote_ident
+from core.keys import Key, dump_key, load_key
 from core.logs import log_event
 
 log = logging.getLogger("stream_osc.state")
@@ -44,12 +45,13 @@ SWAPPED_STAGES = (Stage.CLEANUP, Stage.DONE)
 
 @dataclass(frozen=True)
 class Chunk:
-    """One planned key range of the bulk copy and how far it got."""
+    """One planned key range `[start, end)` of the bulk copy (None: open) and how far it got: the rows
+    from `next` on (from `start` while nothing is copied) remain."""
 
     number: int
-    start_pk: int
-    end_pk: int
-    next_pk: int
+    start: Key | None
+    end: Key | None
+    next: Key | None
     rows_copied: int
     done: bool
 
@@ -68,9 +70,7 @@ class Migration:
     stage: Stage
     status: Status
     prefix: str
-    pk_column: str
-    min_pk: int | None
-    max_pk: int | None
+    pk_columns: tuple[str, ...]
     error: str | None
     validation_diffs: int
     cutover_blocked_ms: int | None
@@ -91,20 +91,23 @@ class Migration:
 
 
 # columns added after the first release of the metadata schema: name -> definition
-LATER_COLUMNS = {"coordinator": "VARCHAR(200) NULL", "heartbeat_at": "TIMESTAMP(6) NULL"}
+LATER_COLUMNS = {"coordinator": "VARCHAR(200) NULL", "heartbeat_at": "TIMESTAMP(6) NULL", "pk_columns": "TEXT NULL"}
 
-# Key positions are DECIMAL(20,0): signed BIGINT keys down to -2^63 and unsigned ones up to 2^64-1 fit, and
-# so does a chunk's next_pk one past the largest key. Metadata schemas made as BIGINT are widened in place.
-KEY_TYPE = "DECIMAL(20,0)"
-WIDENED_COLUMNS = {
-    "migrations": {"min_pk": f"{KEY_TYPE} NULL", "max_pk": f"{KEY_TYPE} NULL"},
-    "chunks": {"start_pk": f"{KEY_TYPE} NOT NULL", "end_pk": f"{KEY_TYPE} NOT NULL", "next_pk": f"{KEY_TYPE} NOT NULL"},
-}
+# Names are kept byte for byte: `Orders` and `orders` are two tables, and any name the server accepts fits.
+NAME_CHARSET = "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+
+# Chunk positions written by versions that planned integer keys only, and their conversion to keys:
+# the inclusive [start_pk, end_pk] becomes the half-open [start_pk, end_pk + 1).
+INTEGER_POSITIONS = ("start_pk", "end_pk", "next_pk")
+POSITIONS_AS_KEYS = ("start_key = CONCAT('[', start_pk, ']'), "
+                     "end_key = CONCAT('[', CAST(end_pk AS DECIMAL(21,0)) + 1, ']'), "
+                     "next_key = CONCAT('[', next_pk, ']')")
 
 # The source's definition recorded at init, in the migration's options (absent in migrations started earlier).
 DEFINITION_OPTION = "source_definition"
 
-_COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error, "
+_CHUNK_COLUMNS = "chunk_no, start_key, end_key, next_key, rows_copied, done"
+_COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, COALESCE(pk_columns, JSON_ARRAY(pk_column)), error, "
             "validation_diffs, cutover_blocked_ms, cutover_at, options")
 
 
@@ -114,55 +117,75 @@ class StateStore:
     def __init__(self, conn: pymysql.connections.Connection, schema: str) -> None:
         self.conn = conn
         self.schema = schema
+        self._upgraded = False
 
     def t(self, name: str) -> str:
         return qualified(self.schema, name)
 
     def ensure_schema(self) -> None:
         """Create the metadata schema and its tables if missing."""
-        query(self.conn, f"CREATE DATABASE IF NOT EXISTS {quote_ident(self.schema)}")
+        query(self.conn, f"CREATE DATABASE IF NOT EXISTS {quote_ident(self.schema)} CHARACTER SET utf8mb4")
         query(self.conn, f"""CREATE TABLE IF NOT EXISTS {self.t('migrations')} (
             id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-            db VARCHAR(64) NOT NULL, tbl VARCHAR(64) NOT NULL,
+            db VARCHAR(64) {NAME_CHARSET} NOT NULL, tbl VARCHAR(64) {NAME_CHARSET} NOT NULL,
             alter_sql TEXT NOT NULL,
             stage VARCHAR(16) NOT NULL, status VARCHAR(16) NOT NULL,
-            prefix VARCHAR(100) NOT NULL, pk_column VARCHAR(64) NOT NULL,
-            min_pk {KEY_TYPE} NULL, max_pk {KEY_TYPE} NULL,
+            prefix VARCHAR(100) NOT NULL, pk_column VARCHAR(64) {NAME_CHARSET} NOT NULL, pk_columns TEXT NULL,
             error TEXT NULL, validation_diffs BIGINT NOT NULL DEFAULT 0,
             cutover_blocked_ms INT NULL, cutover_at DOUBLE NULL,
             options TEXT NOT NULL,
-            active_key VARCHAR(140) NULL,
+            active_key VARCHAR(140) {NAME_CHARSET} NULL,
             coordinator VARCHAR(200) NULL, heartbeat_at TIMESTAMP(6) NULL,
             created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
             updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
-            UNIQUE KEY active_key (active_key)) ENGINE=InnoDB""")
-        present = {r[0] for r in query(self.conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS "
-                                                   "WHERE TABLE_SCHEMA=%s AND TABLE_NAME='migrations'", (self.schema,))}
-        for column, definition in LATER_COLUMNS.items():   # metadata schemas made by earlier versions
-            if column not in present:
-                query(self.conn, f"ALTER TABLE {self.t('migrations')} ADD COLUMN {quote_ident(column)} {definition}")
+            UNIQUE KEY active_key (active_key)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""")
         query(self.conn, f"""CREATE TABLE IF NOT EXISTS {self.t('chunks')} (
             migration_id BIGINT NOT NULL, chunk_no INT NOT NULL,
-            start_pk {KEY_TYPE} NOT NULL, end_pk {KEY_TYPE} NOT NULL, next_pk {KEY_TYPE} NOT NULL,
+            start_key TEXT NULL, end_key TEXT NULL, next_key TEXT NULL,
             rows_copied BIGINT NOT NULL DEFAULT 0, done TINYINT NOT NULL DEFAULT 0,
-            PRIMARY KEY (migration_id, chunk_no)) ENGINE=InnoDB""")
-        for table, columns in WIDENED_COLUMNS.items():   # BIGINT in metadata schemas made by earlier versions
-            narrow = [r[0] for r in query(self.conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS "
-                                                      "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s AND DATA_TYPE='bigint'",
-                                          (self.schema, table)) if r[0] in columns]
-            if narrow:
-                query(self.conn, f"ALTER TABLE {self.t(table)} " +
-                      ", ".join(f"MODIFY {quote_ident(c)} {columns[c]}" for c in narrow))
+            PRIMARY KEY (migration_id, chunk_no)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""")
+        self._upgrade_earlier_schema()
+
+    def _upgrade_earlier_schema(self) -> None:
+        """Bring a metadata schema made by an earlier version to this one, keeping its migrations resumable:
+        names kept byte for byte, integer chunk positions turned into keys."""
+        if self._upgraded:
+            return
+        self._upgraded = True
+
+        def columns(table: str) -> dict[str, str | None]:
+            return {r[0]: r[1] for r in query(self.conn, "SELECT COLUMN_NAME, COLLATION_NAME FROM "
+                                                         "information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND "
+                                                         "TABLE_NAME=%s", (self.schema, table))}
+        present = columns("migrations")
+        for column, definition in LATER_COLUMNS.items():
+            if column not in present:
+                query(self.conn, f"ALTER TABLE {self.t('migrations')} ADD COLUMN {quote_ident(column)} {definition}")
+        if present.get("tbl") != "utf8mb4_bin":
+            query(self.conn, f"ALTER TABLE {self.t('migrations')} " + ", ".join(
+                f"MODIFY {quote_ident(c)} VARCHAR({n}) {NAME_CHARSET} {null}"
+                for c, n, null in (("db", 64, "NOT NULL"), ("tbl", 64, "NOT NULL"), ("pk_column", 64, "NOT NULL"),
+                                   ("active_key", 140, "NULL"))))
+        chunk_columns = columns("chunks")
+        if "start_pk" in chunk_columns:
+            query(self.conn, f"ALTER TABLE {self.t('chunks')} ADD COLUMN start_key TEXT NULL, "
+                             "ADD COLUMN end_key TEXT NULL, ADD COLUMN next_key TEXT NULL")
+            query(self.conn, f"UPDATE {self.t('chunks')} SET {POSITIONS_AS_KEYS}")
+            query(self.conn, f"ALTER TABLE {self.t('chunks')} " +
+                  ", ".join(f"DROP COLUMN {c}" for c in INTEGER_POSITIONS))
 
     def _row(self, row: tuple) -> Migration:
-        (mid, db, tbl, alter_sql, stage, status, prefix, pk_column, min_pk, max_pk, error,
-         diffs, blocked, cutover_at, options) = row
-        return Migration(mid, db, tbl, alter_sql, Stage(stage), Status(status), prefix, pk_column,
-                         _key(min_pk), _key(max_pk), error, diffs, blocked, cutover_at, json.loads(options or "{}"))
+        (mid, db, tbl, alter_sql, stage, status, prefix, pk_columns, error, diffs, blocked, cutover_at, options) = row
+        return Migration(mid, db, tbl, alter_sql, Stage(stage), Status(status), prefix, tuple(json.loads(pk_columns)),
+                         error, diffs, blocked, cutover_at, json.loads(options or "{}"))
 
     def schema_exists(self) -> bool:
-        return bool(query(self.conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
-                                     "AND TABLE_NAME='migrations'", (self.schema,)))
+        """Whether the metadata schema exists; one made by an earlier version is brought up to date first."""
+        exists = bool(query(self.conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                                       "AND TABLE_NAME='migrations'", (self.schema,)))
+        if exists:
+            self._upgrade_earlier_schema()
+        return exists
 
     def active(self, database: str, table: str) -> Migration | None:
         """The unfinished migration of this table, if any."""
@@ -193,15 +216,15 @@ class StateStore:
         rows = query(self.conn, f"SELECT {_COLUMNS} FROM {self.t('migrations')} WHERE id=%s", (migration_id,))
         return self._row(rows[0]) if rows else None
 
-    def create(self, database: str, table: str, alter_sql: str, prefix: str, pk_column: str,
+    def create(self, database: str, table: str, alter_sql: str, prefix: str, pk_columns: tuple[str, ...],
                options: dict[str, Any], coordinator: str | None = None) -> Migration:
         """Insert the migration row (stage init), owned by `coordinator` if given."""
         with self.conn.cursor() as cur:
             cur.execute(f"INSERT INTO {self.t('migrations')} (db, tbl, alter_sql, stage, status, prefix, pk_column, "
-                        "options, active_key, coordinator, heartbeat_at) "
-                        "VALUES (%s,%s,%s,'init','running',%s,%s,%s,%s,%s,NOW(6))",
-                        (database, table, alter_sql, prefix, pk_column, json.dumps(options), f"{database}.{table}",
-                         coordinator))
+                        "pk_columns, options, active_key, coordinator, heartbeat_at) "
+                        "VALUES (%s,%s,%s,'init','running',%s,%s,%s,%s,%s,%s,NOW(6))",
+                        (database, table, alter_sql, prefix, pk_columns[0], json.dumps(list(pk_columns)),
+                         json.dumps(options), f"{database}.{table}", coordinator))
             return self.get(cur.lastrowid)
 
     # coordinator lease ----------------------------------------------------------------------------
@@ -256,18 +279,28 @@ class StateStore:
         query(self.conn, f"DROP TABLE IF EXISTS {self.t(f'fence_{migration_id}')}")
 
     # chunks -------------------------------------------------------------------------------------
-    def add_chunks(self, migration_id: int, ranges: list[tuple[int, int]]) -> None:
+    def add_chunks(self, migration_id: int, ranges: list[tuple[Key | None, Key | None]]) -> None:
         with self.conn.cursor() as cur:
             cur.executemany(f"INSERT IGNORE INTO {self.t('chunks')} "
-                            "(migration_id, chunk_no, start_pk, end_pk, next_pk) VALUES (%s,%s,%s,%s,%s)",
-                            [(migration_id, n, lo, hi, lo) for n, (lo, hi) in enumerate(ranges)])
+                            "(migration_id, chunk_no, start_key, end_key, next_key) VALUES (%s,%s,%s,%s,%s)",
+                            [(migration_id, n, dump_key(lo), dump_key(hi), dump_key(lo))
+                             for n, (lo, hi) in enumerate(ranges)])
 
     def chunks(self, migration_id: int) -> list[Chunk]:
         """Every chunk of the migration's copy plan, in key order."""
-        return [Chunk(n, int(start), int(end), int(next_pk), int(rows), bool(done))
-                for n, start, end, next_pk, rows, done in
-                query(self.conn, f"SELECT chunk_no, start_pk, end_pk, next_pk, rows_copied, done "
-                                 f"FROM {self.t('chunks')} WHERE migration_id=%s ORDER BY chunk_no", (migration_id,))]
+        return [self.chunk(migration_id, row) for row in query(
+            self.conn, f"SELECT {_CHUNK_COLUMNS} FROM {self.t('chunks')} WHERE migration_id=%s ORDER BY chunk_no",
+            (migration_id,))]
+
+    def find_chunk(self, migration_id: int, chunk_no: int) -> Chunk:
+        rows = query(self.conn, f"SELECT {_CHUNK_COLUMNS} FROM {self.t('chunks')} WHERE migration_id=%s "
+                                "AND chunk_no=%s", (migration_id, chunk_no))
+        return self.chunk(migration_id, rows[0])
+
+    @staticmethod
+    def chunk(migration_id: int, row: tuple) -> Chunk:
+        number, start, end, next_key, rows, done = row
+        return Chunk(number, load_key(start), load_key(end), load_key(next_key), int(rows), bool(done))
 
     def copy_progress(self, migration_id: int) -> tuple[int, int, int]:
         """(rows copied, chunks done, chunks total)."""
@@ -291,11 +324,6 @@ class StateStore:
     def write_fence(self, migration_id: int, token: str) -> None:
         """Stamp every fence row with `token` in one autocommitted statement."""
         query(self.conn, f"UPDATE {self.t(f'fence_{migration_id}')} SET token=%s", (token,))
-
-
-def _key(value: Any) -> int | None:
-    """A key position as read from the metadata schema (DECIMAL) as an int."""
-    return None if value is None else int(value)
 
 
 # the source table's definition ------------------------------------------------------------------

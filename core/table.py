@@ -7,6 +7,7 @@ import pymysql
 
 from core.alter_columns import column_changes
 from core.db import qualified, query, quote_ident
+from core.keys import PrimaryKey, primary_key
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class TablePair:
     database: str
     source: str
     target: str
-    pk: str
+    pk: PrimaryKey
     target_columns: tuple[str, ...]
     source_columns: tuple[str, ...]
 
@@ -42,24 +43,10 @@ class TablePair:
         """The source columns that fill them, in the same order, for SELECT … FROM source."""
         return ", ".join(quote_ident(c) for c in self.source_columns)
 
-    @property
-    def pk_ident(self) -> str:
-        return quote_ident(self.pk)
-
 
 def columns_of(conn: pymysql.connections.Connection, database: str, table: str) -> list[str]:
     return [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
                                       "AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION", (database, table))]
-
-
-def primary_key_of(conn: pymysql.connections.Connection, database: str, table: str) -> list[tuple[str, str]]:
-    """(column, data type) of each primary-key column, in key order."""
-    return [(r[0], r[1]) for r in query(conn, """
-        SELECT k.COLUMN_NAME, c.DATA_TYPE FROM information_schema.KEY_COLUMN_USAGE k
-        JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA=k.TABLE_SCHEMA AND c.TABLE_NAME=k.TABLE_NAME
-             AND c.COLUMN_NAME=k.COLUMN_NAME
-        WHERE k.TABLE_SCHEMA=%s AND k.TABLE_NAME=%s AND k.CONSTRAINT_NAME='PRIMARY'
-        ORDER BY k.ORDINAL_POSITION""", (database, table))]
 
 
 def is_generated(extra: str) -> bool:
@@ -69,7 +56,7 @@ def is_generated(extra: str) -> bool:
     return bool({"VIRTUAL", "STORED", "PERSISTENT"} & set((extra or "").upper().split()))
 
 
-def load_pair(conn: pymysql.connections.Connection, database: str, source: str, target: str, pk: str,
+def load_pair(conn: pymysql.connections.Connection, database: str, source: str, target: str,
               alter: str = "") -> TablePair:
     """Describe the pair from information_schema and the ALTER text (its renamed and dropped columns).
 
@@ -90,4 +77,5 @@ def load_pair(conn: pymysql.connections.Connection, database: str, source: str, 
                        "AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION", (database, target))
     mapped = [(name, fills[name.lower()]) for name, extra in rows
               if not is_generated(extra) and name.lower() in fills]
-    return TablePair(database, source, target, pk, tuple(t for t, _ in mapped), tuple(s for _, s in mapped))
+    return TablePair(database, source, target, primary_key(conn, database, source),
+                     tuple(t for t, _ in mapped), tuple(s for _, s in mapped))

@@ -22,6 +22,7 @@ from applier.recopy import recopy_keys, with_retry
 from core.context import RunContext
 from core.spec import MigrationSpec
 from core.db import qualified, query, scalar
+from core.keys import Key
 from core.logs import log_event
 from core.state import check_definition
 from streams.events import decode_key
@@ -121,8 +122,8 @@ class Cutover:
                timeout: float, in_transaction: bool) -> tuple[dict[int, int], int]:
         """Fence, read to the fence in every partition, re-copy the keys seen; (positions, keys)."""
         self.ctx.store(conn).write_fence(self.ctx.migration.id, token)
-        keys: set[int] = set()
-        pk = self.ctx.migration.pk_column
+        keys: set[Key] = set()
+        pk = self.ctx.pair.pk
 
         def collect(raw: bytes) -> None:
             change = decode_key(raw, pk)

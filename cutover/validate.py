@@ -25,7 +25,8 @@ from applier.chunks import key_ranges
 from applier.recopy import recopy_keys, with_retry
 from core.table import TablePair
 from core.context import RunContext, WorkStopped
-from core.db import query, quote_ident, scalar
+from core.db import query, quote_ident
+from core.keys import Key, PrimaryKey, show_key
 from core.logs import log_event
 
 log = logging.getLogger("stream_osc.validate")
@@ -37,6 +38,11 @@ _INTEGERS = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 _TEXTS = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
 _BLOBS = {"varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 _CHARSET = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def show_range(pk: PrimaryKey, lo: Key | None, hi: Key | None) -> str:
+    """[lo, hi) for messages."""
+    return f"[{'start' if lo is None else show_key(pk, lo)}, {'end' if hi is None else show_key(pk, hi)})"
 
 
 class ValidationFailed(Exception):
@@ -129,37 +135,43 @@ def row_hasher(conn: pymysql.connections.Connection, pair: TablePair) -> RowHash
                      tuple(column_part(quote_ident(t), c) for t, c in zip(pair.target_columns, cols)))
 
 
-def range_checksum(conn: pymysql.connections.Connection, hasher: RowHasher, source: bool, lo: int, hi: int) -> tuple:
-    """(row count, sum of the rows' 64-bit hashes) of one side over PKs [lo, hi]."""
-    pk = hasher.pair.pk_ident
+def range_checksum(conn: pymysql.connections.Connection, hasher: RowHasher, source: bool, lo: Key | None,
+                   hi: Key | None) -> tuple:
+    """(row count, sum of the rows' 64-bit hashes) of one side over the keys [lo, hi)."""
+    where, params = hasher.pair.pk.in_range(lo, hi)
     return tuple(query(conn, f"SELECT COUNT(*), COALESCE(SUM(CAST(CONV(LEFT({hasher.row_sql(source)}, 16), 16, 10) "
-                             f"AS DECIMAL(20,0))), 0) FROM {hasher.table(source)} WHERE {pk} BETWEEN %s AND %s",
-                       (lo, hi))[0])
+                             f"AS DECIMAL(20,0))), 0) FROM {hasher.table(source)} WHERE {where}", params)[0])
 
 
-def row_hashes(conn: pymysql.connections.Connection, hasher: RowHasher, source: bool, lo: int,
-               hi: int) -> dict[int, str]:
-    """PK -> row hash of one side over PKs [lo, hi]."""
-    pk = hasher.pair.pk_ident
-    return dict(query(conn, f"SELECT {pk}, {hasher.row_sql(source)} FROM {hasher.table(source)} "
-                            f"WHERE {pk} BETWEEN %s AND %s", (lo, hi)))
+def row_hashes(conn: pymysql.connections.Connection, hasher: RowHasher, source: bool, lo: Key | None,
+               hi: Key | None) -> dict[Key, str]:
+    """Key -> row hash of one side over the keys [lo, hi).
+
+    Keys are told apart by their exact values: a row whose key differs from its copy's only in case (equal
+    under the collation) shows as missing and extra, and re-copying both keys repairs it.
+    """
+    pk = hasher.pair.pk
+    where, params = pk.in_range(lo, hi)
+    return {tuple(r[:-1]): r[-1] for r in query(conn, f"SELECT {pk.column_list()}, {hasher.row_sql(source)} "
+                                                      f"FROM {hasher.table(source)} WHERE {where}", params)}
 
 
 @dataclass(frozen=True)
 class Differences:
     """Keys of a range whose rows differ: in both tables with other values, or in only one of them."""
 
-    changed: set[int]
-    missing: set[int]   # in the source, not in the new table
-    extra: set[int]     # in the new table, not in the source
+    changed: set[Key]
+    missing: set[Key]   # in the source, not in the new table
+    extra: set[Key]     # in the new table, not in the source
 
     @property
-    def keys(self) -> set[int]:
+    def keys(self) -> set[Key]:
         return self.changed | self.missing | self.extra
 
 
-def differing_keys(conn: pymysql.connections.Connection, hasher: RowHasher, lo: int, hi: int) -> Differences:
-    """The rows of PKs [lo, hi] that differ between source and new table."""
+def differing_keys(conn: pymysql.connections.Connection, hasher: RowHasher, lo: Key | None,
+                   hi: Key | None) -> Differences:
+    """The rows of the keys [lo, hi) that differ between source and new table."""
     if range_checksum(conn, hasher, True, lo, hi) == range_checksum(conn, hasher, False, lo, hi):
         return Differences(set(), set(), set())
     source = row_hashes(conn, hasher, True, lo, hi)
@@ -168,13 +180,13 @@ def differing_keys(conn: pymysql.connections.Connection, hasher: RowHasher, lo: 
                        source.keys() - target.keys(), target.keys() - source.keys())
 
 
-def describe_difference(conn: pymysql.connections.Connection, hasher: RowHasher, key: int) -> str:
+def describe_difference(conn: pymysql.connections.Connection, hasher: RowHasher, key: Key) -> str:
     """Which mapped columns of one row differ between source and new table."""
     pair = hasher.pair
     source = query(conn, f"SELECT {', '.join(hasher.source_parts)} FROM {pair.source_name} "
-                         f"WHERE {pair.pk_ident}=%s", (key,))
+                         f"WHERE {pair.pk.equals()}", key)
     target = query(conn, f"SELECT {', '.join(hasher.target_parts)} FROM {pair.target_name} "
-                         f"WHERE {pair.pk_ident}=%s", (key,))
+                         f"WHERE {pair.pk.equals()}", key)
     if not source or not target:
         return "missing from the " + ("new" if source else "original") + " table"
     columns = [t if s == t else f"{t} (from {s})"
@@ -182,8 +194,8 @@ def describe_difference(conn: pymysql.connections.Connection, hasher: RowHasher,
     return "columns differ: " + ", ".join(columns) if columns else "equal now"
 
 
-def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: int, hi: int, diff: set[int],
-                 table: str) -> int:
+def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: Key | None, hi: Key | None,
+                 diff: set[Key], table: str) -> int:
     """Re-copy `diff` and re-check the whole range until it matches; returns the number of rows re-copied.
 
     The whole range is re-checked, not only the re-copied keys: a REPLACE deletes any row of the new
@@ -193,8 +205,9 @@ def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: in
     tables, or exists only in the new table, is a write in flight that the appliers apply; a key newly
     missing from the new table may be a row the REPLACE deleted, so it is re-copied too.
     """
-    recopied: set[int] = set()
-    strikes: Counter[int] = Counter()
+    recopied: set[Key] = set()
+    strikes: Counter[Key] = Counter()
+    where = show_range(hasher.pair.pk, lo, hi)
     for _ in range(MAX_ROUNDS):
         if not diff:
             return len(recopied)
@@ -203,19 +216,21 @@ def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: in
         now = differing_keys(conn, hasher, lo, hi)
         persisting = now.keys & recopied
         strikes.update(persisting)
-        worst = max(persisting, key=lambda k: (strikes[k], -k), default=None)
+        worst = max(persisting, key=lambda k: strikes[k], default=None)
         if worst is not None and strikes[worst] >= ROUNDS:
             raise ValidationFailed(
-                f"{len(persisting)} rows of {table} in PK range {lo}..{hi} still differ right after being "
-                f"re-copied {ROUNDS} times; first {hasher.pair.pk}={worst}: "
+                f"{len(persisting)} rows of {table} in key range {where} still differ right after being "
+                f"re-copied {ROUNDS} times; first {show_key(hasher.pair.pk, worst)}: "
                 f"{describe_difference(conn, hasher, worst)}. "
                 "The ALTER may change values (a lossy type change) or make rows collide on a UNIQUE key")
         diff = persisting | now.missing
-    raise ValidationFailed(f"rows of {table} in PK range {lo}..{hi} kept differing through {MAX_ROUNDS} rounds of "
-                           f"re-copies (still {sorted(diff)[:10]}); retry when writes to the table are fewer")
+    sample = "; ".join(show_key(hasher.pair.pk, k) for k in list(diff)[:10])
+    raise ValidationFailed(f"rows of {table} in key range {where} kept differing through {MAX_ROUNDS} rounds of "
+                           f"re-copies (still {sample}); retry when writes to the table are fewer")
 
 
-def validate_range(ctx: RunContext, hasher: RowHasher, lo: int, hi: int, snapshots: queue.Queue | None = None) -> int:
+def validate_range(ctx: RunContext, hasher: RowHasher, lo: Key | None, hi: Key | None,
+                   snapshots: queue.Queue | None = None) -> int:
     """Check one range; re-copy differing rows and re-check the range until it matches. Returns rows repaired.
 
     With `snapshots` (sessions holding one consistent snapshot in which the new table equals the
@@ -241,22 +256,19 @@ def validate_range(ctx: RunContext, hasher: RowHasher, lo: int, hi: int, snapsho
 
 
 def validation_ranges(conn: pymysql.connections.Connection, ctx: RunContext,
-                      reader: pymysql.connections.Connection) -> list[tuple[int, int]]:
-    """The copy chunks plus everything below and above them; the tables' keys are read through `reader`
-    (the snapshot session when validating in a snapshot, so the ranges cover exactly its rows)."""
+                      reader: pymysql.connections.Connection) -> list[tuple[Key | None, Key | None]]:
+    """Key ranges covering every key: the copy chunks, with the keys above the last chunk's start cut
+    into chunk-sized ranges again (rows inserted since the plan), read through `reader` (the snapshot
+    session when validating in a snapshot, so the ranges cover exactly its rows)."""
     pair = ctx.pair
-    ranges = [(c.start_pk, c.end_pk) for c in ctx.store(conn).chunks(ctx.migration.id)]
-    top = max(scalar(reader, f"SELECT COALESCE(MAX({pair.pk_ident}), 0) FROM {pair.source_name}") or 0,
-              scalar(reader, f"SELECT COALESCE(MAX({pair.pk_ident}), 0) FROM {pair.target_name}") or 0)
-    low = min(scalar(reader, f"SELECT COALESCE(MIN({pair.pk_ident}), 0) FROM {pair.source_name}") or 0,
-              scalar(reader, f"SELECT COALESCE(MIN({pair.pk_ident}), 0) FROM {pair.target_name}") or 0)
-    covered_hi = ranges[-1][1] if ranges else low - 1
-    covered_lo = ranges[0][0] if ranges else low
-    if low < covered_lo:
-        ranges.insert(0, (low, covered_lo - 1))
-    if top > covered_hi:
-        ranges += key_ranges(reader, pair.source_name, pair.pk_ident, covered_hi + 1, top, ctx.spec.chunk_size)
-    return ranges
+    ranges = [(c.start, c.end) for c in ctx.store(conn).chunks(ctx.migration.id)] or [(None, None)]
+    if ranges[0][0] is not None:
+        ranges.insert(0, (None, ranges[0][0]))
+    top = ranges.pop()
+    tail_from = top[0] if top[1] is None else top[1]
+    if top[1] is not None:
+        ranges.append(top)
+    return ranges + key_ranges(reader, pair.source_name, pair.pk, tail_from, None, ctx.spec.chunk_size)
 
 
 def validate(ctx: RunContext, snapshots: list[pymysql.connections.Connection] | None = None) -> int:

@@ -6,10 +6,10 @@ import logging
 import pymysql
 import redis
 
-from core.table import primary_key_of
 from connectors.config import CONNECTOR_CLASSES
 from connectors.rest import ConnectClient
 from core.db import ServerInfo, query, scalar
+from core.keys import SUPPORTED_TYPES, UNSUPPORTED_TYPES, PrimaryKey, primary_key
 from core.endpoints import Endpoints, redis_where
 from core.logs import log_event
 from core.spec import MigrationSpec
@@ -17,9 +17,6 @@ from core.load import over, read_status
 from streams.topics import check_reachable
 
 log = logging.getLogger("stream_osc.checks")
-
-INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
-
 
 class PreflightError(Exception):
     """A check failed; the message says what and how to fix it."""
@@ -88,8 +85,9 @@ def check_session_binlog_formats(conn: pymysql.connections.Connection, info: Ser
                              "connected with) and run again")
 
 
-def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> str:
-    """The table exists, has a one-column integer PK, no foreign keys and no triggers; returns the PK column."""
+def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> PrimaryKey:
+    """The table exists, has a primary key of types that can be matched exactly, no foreign keys and no
+    triggers; returns the primary key."""
     db, table = spec.database, spec.table
     kind = scalar(conn, "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
                   (db, table))
@@ -97,16 +95,15 @@ def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> st
         raise PreflightError(f"table {db}.{table} does not exist")
     if kind != "BASE TABLE":
         raise PreflightError(f"{db}.{table} is a {kind.lower()}, not a table")
-    pk = primary_key_of(conn, db, table)
-    if not pk:
+    pk = primary_key(conn, db, table)
+    if not pk.columns:
         raise PreflightError(f"table {db}.{table} has no primary key; stream-osc needs one to copy and apply by key")
-    if len(pk) > 1:
-        raise PreflightError(f"table {db}.{table} has a composite primary key ({', '.join(c for c, _ in pk)}): "
-                             "not supported yet (only a single integer column)")
-    column, data_type = pk[0]
-    if data_type.lower() not in INTEGER_TYPES:
-        raise PreflightError(f"table {db}.{table} has a {data_type} primary key ({column}): not supported yet "
-                             "(only a single integer column)")
+    for column in pk.columns:
+        if column.data_type not in SUPPORTED_TYPES:
+            reason = UNSUPPORTED_TYPES.get(column.data_type, "no exact way to match a change's key to the row is "
+                                                              "known for this type")
+            raise PreflightError(f"table {db}.{table} has primary-key column {column.name} of type "
+                                 f"{column.column_type}, which cannot be a key here: {reason}")
     fks = query(conn, """SELECT CONSTRAINT_NAME, TABLE_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS
                          WHERE (CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s)
                             OR (UNIQUE_CONSTRAINT_SCHEMA=%s AND REFERENCED_TABLE_NAME=%s)""", (db, table, db, table))
@@ -125,7 +122,7 @@ def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> st
                   (db, leftover)):
             raise PreflightError(f"table {db}.{leftover} already exists (left from an earlier run?): drop or rename "
                                  f"it, or run `stream-osc abort --table {db}.{table}` if a migration is unfinished")
-    return column
+    return pk
 
 
 def check_load_thresholds(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:

@@ -14,13 +14,13 @@ from collections.abc import Callable
 import pymysql
 
 from applier.chunks import key_ranges
-from core.table import primary_key_of
 from connectors.config import connector_config
 from connectors.rest import ConnectClient, ConnectError
 from migration.checks import (PreflightError, check_load_thresholds, check_privileges, check_server, check_services,
                               check_session_binlog_formats, check_table)
 from migration.teardown import Metadata, tear_down
-from core.db import ServerInfo, qualified, query, quote_ident
+from core.db import ServerInfo, qualified, query
+from core.keys import PrimaryKey, primary_key
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
@@ -34,8 +34,8 @@ START_TIMEOUT_S = 120.0
 
 
 def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
-              info: ServerInfo) -> str:
-    """All checks that need no change; returns the PK column."""
+              info: ServerInfo) -> PrimaryKey:
+    """All checks that need no change; returns the primary key."""
     check_server(info)
     pk = check_table(conn, spec)
     check_privileges(conn, spec)
@@ -45,15 +45,16 @@ def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
     return pk
 
 
-def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, pk: str) -> None:
+def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, pk: PrimaryKey) -> None:
     """CREATE … LIKE, then the ALTER; the server's own error if the ALTER fails (and no table left)."""
     new = qualified(spec.database, spec.new_table)
     query(conn, f"CREATE TABLE {new} LIKE {qualified(spec.database, spec.table)}")
     try:
         query(conn, f"ALTER TABLE {new} {spec.alter}")
-        new_pk = primary_key_of(conn, spec.database, spec.new_table)
-        if [c for c, _ in new_pk] != [pk]:
-            raise PreflightError(f"the ALTER changes the primary key (was {pk}); that is not supported")
+        new_pk = primary_key(conn, spec.database, spec.new_table)
+        if [n.lower() for n in new_pk.names] != [n.lower() for n in pk.names]:
+            raise PreflightError(f"the ALTER changes the primary key (was {', '.join(pk.names)}); that is not "
+                                 "supported: the new table is filled and kept in sync by the original's keys")
     except pymysql.err.MySQLError as exc:
         query(conn, f"DROP TABLE IF EXISTS {new}")
         raise PreflightError(f"the ALTER is not valid for {spec.qualified_name}: {exc.args[1]} "
@@ -88,7 +89,7 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
     names = TopicNames(migration.prefix, spec.database, spec.table)
     create_change_topic(endpoints.kafka_bootstrap, names.changes, spec.partitions)
     connect = ConnectClient(endpoints.connect_url)
-    fence_table = f"{spec.metadata_schema}.{migration.fence_table}"
+    fence_table = (spec.metadata_schema, migration.fence_table)
     connect.create(migration.connector, connector_config(info.flavor, endpoints.mysql, endpoints.kafka_bootstrap,
                                                          names, fence_table))
     connect.wait_running(migration.connector, timeout=START_TIMEOUT_S)
@@ -138,18 +139,15 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
         store.ensure_schema()
         if store.active(spec.database, spec.table):
             raise PreflightError(f"a migration of {spec.qualified_name} is already in progress")
-        migration = store.create(spec.database, spec.table, spec.alter, topic_prefix(spec), pk,
+        migration = store.create(spec.database, spec.table, spec.alter, topic_prefix(spec), pk.names,
                                  {**spec_options(spec), DEFINITION_OPTION: definition}, coordinator)
         on_created(migration)
         store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
         start_capture(conn, endpoints, spec, info, migration)
-        src = qualified(spec.database, spec.table)
-        min_pk, max_pk = query(conn, f"SELECT MIN({quote_ident(pk)}), MAX({quote_ident(pk)}) FROM {src}")[0]
-        if max_pk is not None:
-            store.add_chunks(migration.id, key_ranges(conn, src, quote_ident(pk), int(min_pk), int(max_pk),
-                                                      spec.chunk_size))
-        store.enter_stage(migration.id, Stage.COPY, min_pk=min_pk, max_pk=max_pk)
-        log_event(log, "capture running; copy planned", migration=migration.id, min_pk=min_pk, max_pk=max_pk)
+        ranges = key_ranges(conn, qualified(spec.database, spec.table), pk, None, None, spec.chunk_size)
+        store.add_chunks(migration.id, ranges)
+        store.enter_stage(migration.id, Stage.COPY)
+        log_event(log, "capture running; copy planned", migration=migration.id, chunks=len(ranges))
         return store.get(migration.id)
     except BaseException:
         tear_down(conn, endpoints, spec, migration, drop_new_table=True, metadata=Metadata.ALL, best_effort=True)

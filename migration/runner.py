@@ -100,7 +100,7 @@ class Runner:
                 self.progress.say("dry run: every check passed and the ALTER is valid; nothing was changed")
                 return 0
             self.progress.say(f"init: migration {migration.id} captures {self.spec.qualified_name} via connector "
-                              f"{migration.connector}; copying PKs {migration.min_pk}..{migration.max_pk}")
+                              f"{migration.connector}; copying by key ({', '.join(migration.pk_columns)})")
         else:
             self.lease.start(migration.id)
             self.spec = with_overrides(self.spec, **{k: migration.options[k] for k in RESUMABLE_OPTIONS
@@ -165,7 +165,7 @@ class Runner:
         return 0
 
     def _context(self, migration: Migration) -> RunContext:
-        pair = load_pair(self.conn, self.spec.database, self.spec.table, self.spec.new_table, migration.pk_column,
+        pair = load_pair(self.conn, self.spec.database, self.spec.table, self.spec.new_table,
                          self.spec.alter)
         if not pair.target_columns:
             raise PreflightError(f"table {self.spec.database}.{self.spec.new_table} of migration {migration.id} is "

@@ -18,7 +18,7 @@ from applier.copy import copy_worker
 from core.table import load_pair
 from migration.checks import PreflightError
 from core.context import RunContext
-from core.db import connect
+from core.db import connect, qualified
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
@@ -40,7 +40,7 @@ def spec_of(migration: Migration, copy_workers: int | None, apply_workers: int |
         options["copy_workers"] = copy_workers
     if apply_workers is not None:
         options["apply_workers"] = apply_workers
-    return MigrationSpec.from_table_arg(f"{migration.database}.{migration.table}", migration.alter_sql, **options)
+    return MigrationSpec.from_table_arg(qualified(migration.database, migration.table), migration.alter_sql, **options)
 
 
 class JoinedWorker:
@@ -107,7 +107,7 @@ class JoinedWorker:
                    still: Callable[[Migration], bool]) -> None:
         """Run one kind of worker while `still(migration)` holds (or until the threads end by themselves)."""
         spec = spec_of(migration, self.copy_workers, self.apply_workers)
-        pair = load_pair(self.conn, spec.database, spec.table, spec.new_table, migration.pk_column, spec.alter)
+        pair = load_pair(self.conn, spec.database, spec.table, spec.new_table, spec.alter)
         ctx = RunContext(self.endpoints, spec, migration, pair)
         count = spec.copy_workers if kind == "copy" else spec.apply_workers
         log_event(log, "workers joined", migration=migration.id, kind=kind, count=count, stage=migration.stage)

@@ -5,14 +5,15 @@ import json
 from dataclasses import dataclass
 from decimal import Decimal
 
+from core.keys import Key, PrimaryKey
 from core.state import FENCE_KEY_COLUMN
 
 
 @dataclass(frozen=True)
 class ChangeKey:
-    """The primary key of one change event, or a fence marker."""
+    """The primary key of one change event (a tuple, one value per key column), or a fence marker."""
 
-    pk: int | None
+    pk: Key | None
     fence_id: int | None = None
 
     @property
@@ -21,25 +22,15 @@ class ChangeKey:
 
 
 def encode_key(column: str, value: int) -> bytes:
-    """The exact key bytes Debezium's JSON converter writes for a one-column key."""
+    """The exact key bytes Debezium's JSON converter writes for a one-column integer key."""
     return json.dumps({column: value}, separators=(",", ":")).encode()
 
 
-def key_value(value: object) -> int:
-    """A key field as an exact int: a JSON integer, a decimal number (an unsigned BIGINT sent precisely:
-    parsed as Decimal, never through a float) or a string of digits."""
-    if type(value) is int:   # the usual case, on the apply path
-        return value
-    if not isinstance(value, (Decimal, str)):
-        raise ValueError(f"not an integer key: {value!r}")
-    exact = Decimal(value)
-    if exact != exact.to_integral_value():
-        raise ValueError(f"not an integer key: {value!r}")
-    return int(exact)
+def decode_key(key: bytes | None, primary_key: PrimaryKey | None) -> ChangeKey | None:
+    """Key bytes -> ChangeKey; None for records that are not row changes of the table (e.g. no key).
 
-
-def decode_key(key: bytes | None, pk_column: str) -> ChangeKey | None:
-    """Key bytes -> ChangeKey; None for records that are not row changes (e.g. no key)."""
+    With primary_key None only fences are recognised. Numbers are parsed exactly (never through a float).
+    """
     if not key:
         return None
     doc = json.loads(key, parse_float=Decimal)
@@ -47,9 +38,10 @@ def decode_key(key: bytes | None, pk_column: str) -> ChangeKey | None:
         return None
     if FENCE_KEY_COLUMN in doc:
         return ChangeKey(pk=None, fence_id=int(doc[FENCE_KEY_COLUMN]))
-    if pk_column in doc:
-        return ChangeKey(pk=key_value(doc[pk_column]))
-    return None
+    if primary_key is None:
+        return None
+    pk = primary_key.from_change(doc)
+    return None if pk is None else ChangeKey(pk=pk)
 
 
 def fence_token(value: bytes | None) -> str | None:
@@ -65,16 +57,16 @@ class ChangeEvent:
     """A decoded change event: operation, primary key and source position (for display and tests)."""
 
     op: str
-    pk: int
+    pk: Key
     table: str
     gtid: str | None
     file: str | None
     pos: int | None
 
 
-def decode_event(key: bytes, value: bytes, pk_column: str) -> ChangeEvent | None:
+def decode_event(key: bytes, value: bytes, primary_key: PrimaryKey) -> ChangeEvent | None:
     """Full decode of one row-change event (slower than decode_key; not on the apply path)."""
-    change_key = decode_key(key, pk_column)
+    change_key = decode_key(key, primary_key)
     if change_key is None or change_key.is_fence or not value:
         return None
     doc = json.loads(value)

@@ -67,7 +67,7 @@ class FenceReader:
             for msg in self.consumer.consume(num_messages=5000, timeout=min(remaining, 0.005)):
                 if msg.error() or msg.partition() not in waiting:
                     continue
-                key = decode_key(msg.key(), "")
+                key = decode_key(msg.key(), None)
                 if key is not None and key.is_fence:
                     if fence_token(msg.value()) in tokens:
                         waiting.discard(msg.partition())

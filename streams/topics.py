@@ -1,6 +1,7 @@
 """The change topic: names, creation with N partitions and compaction, deletion, offsets."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -13,6 +14,11 @@ class KafkaUnreachable(Exception):
     user_facing = True
 
 
+def topic_safe(name: str) -> str:
+    """A database or table name within Kafka's topic alphabet [a-zA-Z0-9._-] (dots too become `_`)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)
+
+
 @dataclass(frozen=True)
 class TopicNames:
     """Every Kafka name one migration uses, derived from its connector's topic prefix."""
@@ -23,7 +29,9 @@ class TopicNames:
 
     @property
     def changes(self) -> str:
-        return f"{self.prefix}.{self.database}.{self.table}"
+        """`<prefix>.<db>.<table>`, with every character a topic name cannot hold as `_` (at most
+        10 + 64 + 9 + 2 + 64 + 64 = 213 of Kafka's 249 characters); the prefix keeps it unique."""
+        return f"{self.prefix}.{topic_safe(self.database)}.{topic_safe(self.table)}"
 
     @property
     def schema_history(self) -> str:

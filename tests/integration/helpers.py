@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -49,7 +50,7 @@ def leftovers(endpoints: Endpoints, db: str, table: str) -> list[str]:
             found += [f"metadata row {r}" for r in rows]
     finally:
         conn.close()
-    marker = f"streamosc_{table}_"
+    marker = f"streamosc_{re.sub('[^A-Za-z0-9_]', '_', table)}_"
     found += [f"connector {c}" for c in ConnectClient(endpoints.connect_url).names()
               if c.startswith(marker.replace("_", "-"))]
     found += [f"topic {t}" for t in existing_topics(endpoints.kafka_bootstrap) if marker in t]

@@ -91,7 +91,7 @@ def test_a_renamed_column_carries_every_value(endpoints, alter):
     old = MigrationSpec(DB, table, alter).old_table
     # no write reached the old table after the swap (`note` is gone from the name's table), so the
     # original and the new table hold the same rows, compared under the renamed names in the new types
-    comparison = compare_tables(conn, DB, old, table, "id", alter=alter)
+    comparison = compare_tables(conn, DB, old, table, alter=alter)
     assert comparison.equal and comparison.compared == ROWS
     assert leftovers(endpoints, DB, table) == [f"table {DB}.{old}"]
 
@@ -116,4 +116,4 @@ def test_generated_columns_come_through_recomputed(endpoints):
     assert tuple(int(x) for x in rows) == (2_000,) * 4
     assert query(conn, f"SELECT COUNT(*) FROM {DB}.{table} n JOIN {DB}.{spec.old_table} o USING (id) "
                        "WHERE n.a = o.a")[0][0] == 2_000
-    assert compare_tables(conn, DB, spec.old_table, table, "id", alter=spec.alter).equal
+    assert compare_tables(conn, DB, spec.old_table, table, alter=spec.alter).equal

@@ -97,7 +97,7 @@ def test_stale_copied_row_colliding_under_a_new_unique_key_is_not_a_duplicate(en
     original = copy_module.copy_batch
 
     def copy_after_the_move(c, ctx, chunk_no, lo, hi, last):
-        if lo <= 30 <= hi and not stale_copy_seen:
+        if (lo is None or lo[0] <= 30) and (hi is None or 30 < hi[0]) and not stale_copy_seen:
             stale_copy_seen.extend(tuple(r) for r in query(c, f"SELECT id, u FROM {DB}.stale_osc_new WHERE id = 5"))
             query(app, f"UPDATE {DB}.stale SET u = 'moved' WHERE id = 5")
             query(app, f"UPDATE {DB}.stale SET u = 'u-5' WHERE id = 30")
@@ -156,12 +156,12 @@ def test_lock_session_recopy_resolves_a_stale_collision_and_keeps_its_table_lock
     make_table(conn, "locked", "id INT PRIMARY KEY, u VARCHAR(20)", [(5, "moved"), (7, "seven"), (900, "x")])
     query(conn, f"CREATE TABLE {DB}.locked_osc_new (id INT PRIMARY KEY, u VARCHAR(20), UNIQUE KEY uk (u))")
     query(conn, f"INSERT INTO {DB}.locked_osc_new VALUES (5, 'x'), (7, 'seven')")   # 5 is stale
-    pair = load_pair(conn, DB, "locked", "locked_osc_new", "id")
+    pair = load_pair(conn, DB, "locked", "locked_osc_new")
     lock = db_conn(endpoints)
     other = db_conn(endpoints)
     try:
         query(lock, f"LOCK TABLES {DB}.locked WRITE, {DB}.locked_osc_new WRITE")
-        assert recopy_keys(lock, pair, [900], in_transaction=False) == (1, 0)
+        assert recopy_keys(lock, pair, [(900,)], in_transaction=False) == (1, 0)
         query(other, "SET SESSION lock_wait_timeout = 1")
         with pytest.raises(Exception, match="Lock wait timeout"):
             query(other, f"INSERT INTO {DB}.locked VALUES (1000, 'blocked')")
@@ -183,13 +183,13 @@ def test_recopy_of_a_real_duplicate_deletes_no_row(endpoints, conn):
     query(conn, f"CREATE TABLE {DB}.realdup_osc_new (id INT PRIMARY KEY, "
                 f"u VARCHAR(20) COLLATE utf8mb4_general_ci, UNIQUE KEY uk (u))")
     query(conn, f"INSERT INTO {DB}.realdup_osc_new VALUES (5, 'x')")
-    pair = load_pair(conn, DB, "realdup", "realdup_osc_new", "id")
+    pair = load_pair(conn, DB, "realdup", "realdup_osc_new")
     worker = db_conn(endpoints)
     try:
         with pytest.raises(ConstraintViolated,
                            match=r"breaks UNIQUE key 'uk' \(u\) that the ALTER adds: 2 rows share the value "
                                  r"\('[xX]'\): id=5 \(u='x'\), id=900 \(u='X'\)"):
-            recopy_keys(worker, pair, [900])
+            recopy_keys(worker, pair, [(900,)])
     finally:
         worker.close()
     assert [tuple(r) for r in query(conn, f"SELECT id, u FROM {DB}.realdup_osc_new")] == [(5, "x")]

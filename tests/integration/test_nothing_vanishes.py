@@ -149,7 +149,7 @@ def test_ddl_on_the_source_during_the_migration_stops_it_with_the_original_untou
     run = RunnerThread(endpoints, spec_for(table, "ADD INDEX c_idx (c)", batch_size=100))
     run.start()
     wait_for(lambda: (row := migration_row(conn, DB, table)) is not None and row.stage == "copy"
-             and scalar(conn, "SELECT COUNT(*) FROM stream_osc.chunks WHERE migration_id=%s AND next_pk > start_pk",
+             and scalar(conn, "SELECT COUNT(*) FROM stream_osc.chunks WHERE migration_id=%s AND rows_copied > 0",
                         (row.id,)), 180, "the copy under way")
     query(conn, ddl.format(t=f"{DB}.{table}"))
     run.join(300)
@@ -174,7 +174,7 @@ def test_ddl_on_the_source_before_the_lock_is_caught_inside_the_cutover_lock(end
     query(conn, f"ALTER TABLE {DB}.{table} ADD COLUMN extra VARCHAR(10) NULL")   # after the last health check
     query(conn, f"UPDATE {DB}.{table} SET extra = 'kept' WHERE id <= 10")
     migration = StateStore(conn, spec.metadata_schema).active(DB, table)
-    ctx = RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table, "id"))
+    ctx = RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
     with pytest.raises(SourceChanged, match=f"table {DB}.{table} was altered.*column extra added"):
         Cutover(ctx, ServerInfo.read(conn).is_mariadb).attempt(spec.cutover_window_s)
     columns = [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
@@ -245,15 +245,20 @@ def test_ids_handed_out_before_the_swap_are_not_handed_out_again(endpoints, conn
     assert leftovers(endpoints, DB, table) == []
 
 
-def test_a_metadata_schema_made_with_bigint_key_columns_is_widened_in_place(conn):
+@pytest.mark.parametrize("position_type", ["BIGINT", "DECIMAL(20,0)"])
+def test_a_migration_recorded_by_an_integer_key_version_resumes_where_it_was(conn, position_type):
+    """Metadata schemas of earlier versions held integer chunk positions (BIGINT, then DECIMAL(20,0)) and
+    names in the server's default collation: they become key positions, covering the same rows, and
+    names byte for byte, without losing the running migration."""
     schema = "vanish_meta"
     query(conn, f"DROP DATABASE IF EXISTS {schema}")
-    query(conn, f"CREATE DATABASE {schema}")
+    query(conn, f"CREATE DATABASE {schema} CHARACTER SET latin1")
     try:
         query(conn, f"""CREATE TABLE {schema}.migrations (
             id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, db VARCHAR(64) NOT NULL, tbl VARCHAR(64) NOT NULL,
             alter_sql TEXT NOT NULL, stage VARCHAR(16) NOT NULL, status VARCHAR(16) NOT NULL,
-            prefix VARCHAR(100) NOT NULL, pk_column VARCHAR(64) NOT NULL, min_pk BIGINT NULL, max_pk BIGINT NULL,
+            prefix VARCHAR(100) NOT NULL, pk_column VARCHAR(64) NOT NULL,
+            min_pk {position_type} NULL, max_pk {position_type} NULL,
             error TEXT NULL, validation_diffs BIGINT NOT NULL DEFAULT 0, cutover_blocked_ms INT NULL,
             cutover_at DOUBLE NULL, options TEXT NOT NULL, active_key VARCHAR(140) NULL,
             created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
@@ -261,25 +266,25 @@ def test_a_metadata_schema_made_with_bigint_key_columns_is_widened_in_place(conn
             UNIQUE KEY active_key (active_key)) ENGINE=InnoDB""")
         query(conn, f"""CREATE TABLE {schema}.chunks (
             migration_id BIGINT NOT NULL, chunk_no INT NOT NULL,
-            start_pk BIGINT NOT NULL, end_pk BIGINT NOT NULL, next_pk BIGINT NOT NULL,
+            start_pk {position_type} NOT NULL, end_pk {position_type} NOT NULL, next_pk {position_type} NOT NULL,
             rows_copied BIGINT NOT NULL DEFAULT 0, done TINYINT NOT NULL DEFAULT 0,
             PRIMARY KEY (migration_id, chunk_no)) ENGINE=InnoDB""")
         query(conn, f"INSERT INTO {schema}.migrations (id, db, tbl, alter_sql, stage, status, prefix, pk_column, "
                     "min_pk, max_pk, options, active_key) VALUES (1, 'd', 't', 'ADD COLUMN x INT', 'copy', 'running', "
                     "'p', 'id', %s, %s, '{}', 'd.t')", (-2**63, 2**63 - 1))
-        query(conn, f"INSERT INTO {schema}.chunks (migration_id, chunk_no, start_pk, end_pk, next_pk) "
-                    "VALUES (1, 0, %s, %s, 10)", (-2**63, 2**63 - 1))
+        query(conn, f"INSERT INTO {schema}.chunks (migration_id, chunk_no, start_pk, end_pk, next_pk, rows_copied) "
+                    "VALUES (1, 0, %s, %s, 10, 7), (1, 1, 11, %s, 11, 0)", (-2**63, 10, 2**63 - 1))
         store = StateStore(conn, schema)
-        store.ensure_schema()
-        types = set(query(conn, "SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND "
-                                "COLUMN_NAME IN ('min_pk', 'max_pk', 'start_pk', 'end_pk', 'next_pk')", (schema,)))
-        assert types == {("decimal",)}
-        migration = store.get(1)                                               # the running migration resumes
-        assert (migration.min_pk, migration.max_pk) == (-2**63, 2**63 - 1)
-        store.add_chunks(1, [(-2**63, 2**63 - 1), (2**63, 2**64 - 1)])        # chunk 0 exists already
-        query(conn, f"UPDATE {schema}.chunks SET next_pk = %s WHERE chunk_no = 1", (2**64,))   # one past the top
-        assert store.chunks(1) == [Chunk(0, -2**63, 2**63 - 1, 10, 0, False),
-                                   Chunk(1, 2**63, 2**64 - 1, 2**64, 0, False)]
+        assert store.schema_exists()
+        migration = store.active("d", "t")                                    # the running migration resumes
+        assert migration is not None and migration.id == 1 and migration.pk_columns == ("id",)
+        assert store.chunks(1) == [Chunk(0, (-2**63,), (11,), (10,), 7, False),
+                                   Chunk(1, (11,), (2**63,), (11,), 0, False)]
+        assert set(query(conn, "SELECT COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS WHERE "
+                               "TABLE_SCHEMA=%s AND TABLE_NAME='migrations' AND COLUMN_NAME IN ('db', 'tbl')",
+                         (schema,))) == {("db", "utf8mb4_bin"), ("tbl", "utf8mb4_bin")}
+        store.create("d", "T", "ADD COLUMN x INT", "p2", ("id",), {})         # `T` is another table than `t`
+        assert store.active("d", "T").id != store.active("d", "t").id
     finally:
         query(conn, f"DROP DATABASE IF EXISTS {schema}")
 

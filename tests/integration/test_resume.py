@@ -101,7 +101,7 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
     assert (final.stage, final.status) == ("done", "done")
     assert scalar(conn, "SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
                         "AND COLUMN_NAME='k'", (DB, table)) == "bigint"
-    comparison = compare_tables(conn, DB, helper_table_name(table, 'old'), table, "id")
+    comparison = compare_tables(conn, DB, helper_table_name(table, "old"), table)
     assert comparison.compared == ROWS and comparison.equal
     # Every row was copied exactly once, and the resumed run wrote only what was left to copy.
     copied, done, chunks = chunk_progress(conn, final.id)
@@ -149,7 +149,7 @@ def test_pause_stops_every_write_and_resume_continues(endpoints, cli_log):
         if proc.poll() is None:
             proc.kill()
     assert migration_row(conn, DB, table).status == "done"
-    assert compare_tables(conn, DB, helper_table_name(table, 'old'), table, "id").equal
+    assert compare_tables(conn, DB, helper_table_name(table, "old"), table).equal
 
 
 @contextmanager

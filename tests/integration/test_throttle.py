@@ -84,7 +84,7 @@ def test_max_load_holds_the_copy_back_until_the_load_drops(endpoints, cli_log):
     log = cli_log.read_text()
     assert "throttled: Threads_running=" in log and "throttle released" in log
     assert migration_row(conn, DB, table).status == "done"
-    assert compare_tables(conn, DB, helper_table_name(table, 'old'), table, "id").equal
+    assert compare_tables(conn, DB, helper_table_name(table, "old"), table).equal
 
 
 def test_critical_load_stops_the_migration_and_resume_finishes_it(endpoints, cli_log):
@@ -112,7 +112,7 @@ def test_critical_load_stops_the_migration_and_resume_finishes_it(endpoints, cli
     resumed = cli("resume", "--table", f"{DB}.{table}", "--quiet")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert migration_row(conn, DB, table).status == "done"
-    assert compare_tables(conn, DB, helper_table_name(table, 'old'), table, "id").equal
+    assert compare_tables(conn, DB, helper_table_name(table, "old"), table).equal
 
 
 @pytest.mark.parametrize("option, value, message", [

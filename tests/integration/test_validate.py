@@ -45,5 +45,5 @@ def test_a_wrong_row_in_the_new_table_is_found_and_repaired(endpoints, cli_log):
     assert "validate: clean (1 differing rows re-copied and re-checked)" in log
     status = status_doc(DB, table)
     assert status["validation_diffs"] == 1 and status["stage"] == "done"
-    assert compare_tables(conn, DB, helper_table_name(table, 'old'), table, "id").equal
+    assert compare_tables(conn, DB, helper_table_name(table, "old"), table).equal
     assert scalar(conn, f"SELECT c FROM {DB}.{table} WHERE id = 7") != "damaged"

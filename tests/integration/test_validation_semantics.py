@@ -27,7 +27,6 @@ from tests.integration.helpers import db_conn
 pytestmark = pytest.mark.integration
 
 DB = "valsem"
-LO, HI = -(2 ** 63), 2 ** 63 - 1
 
 
 def make_pair(conn, name: str, ddl: str, rows: list[tuple], alter: str) -> TablePair:
@@ -42,14 +41,14 @@ def make_pair(conn, name: str, ddl: str, rows: list[tuple], alter: str) -> Table
             cur.executemany(f"INSERT INTO {source} VALUES ({marks})", rows)
     query(conn, f"CREATE TABLE {target} LIKE {source}")
     query(conn, f"ALTER TABLE {target} {alter}")
-    pair = load_pair(conn, DB, name, f"{name}_new", "id", alter)
+    pair = load_pair(conn, DB, name, f"{name}_new", alter)
     query(conn, f"INSERT INTO {pair.target_name} ({pair.target_column_list}) "
                 f"SELECT {pair.source_column_list} FROM {pair.source_name}")
     return pair
 
 
 def differences(conn, pair: TablePair) -> set[int]:
-    return differing_keys(conn, row_hasher(conn, pair), LO, HI).keys
+    return {k[0] for k in differing_keys(conn, row_hasher(conn, pair), None, None).keys}   # one-column keys
 
 
 WIDE_DDL = ("id INT PRIMARY KEY, amount DECIMAL(12,2), at DATETIME, n INT, f FLOAT, "
@@ -71,7 +70,7 @@ def wide_rows(count: int, seed: int) -> list[tuple]:
 def test_widening_alter_validates_clean(conn):
     pair = make_pair(conn, "widen", WIDE_DDL, wide_rows(2000, seed=5), WIDEN)
     assert differences(conn, pair) == set()
-    assert compare_tables(conn, DB, "widen", "widen_new", "id").equal
+    assert compare_tables(conn, DB, "widen", "widen_new").equal
 
 
 @pytest.mark.parametrize("ddl, rows, alter", [
@@ -160,11 +159,11 @@ def test_renamed_columns_are_compared_under_their_new_names(conn):
                      [(i, f"n{i}é", i / 4) for i in range(1, 301)], alter)
     assert pair.target_columns == ("id", "remark", "total") and pair.source_columns == ("id", "note", "amount")
     assert differences(conn, pair) == set()
-    assert compare_tables(conn, DB, "renamed", "renamed_new", "id", alter=alter).equal
+    assert compare_tables(conn, DB, "renamed", "renamed_new", alter=alter).equal
     query(conn, f"UPDATE {pair.target_name} SET remark = 'damaged' WHERE id = 8")
     query(conn, f"UPDATE {pair.target_name} SET total = total + 1 WHERE id = 9")
     assert differences(conn, pair) == {8, 9}
-    assert compare_tables(conn, DB, "renamed", "renamed_new", "id", alter=alter).different == [8, 9]
+    assert compare_tables(conn, DB, "renamed", "renamed_new", alter=alter).different == [(8,), (9,)]
 
 
 def test_a_row_a_repair_deletes_is_found(conn):
@@ -175,10 +174,10 @@ def test_a_row_a_repair_deletes_is_found(conn):
                      [(i, f"u{i}", i) for i in range(1, 101)], "ADD UNIQUE KEY u (u)")
     query(conn, f"UPDATE {pair.source_name} SET u = 'u2' WHERE id = 1")   # after the copy: a duplicate in the source
     hasher = row_hasher(conn, pair)
-    diff = differing_keys(conn, hasher, 1, 100).keys
-    assert diff == {1}
+    diff = differing_keys(conn, hasher, (1,), (101,)).keys
+    assert diff == {(1,)}
     with pytest.raises(Exception) as stopped:   # validation's own stop, or the re-copy's
-        repair_range(conn, hasher, 1, 100, diff, "valsem.replaced")
+        repair_range(conn, hasher, (1,), (101,), diff, "valsem.replaced")
     assert getattr(stopped.value, "user_facing", False), repr(stopped.value)
     assert isinstance(stopped.value, ValidationFailed) or "u2" in str(stopped.value), str(stopped.value)
 
@@ -189,7 +188,8 @@ def test_a_repair_that_needs_no_second_round_is_counted_once(conn):
     query(conn, f"UPDATE {pair.target_name} SET u = 'wrong' WHERE id = 5")
     query(conn, f"DELETE FROM {pair.target_name} WHERE id = 6")
     hasher = row_hasher(conn, pair)
-    assert repair_range(conn, hasher, 1, 100, differing_keys(conn, hasher, 1, 100).keys, "valsem.repaired") == 2
+    keys = differing_keys(conn, hasher, (1,), (101,)).keys
+    assert repair_range(conn, hasher, (1,), (101,), keys, "valsem.repaired") == 2
     assert differences(conn, pair) == set()
 
 
@@ -203,17 +203,14 @@ def test_key_ranges_in_snapshot_mode_are_read_in_the_snapshot(endpoints, conn):
         query(snapshot, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         query(snapshot, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
         query(conn, f"DELETE FROM {pair.source_name} WHERE id IN (-5, 5000)")
-        chunks = [Chunk(0, 1, 500, 501, 500, True), Chunk(1, 501, 1000, 1001, 500, True)]
+        chunks = [Chunk(0, (1,), (501,), (501,), 500, True), Chunk(1, (501,), (1001,), (1001,), 500, True)]
         ctx = SimpleNamespace(pair=pair, migration=SimpleNamespace(id=1), spec=SimpleNamespace(chunk_size=500),
                               store=lambda _conn: SimpleNamespace(chunks=lambda _id: chunks))
         ranges = validation_ranges(conn, ctx, snapshot)
         hasher = row_hasher(conn, pair)
         found = set().union(*(differing_keys(snapshot, hasher, lo, hi).keys for lo, hi in ranges))
-        assert found == {-5, 5000}
-        assert validation_ranges(conn, ctx, conn) == chunks_as_ranges(chunks)   # live, nothing outside the chunks
+        assert found == {(-5,), (5000,)}
+        # every key is covered, below and above the chunks too
+        assert validation_ranges(conn, ctx, conn) == [(None, (1,)), ((1,), (501,)), ((501,), (1001,)), ((1001,), None)]
     finally:
         snapshot.close()
-
-
-def chunks_as_ranges(chunks: list[Chunk]) -> list[tuple[int, int]]:
-    return [(c.start_pk, c.end_pk) for c in chunks]

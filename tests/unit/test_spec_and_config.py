@@ -17,8 +17,8 @@ def test_spec_from_table_arg_and_errors():
         MigrationSpec.from_table_arg("a.b", "  ")
     with pytest.raises(ConfigError, match="copy-workers"):
         MigrationSpec.from_table_arg("a.b", "ADD COLUMN c INT", copy_workers=0)
-    with pytest.raises(ConfigError, match="identifier"):
-        MigrationSpec.from_table_arg("a.b;drop", "ADD COLUMN c INT")
+    with pytest.raises(ConfigError, match="ends with a space"):
+        MigrationSpec.from_table_arg("a.b ", "ADD COLUMN c INT")
 
 
 ADDRESSES = {"STREAM_OSC_MYSQL_DSN": "mysql://u:p@db:3306/", "STREAM_OSC_KAFKA_BOOTSTRAP": "k:9092",
@@ -53,14 +53,15 @@ def test_endpoints_from_config_file_then_env(tmp_path):
         Endpoints.load(wrong, environ={})
 
 
-def test_connector_config_captures_table_and_routes_fence():
+def test_connector_config_captures_exactly_the_table_and_routes_it_with_the_fence():
     names = TopicNames("streamosc_t_ab", "shop", "orders")
     config = connector_config("mariadb", parse_mysql_dsn("mysql://u:pw@h:3306/"), "k:9092", names,
-                              "stream_osc.fence_4")
+                              ("stream_osc", "fence_4"))
     assert config["connector.class"] == "io.debezium.connector.mariadb.MariaDbConnector"
     assert config["snapshot.mode"] == "no_data" and config["snapshot.locking.mode"] == "none"
-    assert config["table.include.list"] == r"shop\.orders,stream_osc\.fence_4"
-    assert config["transforms.fence.topic.replacement"] == "streamosc_t_ab.shop.orders"
+    assert config["table.include.list"] == r"(?-i)shop\.orders,(?-i)stream_osc\.fence_4"
+    assert config["transforms.route.topic.regex"] == r"streamosc_t_ab\..*"
+    assert config["transforms.route.topic.replacement"] == "streamosc_t_ab.shop.orders"
     assert redact(config)["database.password"] == "********"
-    assert connector_config("mysql", parse_mysql_dsn("mysql://u:pw@h/"), "k", names, "m.f")["connector.class"] \
+    assert connector_config("mysql", parse_mysql_dsn("mysql://u:pw@h/"), "k", names, ("m", "f"))["connector.class"] \
         == "io.debezium.connector.mysql.MySqlConnector"

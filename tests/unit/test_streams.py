@@ -1,6 +1,7 @@
 """Partitioning, key decoding and fence placement."""
 import json
 
+from core.keys import KeyColumn, PrimaryKey
 from streams.events import FENCE_KEY_COLUMN, decode_event, decode_key, encode_key, fence_token
 from streams.fence import fence_ids_for
 from streams.murmur2 import murmur2, partition_for
@@ -31,12 +32,17 @@ def test_fence_ids_cover_every_partition_in_order():
         assert [partition_for(encode_key(FENCE_KEY_COLUMN, i), partitions) for i in ids] == list(range(partitions))
 
 
+ID = PrimaryKey((KeyColumn("id", "int", "int(11)", None, None),))
+
+
 def test_decode_key_row_and_fence():
-    assert decode_key(b'{"id":7}', "id").pk == 7
-    fence = decode_key(encode_key(FENCE_KEY_COLUMN, 3), "id")
+    assert decode_key(b'{"id":7}', ID).pk == (7,)
+    fence = decode_key(encode_key(FENCE_KEY_COLUMN, 3), ID)
     assert fence.is_fence and fence.fence_id == 3 and fence.pk is None
-    assert decode_key(None, "id") is None
-    assert decode_key(b'{"other":1}', "id") is None
+    assert decode_key(encode_key(FENCE_KEY_COLUMN, 3), None).fence_id == 3
+    assert decode_key(b'{"id":7}', None) is None
+    assert decode_key(None, ID) is None
+    assert decode_key(b'{"other":1}', ID) is None
 
 
 def test_fence_token_and_full_event():
@@ -45,5 +51,5 @@ def test_fence_token_and_full_event():
     assert fence_token(value) == "t-1"
     row = json.dumps({"op": "d", "before": {"id": 5}, "after": None,
                       "source": {"table": "t", "gtid": "0-1-10", "file": "b.000001", "pos": 99}}).encode()
-    event = decode_event(b'{"id":5}', row, "id")
-    assert (event.op, event.pk, event.table, event.pos) == ("d", 5, "t", 99)
+    event = decode_event(b'{"id":5}', row, ID)
+    assert (event.op, event.pk, event.table, event.pos) == ("d", (5,), "t", 99)

@@ -1,9 +1,11 @@
 """Keys at the ends of the signed and unsigned BIGINT ranges decode exactly."""
 import pytest
 
+from core.keys import KeyColumn, PrimaryKey
 from streams.events import decode_key, encode_key
 
 TOP = 2**64 - 1
+ID = PrimaryKey((KeyColumn("id", "bigint", "bigint(20) unsigned", None, None),))
 
 
 @pytest.mark.parametrize("raw, pk", [
@@ -15,7 +17,7 @@ TOP = 2**64 - 1
     (b'{"id":0}', 0),
 ])
 def test_decode_key_keeps_every_digit(raw, pk):
-    assert decode_key(raw, "id").pk == pk
+    assert decode_key(raw, ID).pk == (pk,)
 
 
 def test_encode_key_writes_plain_digits():
@@ -25,4 +27,4 @@ def test_encode_key_writes_plain_digits():
 @pytest.mark.parametrize("raw", [b'{"id":1.5}', b'{"id":true}', b'{"id":null}'])
 def test_decode_key_refuses_a_non_integer_key(raw):
     with pytest.raises(ValueError):
-        decode_key(raw, "id")
+        decode_key(raw, ID)

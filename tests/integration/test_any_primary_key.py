@@ -1,0 +1,236 @@
+"""Every acknowledged write survives a migration whatever the primary key and the names.
+
+Writers change keys while the table is migrated: a composite key moves to another tenant, a
+`_general_ci` string key changes only in case, accent or trailing space (equal under the collation,
+different bytes), a BINARY(16) UUID whose last bytes are zero changes, temporal and decimal keys move.
+The oracle is each writer's own record of the rows it was told committed, byte for byte: the final
+table must hold exactly those rows, nothing else. Python never decides two keys are the same row;
+the record only follows what each writer did to the keys it owns.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pymysql
+import pytest
+
+from core.db import qualified, query, quote_ident
+from core.endpoints import MySQLAddress
+from core.spec import MigrationSpec
+from migration.runner import Runner
+from monitor.progress import Progress
+from tests.integration.helpers import db_conn, leftovers, wait_for
+
+pytestmark = pytest.mark.integration
+
+DB = "osc_any_key"
+WRITERS = 3
+SEED_SLOTS = 1_500          # per writer
+Key = tuple[Any, ...]
+
+
+@dataclass
+class Shape:
+    """A table shape: its key columns' DDL, and the key of writer w's slot n (and its variants)."""
+
+    key_ddl: str
+    key_columns: tuple[str, ...]
+    make_key: Callable[[int, int], Key]
+    variant: Callable[[Key, random.Random], Key | None] = lambda key, rng: None   # same row under the collation
+
+
+def recase(key: Key, rng: random.Random) -> Key:
+    """The key in other letters' case, an accent toggled or a trailing space toggled: equal under
+    utf8mb4_general_ci (PAD SPACE), different bytes."""
+    text = key[0]
+    choice = rng.random()
+    if choice < 0.6:
+        changed = "".join(c.swapcase() if c.isalpha() and rng.random() < 0.5 else c for c in text)
+        changed = changed if changed != text else text.swapcase()
+    elif choice < 0.8:
+        changed = text.replace("e", "é", 1) if "e" in text else text.replace("é", "e", 1)
+    else:
+        changed = text[:-1] if text.endswith(" ") else text + " "
+    return (changed,)
+
+
+def uuid_key(w: int, n: int) -> Key:
+    body = random.Random(w * 1_000_003 + n).randbytes(15)
+    raw = bytes([w]) + body
+    return (raw[:12] + b"\0\0\0\0",) if n % 3 == 0 else (raw,)   # zero tails: the binlog drops them
+
+
+SHAPES = {
+    "composite_int": Shape("tenant INT NOT NULL, seq BIGINT NOT NULL", ("tenant", "seq"),
+                           lambda w, n: (n % 7, n * WRITERS + w),
+                           lambda key, rng: ((key[0] + rng.randint(1, 6)) % 7, key[1])),   # to another tenant
+    "varchar_general_ci": Shape("k VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL", ("k",),
+                                lambda w, n: (f"w{w}-User{n}@example.com",), recase),
+    "varchar_bin": Shape("k VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL", ("k",),
+                         lambda w, n: (f"w{w}-User{n}@example.com",)),
+    "binary16_uuid": Shape("id BINARY(16) NOT NULL", ("id",), uuid_key),
+    "temporal_decimal": Shape("d DATE NOT NULL, at DATETIME(6) NOT NULL, "
+                              "ts TIMESTAMP(3) NOT NULL DEFAULT '2000-01-01 00:00:00', amount DECIMAL(12,2) NOT NULL",
+                              ("d", "at", "ts", "amount"),
+                              lambda w, n: (date(2001, 1, 1) + timedelta(days=n % 400),
+                                            datetime(2020, 3, 29, 1, 30) + timedelta(seconds=n, microseconds=w),
+                                            datetime(2021, 10, 31, 1, 30) + timedelta(milliseconds=n * 1000 + w),
+                                            (Decimal(n % 50) + Decimal(w) / 100).quantize(Decimal("0.01")))),
+}
+
+
+@dataclass
+class Record:
+    """What one writer was told committed: its live rows (key -> counter), in its own slots."""
+
+    rows: dict[int, tuple[Key, int]] = field(default_factory=dict)
+    next_slot: int = SEED_SLOTS
+    writes: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class KeyWriter(threading.Thread):
+    """An application session changing keys as fast as it can; the record follows every acknowledged
+    statement. Its sessions use a UTC+05:30 time zone (the tool's are UTC)."""
+
+    def __init__(self, addr: MySQLAddress, table: str, shape: Shape, writer: int) -> None:
+        super().__init__(daemon=True, name=f"key-writer-{writer}")
+        self.addr, self.table, self.shape, self.writer = addr, table, shape, writer
+        self.rng = random.Random(7919 * writer + len(table))
+        self.stop_event = threading.Event()
+        self.record = Record({n: (shape.make_key(writer, n), 0) for n in range(SEED_SLOTS)})
+        self.where = " AND ".join(f"{quote_ident(c)} = %s" for c in shape.key_columns)
+        self.columns = ", ".join(quote_ident(c) for c in shape.key_columns)
+
+    def session(self) -> pymysql.connections.Connection:
+        conn = pymysql.connect(host=self.addr.host, port=self.addr.port, user=self.addr.user,
+                               password=self.addr.password, autocommit=True, charset="utf8mb4")
+        query(conn, "SET time_zone = '+05:30'")
+        return conn
+
+    def run(self) -> None:
+        conn = self.session()
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    self.one(conn)
+                    self.record.writes += 1
+                except pymysql.err.MySQLError as exc:
+                    self.record.errors.append(f"{type(exc).__name__}: {exc}")
+                    conn.close()
+                    time.sleep(0.05)
+                    conn = self.session()
+        finally:
+            conn.close()
+
+    def one(self, conn: pymysql.connections.Connection) -> None:
+        rows, roll = self.record.rows, self.rng.random()
+        slot = self.rng.choice(list(rows))
+        key, counter = rows[slot]
+        values = ", ".join(["%s"] * (len(key) + 2))
+        if roll < 0.35:
+            query(conn, f"UPDATE {self.table} SET counter = counter + 1 WHERE {self.where}", key)
+            rows[slot] = (key, counter + 1)
+        elif roll < 0.55:                                    # a key change: the row moves to a new slot
+            new_slot, self.record.next_slot = self.record.next_slot, self.record.next_slot + 1
+            new_key = self.shape.make_key(self.writer, new_slot)
+            sets = ", ".join(f"{quote_ident(c)} = %s" for c in self.shape.key_columns)
+            query(conn, f"UPDATE {self.table} SET {sets} WHERE {self.where}", (*new_key, *key))
+            del rows[slot]
+            rows[new_slot] = (new_key, counter)
+        elif roll < 0.7:                                     # same row under the collation, other bytes
+            other = self.shape.variant(key, self.rng)
+            if other is None:
+                return
+            sets = ", ".join(f"{quote_ident(c)} = %s" for c in self.shape.key_columns)
+            query(conn, f"UPDATE {self.table} SET {sets} WHERE {self.where}", (*other, *key))
+            rows[slot] = (other, counter)
+        elif roll < 0.8:                                     # delete, then insert the key again (maybe recased)
+            query(conn, f"DELETE FROM {self.table} WHERE {self.where}", key)
+            del rows[slot]
+            again = self.shape.variant(key, self.rng) or key
+            query(conn, f"INSERT INTO {self.table} ({self.columns}, counter, note) VALUES ({values})",
+                  (*again, 0, f"again {slot}"))
+            rows[slot] = (again, 0)
+        elif roll < 0.9:
+            query(conn, f"DELETE FROM {self.table} WHERE {self.where}", key)
+            del rows[slot]
+        else:
+            new_slot, self.record.next_slot = self.record.next_slot, self.record.next_slot + 1
+            new_key = self.shape.make_key(self.writer, new_slot)
+            query(conn, f"INSERT INTO {self.table} ({self.columns}, counter, note) VALUES ({values})",
+                  (*new_key, 0, f"again {new_slot}"))
+            rows[new_slot] = (new_key, 0)
+
+
+def create_table(conn: pymysql.connections.Connection, db: str, table: str, shape: Shape,
+                 writers: list[KeyWriter]) -> None:
+    query(conn, f"CREATE DATABASE IF NOT EXISTS {quote_ident(db)}")
+    query(conn, f"DROP TABLE IF EXISTS {qualified(db, table)}")
+    query(conn, f"CREATE TABLE {qualified(db, table)} ({shape.key_ddl}, counter BIGINT NOT NULL, "
+                f"note VARCHAR(40) NOT NULL, PRIMARY KEY ({', '.join(quote_ident(c) for c in shape.key_columns)})) "
+                "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
+    session = writers[0].session()
+    try:
+        marks = ", ".join(["%s"] * (len(shape.key_columns) + 2))
+        with session.cursor() as cur:
+            cur.executemany(f"INSERT INTO {qualified(db, table)} VALUES ({marks})",
+                            [(*key, 0, f"seed {n}") for w in writers for n, (key, _) in w.record.rows.items()])
+    finally:
+        session.close()
+
+
+def final_rows(writer: KeyWriter, db: str, table: str) -> set[tuple]:
+    """The table's rows (key, counter), read in a writer's session (its time zone)."""
+    session = writer.session()
+    try:
+        return {tuple(r) for r in query(session, f"SELECT {writer.columns}, counter FROM {qualified(db, table)}")}
+    finally:
+        session.close()
+
+
+def migrate_under_key_changes(endpoints, db: str, table: str, shape: Shape) -> None:
+    writers = [KeyWriter(endpoints.mysql, qualified(db, table), shape, w) for w in range(WRITERS)]
+    conn = db_conn(endpoints)
+    try:
+        create_table(conn, db, table, shape, writers)
+    finally:
+        conn.close()
+    for writer in writers:
+        writer.start()
+    try:
+        wait_for(lambda: sum(w.record.writes for w in writers) >= 300, what="writes before the migration")
+        spec = MigrationSpec(database=db, table=table, alter="ADD COLUMN extra INT NULL", copy_workers=2,
+                             apply_workers=2, chunk_size=1_000, batch_size=300, partitions=4, keep_old=False,
+                             max_lag_events=200).validate()
+        assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+        done = sum(w.record.writes for w in writers)
+        wait_for(lambda: sum(w.record.writes for w in writers) >= done + 200, what="writes after the swap")
+    finally:
+        for writer in writers:
+            writer.stop_event.set()
+        for writer in writers:
+            writer.join(timeout=30)
+    assert [e for w in writers for e in w.record.errors] == []
+    acknowledged = {(*key, counter) for w in writers for key, counter in w.record.rows.values()}
+    found = final_rows(writers[0], db, table)
+    assert sorted(map(repr, acknowledged - found))[:10] == [], "acknowledged rows missing or stale"
+    assert sorted(map(repr, found - acknowledged))[:10] == [], "rows no writer left there"
+    assert len(found) == len(acknowledged)
+    assert leftovers(endpoints, db, table) == []
+
+
+@pytest.mark.parametrize("kind", list(SHAPES))
+def test_every_acknowledged_write_survives_whatever_the_key(endpoints, kind):
+    migrate_under_key_changes(endpoints, DB, f"keys_{kind}", SHAPES[kind])
+
+
+def test_names_with_spaces_hyphens_and_non_ascii_letters_are_migrated(endpoints):
+    migrate_under_key_changes(endpoints, "osc any key schema", "Ördérs-2024 ünïcode", SHAPES["composite_int"])
