@@ -232,5 +232,11 @@ def test_every_acknowledged_write_survives_whatever_the_key(endpoints, kind):
     migrate_under_key_changes(endpoints, DB, f"keys_{kind}", SHAPES[kind])
 
 
-def test_names_with_spaces_hyphens_and_non_ascii_letters_are_migrated(endpoints):
-    migrate_under_key_changes(endpoints, "osc any key schema", "Ördérs-2024 ünïcode", SHAPES["composite_int"])
+ODD_KEY_COLUMNS = ("ténant-id", "seq `no` $1")
+ODD_NAMES = Shape(f"{quote_ident(ODD_KEY_COLUMNS[0])} INT NOT NULL, {quote_ident(ODD_KEY_COLUMNS[1])} BIGINT NOT NULL",
+                  ODD_KEY_COLUMNS, SHAPES["composite_int"].make_key, SHAPES["composite_int"].variant)
+
+
+def test_names_with_spaces_hyphens_backticks_and_non_ascii_letters_are_migrated(endpoints):
+    """Schema, table and key columns named as the server allows but as no unquoted identifier could be."""
+    migrate_under_key_changes(endpoints, "osc any key schema", "Ördérs-2024 ünïcode", ODD_NAMES)
