@@ -36,10 +36,23 @@ def test_table_without_primary_key(endpoints, conn, capsys):
     assert_refused(endpoints, capsys, "nopk", "ADD COLUMN c INT", "has no primary key")
 
 
-def test_non_integer_primary_key(endpoints, conn, capsys):
-    query(conn, f"DROP TABLE IF EXISTS {DB}.strpk")
-    query(conn, f"CREATE TABLE {DB}.strpk (a VARCHAR(10) PRIMARY KEY)")
-    assert_refused(endpoints, capsys, "strpk", "ADD COLUMN c INT", "not supported yet")
+@pytest.mark.parametrize("key_type, reason", [
+    ("DOUBLE", "approximate values"),
+    ("ENUM('b', 'a')", "ENUM sorts by member number"),
+])
+def test_a_key_type_that_cannot_be_matched_exactly_is_refused_with_the_reason(endpoints, conn, capsys, key_type,
+                                                                                reason):
+    query(conn, f"DROP TABLE IF EXISTS {DB}.oddpk")
+    query(conn, f"CREATE TABLE {DB}.oddpk (a INT, b {key_type}, PRIMARY KEY (a, b))")
+    assert_refused(endpoints, capsys, "oddpk", "ADD COLUMN c INT", "primary-key column b of type")
+    assert_refused(endpoints, capsys, "oddpk", "ADD COLUMN c INT", reason)
+
+
+def test_an_alter_that_changes_the_primary_key_columns_is_refused(endpoints, conn, capsys):
+    query(conn, f"DROP TABLE IF EXISTS {DB}.newpk")
+    query(conn, f"CREATE TABLE {DB}.newpk (a INT, b INT, PRIMARY KEY (a))")
+    assert_refused(endpoints, capsys, "newpk", "DROP PRIMARY KEY, ADD PRIMARY KEY (a, b)",
+                   "the ALTER changes the primary key (was a)")
 
 
 def test_alter_syntax_error_reports_server_error(endpoints, conn, capsys):
