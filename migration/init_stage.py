@@ -17,6 +17,7 @@ from applier.chunks import key_ranges
 from core.table import primary_key_of
 from connectors.config import connector_config
 from connectors.rest import ConnectClient, ConnectError
+from connectors.secrets import password_reference, require_connector_secret, write_connector_secret
 from migration.checks import (PreflightError, check_load_thresholds, check_privileges, check_server, check_services,
                               check_session_binlog_formats, check_table)
 from migration.teardown import Metadata, tear_down
@@ -41,6 +42,7 @@ def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
     check_privileges(conn, spec)
     check_load_thresholds(conn, spec)
     check_services(endpoints, info.flavor)
+    require_connector_secret(endpoints)
     check_session_binlog_formats(conn, info)
     return pk
 
@@ -89,8 +91,10 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
     create_change_topic(endpoints.kafka_bootstrap, names.changes, spec.partitions)
     connect = ConnectClient(endpoints.connect_url)
     fence_table = f"{spec.metadata_schema}.{migration.fence_table}"
-    connect.create(migration.connector, connector_config(info.flavor, endpoints.mysql, endpoints.kafka_bootstrap,
-                                                         names, fence_table))
+    write_connector_secret(endpoints, migration.connector)
+    connect.create(migration.connector, connector_config(info.flavor, endpoints.mysql,
+                                                         password_reference(endpoints, migration.connector),
+                                                         endpoints.kafka_bootstrap, names, fence_table))
     connect.wait_running(migration.connector, timeout=START_TIMEOUT_S)
     store = StateStore(conn, spec.metadata_schema)
     consumer = fence_consumer(endpoints.kafka_bootstrap, migration.group_id)
