@@ -1,7 +1,8 @@
 """Stage `init`: checks, new table, metadata, topic, connector, proven start position, copy plan.
 
-Everything is checked before anything is created, and whatever init created is removed again if a
-later step fails, so a failed init leaves the server, Kafka and Connect as they were.
+Everything is checked before anything is created, the migration row is written before anything it owns,
+and whatever init created is removed again if a later step fails, so a failed init leaves the server,
+Kafka and Connect as they were, and a killed one leaves a row from which resume and abort clean up.
 """
 from __future__ import annotations
 
@@ -132,19 +133,24 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
     """
     pk = preflight(conn, endpoints, spec, info)
     definition = table_definition(conn, spec.database, spec.table)   # read first: a DDL from here on is caught
-    create_new_table(conn, spec, pk)
     if spec.dry_run:
+        create_new_table(conn, spec, pk)
         query(conn, f"DROP TABLE {qualified(spec.database, spec.new_table)}")
         return None
-    migration = None
+    store = StateStore(conn, spec.metadata_schema)
+    store.ensure_schema()
+    if store.active(spec.database, spec.table):
+        raise PreflightError(f"a migration of {spec.qualified_name} is already in progress")
+    # The row comes before anything it owns: a process killed at any later statement leaves a row at stage
+    # init, from which resume, migrate and abort remove what exists. The new table under it is provably the
+    # tool's: preflight found its name free, and the row (holding the table's active key) was written first.
+    migration = store.create(spec.database, spec.table, spec.alter, topic_prefix(spec), pk,
+                             {**spec_options(spec), DEFINITION_OPTION: definition}, coordinator)
+    new_table_created = False
     try:
-        store = StateStore(conn, spec.metadata_schema)
-        store.ensure_schema()
-        if store.active(spec.database, spec.table):
-            raise PreflightError(f"a migration of {spec.qualified_name} is already in progress")
-        migration = store.create(spec.database, spec.table, spec.alter, topic_prefix(spec), pk,
-                                 {**spec_options(spec), DEFINITION_OPTION: definition}, coordinator)
         on_created(migration)
+        create_new_table(conn, spec, pk)
+        new_table_created = True
         store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
         start_capture(conn, endpoints, spec, info, migration)
         src = qualified(spec.database, spec.table)
@@ -156,7 +162,9 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
         log_event(log, "capture running; copy planned", migration=migration.id, min_pk=min_pk, max_pk=max_pk)
         return store.get(migration.id)
     except BaseException:
-        tear_down(conn, endpoints, spec, migration, drop_new_table=True, metadata=Metadata.ALL, best_effort=True)
+        # a CREATE refused because the name was taken since preflight leaves that table alone
+        tear_down(conn, endpoints, spec, migration, drop_new_table=new_table_created, metadata=Metadata.ALL,
+                  best_effort=True)
         raise
 
 
