@@ -12,6 +12,7 @@ from urllib.parse import quote
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from cli.main import main
 from connectors.secrets import secret_file
 from core.db import ServerInfo, connect, query
 from core.spec import MigrationSpec
@@ -21,6 +22,7 @@ from migration.teardown import remove_capture
 from streams.events import decode_event
 from streams.fence import fence_ids_for
 from streams.topics import TopicNames
+from tests.integration.helpers import leftovers
 
 pytestmark = pytest.mark.integration
 
@@ -128,3 +130,18 @@ def changed_keys(bootstrap: str, topic: str, partitions: int) -> list[int]:
         return keys
     finally:
         consumer.close()
+
+
+def test_migrate_is_refused_when_the_password_could_only_go_in_clear(endpoints, conn, capsys, monkeypatch):
+    """Another Connect worker than the stack's, and no provider reference given: one error, nothing made."""
+    query(conn, f"DROP TABLE IF EXISTS {DB}.plain")
+    query(conn, f"CREATE TABLE {DB}.plain (id INT PRIMARY KEY, v INT)")
+    monkeypatch.setenv("STREAM_OSC_CONNECT_URL", endpoints.connect_url + "/")   # the same worker, named otherwise
+    monkeypatch.delenv("STREAM_OSC_CONNECTOR_PASSWORD", raising=False)
+    monkeypatch.delenv("STREAM_OSC_CONNECTOR_SECRETS_DIR", raising=False)
+    code = main(["migrate", "--table", f"{DB}.plain", "--alter", "ADD COLUMN x INT", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "STREAM_OSC_CONNECTOR_PASSWORD" in err and "STREAM_OSC_CONNECTOR_SECRETS_DIR" in err
+    assert leftovers(endpoints, DB, "plain") == []
+    query(conn, f"DROP TABLE {DB}.plain")
