@@ -2,6 +2,9 @@
 kill in the middle of init."""
 from __future__ import annotations
 
+import socket
+import subprocess
+
 import pytest
 
 import migration.init_stage as init_stage
@@ -76,8 +79,10 @@ def killed_after_new_table(endpoints, conn, monkeypatch):
         raise KeyboardInterrupt   # SIGKILL: no statement after this one runs
     monkeypatch.setattr(init_stage, "create_new_table", create_then_die)
     monkeypatch.setattr(init_stage, "tear_down", lambda *args, **kwargs: True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()   # a process of this host that no longer runs: the killed coordinator
     with pytest.raises(KeyboardInterrupt):
-        init_stage.run_init(conn, endpoints, spec, ServerInfo.read(conn), "killed-coordinator")
+        init_stage.run_init(conn, endpoints, spec, ServerInfo.read(conn), f"{socket.gethostname()}:{gone.pid}:dead00")
     monkeypatch.undo()
     assert recorded_first == [True], "the migration row must exist before the new table"
     assert columns(conn, "orders_osc_new") == ["id", "v", "x"]
@@ -96,3 +101,13 @@ def test_a_kill_between_new_table_and_capture_leaves_what_abort_removes(endpoint
     assert leftovers(endpoints, DB, "orders") == []
     assert columns(conn, "orders") == ["id", "v"]
     assert migration_row(conn, DB, "orders").status == Status.ABORTED
+
+
+def test_a_kill_between_new_table_and_capture_leaves_what_migrate_starts_over_from(endpoints, conn, capsys,
+                                                                                    killed_after_new_table):
+    code = main(["migrate", "--table", f"{DB}.orders", "--alter", "ADD COLUMN x INT", "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    assert columns(conn, "orders") == ["id", "v", "x"]
+    assert sorted(query(conn, f"SELECT id, v FROM {DB}.orders")) == [(1, 10), (2, 20), (3, 30)]
+    assert leftovers(endpoints, DB, "orders") == [f"table {DB}.orders_osc_old"]   # kept by default
+    assert migration_row(conn, DB, "orders").status == Status.DONE
