@@ -39,6 +39,7 @@ def require_connector_secret(endpoints: Endpoints) -> None:
 
 
 def secret_file(folder: str, connector: str) -> Path:
+    """The password file of one connector (connector names are unique and never reused)."""
     return Path(folder) / f"{connector}.properties"
 
 
