@@ -6,8 +6,10 @@ import statistics
 import subprocess
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
+from bench.credentials import sysbench_config_file
 from bench.sysbench import BenchError, sysbench_command
 from core.db import connect, query
 from core.endpoints import MySQLAddress
@@ -46,10 +48,16 @@ class SysbenchLoad:
     lines: list[tuple[int, float, float, float]] = field(default_factory=list)  # (second, tps, p99, err/s)
 
     def start(self) -> "SysbenchLoad":
-        cmd = sysbench_command(self.addr, self.database, self.rows, f"--rate={self.rate}",
+        self.files = ExitStack()   # the config file lives as long as the process (sysbench reads it at start)
+        config_file = self.files.enter_context(sysbench_config_file(self.addr))
+        cmd = sysbench_command(config_file, self.database, self.rows, f"--rate={self.rate}",
                                f"--threads={self.threads}", "--time=0", "--report-interval=1", "--percentile=99",
                                "--rand-type=uniform", "--mysql-ignore-errors=all", "run")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        except BaseException:
+            self.files.close()
+            raise
         self.started = time.monotonic()
         self.output: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True, name="sysbench-reader")
@@ -74,6 +82,7 @@ class SysbenchLoad:
         if died is None:
             self.proc.terminate()
         self.proc.wait(timeout=30)
+        self.files.close()
         self.reader.join(timeout=10)
         if died is not None:
             tail = "\n".join(self.output[-5:])

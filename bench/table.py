@@ -6,6 +6,7 @@ import subprocess
 import pymysql
 
 from bench.server import fit_buffer_pool
+from bench.credentials import sysbench_config_file
 from bench.sysbench import BenchError, sysbench_command
 from core.db import connect, qualified, query, scalar
 from core.endpoints import MySQLAddress
@@ -45,8 +46,9 @@ class BenchTable:
             if exists and scalar(conn, f"SELECT COUNT(*) FROM {tpl}") == self.rows + PROBE_ROWS:
                 return
             self.drop_all(conn)
-            result = subprocess.run(sysbench_command(self.addr, self.database, self.rows, "prepare"),
-                                    capture_output=True, text=True)
+            with sysbench_config_file(self.addr) as config_file:
+                result = subprocess.run(sysbench_command(config_file, self.database, self.rows, "prepare"),
+                                        capture_output=True, text=True)
             if result.returncode != 0:
                 raise BenchError(f"sysbench prepare failed: {result.stderr.strip() or result.stdout.strip()}")
             query(conn, f"INSERT INTO {self.name} (id, k, c, pad) VALUES "

@@ -16,9 +16,10 @@ from typing import Any
 
 import pymysql
 
+from bench.credentials import client_option_file
 from bench.table import BenchTable
 from core.db import connect, qualified, query, scalar
-from core.endpoints import ENV_KEYS, Endpoints
+from core.endpoints import CONNECTOR_SECRET_KEYS, ENV_KEYS, Endpoints
 
 
 @dataclass
@@ -169,9 +170,10 @@ def pt_osc(run: ToolRun) -> Outcome:
     if binary is None:
         return Outcome(0.0, False, "pt-online-schema-change is not installed (Debian package percona-toolkit)")
     addr = run.endpoints.mysql
-    dsn = f"h={addr.host},P={addr.port},u={addr.user},p={addr.password},D={run.table.database},t={run.table.table}"
-    cmd = [binary, "--alter", run.alter, "--execute", "--recursion-method=none", "--no-check-alter", dsn]
-    return _outcome(run_process(cmd, run.limit_s), run, "pt-online-schema-change")
+    with client_option_file(addr) as option_file:   # DSN F=: user and password from an owner-only file
+        dsn = f"F={option_file},h={addr.host},P={addr.port},D={run.table.database},t={run.table.table}"
+        cmd = [binary, "--alter", run.alter, "--execute", "--recursion-method=none", "--no-check-alter", dsn]
+        return _outcome(run_process(cmd, run.limit_s), run, "pt-online-schema-change")
 
 
 def gh_ost(run: ToolRun) -> Outcome:
@@ -179,11 +181,12 @@ def gh_ost(run: ToolRun) -> Outcome:
     if not run.gh_ost or not Path(run.gh_ost).is_file():
         return Outcome(0.0, False, f"gh-ost binary not found at {run.gh_ost!r}")
     addr = run.endpoints.mysql
-    cmd = [run.gh_ost, f"--host={addr.host}", f"--port={addr.port}", f"--user={addr.user}",
-           f"--password={addr.password}", f"--database={run.table.database}", f"--table={run.table.table}",
-           f"--alter={run.alter}", "--allow-on-master", "--skip-metadata-lock-check", "--assume-rbr",
-           "--initially-drop-ghost-table", "--initially-drop-old-table", "--ok-to-drop-table", "--execute"]
-    return _outcome(run_process(cmd, run.limit_s), run, "gh-ost")
+    with client_option_file(addr) as option_file:   # --conf: user and password from its [client] section
+        cmd = [run.gh_ost, f"--conf={option_file}", f"--host={addr.host}", f"--port={addr.port}",
+               f"--database={run.table.database}", f"--table={run.table.table}",
+               f"--alter={run.alter}", "--allow-on-master", "--skip-metadata-lock-check", "--assume-rbr",
+               "--initially-drop-ghost-table", "--initially-drop-old-table", "--ok-to-drop-table", "--execute"]
+        return _outcome(run_process(cmd, run.limit_s), run, "gh-ost")
 
 
 def stream_osc_command(run: ToolRun) -> tuple[list[str], dict[str, str]]:
@@ -191,7 +194,8 @@ def stream_osc_command(run: ToolRun) -> tuple[list[str], dict[str, str]]:
     script = Path(sys.executable).with_name("stream-osc")
     binary = str(script) if script.exists() else shutil.which("stream-osc") or "stream-osc"
     env = dict(os.environ)
-    env.update({var: getattr(run.endpoints, key) for key, var in ENV_KEYS.items()})
+    env.update({var: getattr(run.endpoints, key) for key, var in {**ENV_KEYS, **CONNECTOR_SECRET_KEYS}.items()
+                if getattr(run.endpoints, key)})
     table = f"{run.table.database}.{run.table.table}"
     return [binary, "--log-level", "INFO", "migrate", "--table", table, "--alter", run.alter,
             "--quiet"], env

@@ -15,14 +15,13 @@ from core.endpoints import Endpoints
 from stack.config import StackConfig
 from migration.lease import STALE_S, live_coordinator
 from migration.runner import Runner
-from migration.teardown import Metadata, tear_down
+from migration.teardown import Metadata, finish_swapped, tables_swapped, tear_down
 from core.spec import MigrationSpec, load_migration_file
 from core.state import FINISHED, SWAPPED_STAGES, Migration, Stage, StateStore, Status
 from migration.worker_process import JoinedWorker
 from monitor.progress import Progress
 from core import redis_keys
 from streams.topics import TopicNames, group_lag
-from core.spec import helper_table_name
 
 SPEC_OPTIONS = {
     "copy_workers": int, "apply_workers": int, "chunk_size": int, "batch_size": int, "apply_batch_size": int,
@@ -194,24 +193,38 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return cmd_migrate(args)
 
 
+# `abort` found the tables already swapped: it finished the migration instead (the new table is in place)
+EXIT_ALREADY_SWAPPED = 3
+
+
 def cmd_abort(args: argparse.Namespace) -> int:
-    """Remove everything the migration created; the original table is untouched."""
+    """Remove everything the migration created and keep the original table, or, if the tables were already
+    swapped (even if the metadata does not say so yet), say so and finish the cleanup instead."""
     endpoints, conn, store, db, tbl = _with_store(args)
     migration = store.active(db, tbl)
     if migration is None:
         raise PreflightError(f"no unfinished migration of {args.table}")
-    if migration.stage in SWAPPED_STAGES:
-        raise PreflightError(f"migration {migration.id} already swapped the tables; nothing to abort")
-    store.update(migration.id, status=Status.ABORTED)
-    _wait_for_coordinator_exit(store, migration.id)
-    if store.get(migration.id).stage in SWAPPED_STAGES:
-        raise PreflightError(f"migration {migration.id} swapped the tables before the abort took effect; "
-                             f"the new table is in place and the original is {db}.{helper_table_name(tbl, 'old')}")
     spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql,
                          metadata_schema=args.metadata_schema or DEFAULTS.metadata_schema)
+    if migration.stage in SWAPPED_STAGES:
+        live = live_coordinator(store, migration.id)
+        if live is not None:
+            raise PreflightError(f"migration {migration.id} already swapped the tables; its coordinator {live[0]} "
+                                 "is finishing the cleanup, nothing to abort")
+    else:
+        store.update(migration.id, status=Status.ABORTED)
+        _wait_for_coordinator_exit(store, migration.id)
+    migration = store.get(migration.id)
+    if migration.stage in SWAPPED_STAGES or tables_swapped(conn, spec):
+        finish_swapped(conn, endpoints, spec, migration)
+        print(f"migration {migration.id} of {args.table} could not be aborted: the tables had already been swapped. "
+              f"{args.table} has the new schema and receives the writes; the original table is kept as "
+              f"{db}.{spec.old_table} (without the writes made since the swap). The unfinished cleanup is done "
+              "(connector and topics removed) and the migration is recorded as done.")
+        return EXIT_ALREADY_SWAPPED
     tear_down(conn, endpoints, spec, migration, drop_new_table=True, metadata=Metadata.WORK)   # a sentry too
     print(f"migration {migration.id} of {args.table} aborted; connector, topics, {spec.new_table} and its copy plan "
-          "removed (its row stays, marked aborted)")
+          f"removed (its row stays, marked aborted); {args.table} is the original table")
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import zlib
 
+from connectors.secrets import ENV_PROVIDER, FILE_PROVIDER
 from core.endpoints import MySQLAddress
 from streams.topics import TopicNames
 
@@ -50,6 +51,10 @@ WORKER_SETTINGS: dict[str, str] = {
     "value.converter.schemas.enable": "false",
     "connector.client.config.override.policy": "All",
     "offset.flush.interval.ms": "500",
+    # the connector config names the password by reference (connectors/secrets.py); the worker resolves it
+    "config.providers": "file,env",
+    "config.providers.file.class": FILE_PROVIDER,
+    "config.providers.env.class": ENV_PROVIDER,
 }
 
 
@@ -70,16 +75,19 @@ def table_pattern(database: str, table: str) -> str:
     return f"(?-i){java_literal(database)}\\.{java_literal(table)}"
 
 
-def connector_config(flavor: str, mysql: MySQLAddress, kafka_bootstrap: str, names: TopicNames,
-                     fence_table: tuple[str, str]) -> dict[str, str]:
-    """Full connector config: capture `db.table` and the fence table, route fences into the change topic."""
+def connector_config(flavor: str, mysql: MySQLAddress, password_reference: str, kafka_bootstrap: str,
+                     names: TopicNames, fence_table: tuple[str, str]) -> dict[str, str]:
+    """Full connector config: capture `db.table` and the fence table, route both into the change topic.
+
+    The password is a config provider reference (connectors/secrets.py), resolved by the Connect worker.
+    """
     config = dict(BASE_SETTINGS)
     config.update({
         "connector.class": CONNECTOR_CLASSES[flavor],
         "database.hostname": mysql.host,
         "database.port": str(mysql.port),
         "database.user": mysql.user,
-        "database.password": mysql.password,
+        "database.password": password_reference,
         "database.server.id": server_id_for(names.prefix),
         "topic.prefix": names.prefix,
         "table.include.list": f"{table_pattern(names.database, names.table)},{table_pattern(*fence_table)}",
@@ -99,7 +107,3 @@ def connector_config(flavor: str, mysql: MySQLAddress, kafka_bootstrap: str, nam
         config["database.ssl.mode"] = "preferred"
     return config
 
-
-def redact(config: dict[str, str]) -> dict[str, str]:
-    """The config with secrets masked, for logs and status output."""
-    return {k: ("********" if "password" in k else v) for k, v in config.items()}

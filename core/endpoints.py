@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
@@ -15,6 +16,18 @@ ENV_KEYS = {
     "connect_url": "STREAM_OSC_CONNECT_URL",
     "redis_url": "STREAM_OSC_REDIS_URL",
 }
+
+# How the Kafka Connect worker finds the database password, so that the connector config never holds it
+# (docs/secrets.md): a config provider reference, or a folder the worker reads with its FileConfigProvider.
+CONNECTOR_SECRET_KEYS = {
+    "connector_password": "STREAM_OSC_CONNECTOR_PASSWORD",
+    "connector_secrets_dir": "STREAM_OSC_CONNECTOR_SECRETS_DIR",
+}
+
+# ${provider:path:key} or ${provider:key}, as Kafka's ConfigTransformer reads it
+PROVIDER_REFERENCE = re.compile(r"\$\{[A-Za-z0-9_.-]+:[^}]+\}")
+
+DSN_SHAPE = "mysql://user:password@host:port/"
 
 
 @dataclass(frozen=True)
@@ -35,16 +48,28 @@ class MySQLAddress:
 
 
 def parse_mysql_dsn(dsn: str) -> MySQLAddress:
-    """Parse a mysql:// URL; raise ConfigError without echoing the password."""
-    url = urlparse(dsn)
-    if url.scheme not in ("mysql", "mariadb") or not url.hostname:
-        raise ConfigError("STREAM_OSC_MYSQL_DSN must look like mysql://user:password@host:port/")
-    return MySQLAddress(
-        host=url.hostname,
-        port=url.port or 3306,
-        user=unquote(url.username or "root"),
-        password=unquote(url.password or ""),
-    )
+    """Parse a mysql:// URL; raise ConfigError without echoing the password (nor anything before the '@').
+
+    The credentials are everything between '//' and the last '@', so a password may hold '?', '/', '#'
+    or '@' as they are; percent-escapes in it are decoded (a literal '%' is written %25).
+    """
+    scheme, sep, rest = dsn.partition("://")
+    if not sep or scheme.lower() not in ("mysql", "mariadb"):
+        raise ConfigError(f"STREAM_OSC_MYSQL_DSN must look like {DSN_SHAPE} (scheme mysql:// or mariadb://)")
+    credentials, at, location = rest.rpartition("@")
+    hostport = re.split(r"[/?#]", location, maxsplit=1)[0]
+    host, colon, port_text = hostport.rpartition(":")
+    if not colon or (host.startswith("[") and not host.endswith("]")):   # no port (an IPv6 literal has colons)
+        host, port_text = hostport, ""
+    host = host.strip("[]")
+    if not host:
+        raise ConfigError(f"STREAM_OSC_MYSQL_DSN has no host; it must look like {DSN_SHAPE}")
+    if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
+        raise ConfigError(f"STREAM_OSC_MYSQL_DSN: the port is not a number from 1 to 65535; it must look like "
+                          f"{DSN_SHAPE} (nothing of the DSN is shown: a misplaced part may be the password)")
+    user, _, password = credentials.partition(":") if at else ("", "", "")
+    return MySQLAddress(host=host, port=int(port_text or 3306), user=unquote(user or "root"),
+                        password=unquote(password))
 
 
 @dataclass(frozen=True)
@@ -55,6 +80,8 @@ class Endpoints:
     kafka_bootstrap: str
     connect_url: str
     redis_url: str
+    connector_password: str = ""      # a config provider reference, e.g. ${file:/etc/connect/db.properties:password}
+    connector_secrets_dir: str = ""   # a folder the Connect worker reads; the tool writes the password there
 
     @property
     def mysql(self) -> MySQLAddress:
@@ -74,15 +101,16 @@ class Endpoints:
         """
         environ = os.environ if environ is None else environ
         defaults = defaults or {}
-        values = {key: defaults[var] for key, var in ENV_KEYS.items() if var in defaults}
+        keys = {**ENV_KEYS, **CONNECTOR_SECRET_KEYS}
+        values = {key: defaults[var] for key, var in keys.items() if var in defaults}
         path = config_file or environ.get("STREAM_OSC_CONFIG")
         if path:
             section = config_section(path, "endpoints")
-            unknown = set(section) - set(ENV_KEYS)
+            unknown = set(section) - set(keys)
             if unknown:
                 raise ConfigError(f"unknown keys in [endpoints] of {path}: {', '.join(sorted(unknown))}")
             values.update({k: str(v) for k, v in section.items()})
-        for key, var in ENV_KEYS.items():
+        for key, var in keys.items():
             if environ.get(var):
                 values[key] = environ[var]
         missing = [f"{var} (or {key} in [endpoints])" for key, var in ENV_KEYS.items() if key not in values]
@@ -90,7 +118,21 @@ class Endpoints:
             raise ConfigError(f"no address for: {', '.join(missing)}")
         endpoints = cls(**values)
         parse_mysql_dsn(endpoints.mysql_dsn)  # a malformed DSN is refused here, not at first use
+        check_connector_secret_settings(endpoints)
         return endpoints
+
+
+def check_connector_secret_settings(endpoints: Endpoints) -> None:
+    """Refuse a connector password that is not a provider reference (never echoing it) or an unusable folder."""
+    if endpoints.connector_password and not PROVIDER_REFERENCE.fullmatch(endpoints.connector_password):
+        raise ConfigError("STREAM_OSC_CONNECTOR_PASSWORD (connector_password) must be a Kafka Connect config "
+                          "provider reference such as ${file:/etc/kafka-connect/secrets/db.properties:password} "
+                          "or ${env:DB_PASSWORD}, not the password itself: Connect stores a connector's config in "
+                          "its config topic and returns it from its REST API")
+    folder = endpoints.connector_secrets_dir
+    if folder and (not os.path.isabs(folder) or re.search(r"[:}{,]", folder)):
+        raise ConfigError(f"STREAM_OSC_CONNECTOR_SECRETS_DIR (connector_secrets_dir) must be an absolute path "
+                          f"without ':', ',' or braces (it goes into a ${{file:PATH:KEY}} reference): {folder}")
 
 
 def redis_where(url: str) -> str:

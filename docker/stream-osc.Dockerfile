@@ -1,12 +1,6 @@
+# stream-osc itself; the build context is filtered by .dockerignore (no virtualenv, run or cache folders).
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml ./
-COPY migration migration
-COPY connectors connectors
-COPY streams streams
-COPY applier applier
-COPY cutover cutover
-COPY monitor monitor
-COPY stack stack
+COPY . .
 RUN pip install --no-cache-dir .
 ENTRYPOINT ["stream-osc"]

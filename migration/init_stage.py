@@ -1,7 +1,8 @@
 """Stage `init`: checks, new table, metadata, topic, connector, proven start position, copy plan.
 
-Everything is checked before anything is created, and whatever init created is removed again if a
-later step fails, so a failed init leaves the server, Kafka and Connect as they were.
+Everything is checked before anything is created, the migration row is written before anything it owns,
+and whatever init created is removed again if a later step fails, so a failed init leaves the server,
+Kafka and Connect as they were, and a killed one leaves a row from which resume and abort clean up.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pymysql
 from applier.chunks import key_ranges
 from connectors.config import connector_config
 from connectors.rest import ConnectClient, ConnectError
+from connectors.secrets import password_reference, require_connector_secret, write_connector_secret
 from migration.checks import (PreflightError, check_load_thresholds, check_privileges, check_server, check_services,
                               check_session_binlog_formats, check_table)
 from migration.teardown import Metadata, tear_down
@@ -41,6 +43,7 @@ def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
     check_privileges(conn, spec)
     check_load_thresholds(conn, spec)
     check_services(endpoints, info.flavor)
+    require_connector_secret(endpoints)
     check_session_binlog_formats(conn, info)
     return pk
 
@@ -90,8 +93,10 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
     create_change_topic(endpoints.kafka_bootstrap, names.changes, spec.partitions)
     connect = ConnectClient(endpoints.connect_url)
     fence_table = (spec.metadata_schema, migration.fence_table)
-    connect.create(migration.connector, connector_config(info.flavor, endpoints.mysql, endpoints.kafka_bootstrap,
-                                                         names, fence_table))
+    write_connector_secret(endpoints, migration.connector)
+    connect.create(migration.connector, connector_config(info.flavor, endpoints.mysql,
+                                                         password_reference(endpoints, migration.connector),
+                                                         endpoints.kafka_bootstrap, names, fence_table))
     connect.wait_running(migration.connector, timeout=START_TIMEOUT_S)
     store = StateStore(conn, spec.metadata_schema)
     consumer = fence_consumer(endpoints.kafka_bootstrap, migration.group_id)
@@ -129,19 +134,24 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
     """
     pk = preflight(conn, endpoints, spec, info)
     definition = table_definition(conn, spec.database, spec.table)   # read first: a DDL from here on is caught
-    create_new_table(conn, spec, pk)
     if spec.dry_run:
+        create_new_table(conn, spec, pk)
         query(conn, f"DROP TABLE {qualified(spec.database, spec.new_table)}")
         return None
-    migration = None
+    store = StateStore(conn, spec.metadata_schema)
+    store.ensure_schema()
+    if store.active(spec.database, spec.table):
+        raise PreflightError(f"a migration of {spec.qualified_name} is already in progress")
+    # The row comes before anything it owns: a process killed at any later statement leaves a row at stage
+    # init, from which resume, migrate and abort remove what exists. The new table under it is provably the
+    # tool's: preflight found its name free, and the row (holding the table's active key) was written first.
+    migration = store.create(spec.database, spec.table, spec.alter, topic_prefix(spec), pk.names,
+                             {**spec_options(spec), DEFINITION_OPTION: definition}, coordinator)
+    new_table_created = False
     try:
-        store = StateStore(conn, spec.metadata_schema)
-        store.ensure_schema()
-        if store.active(spec.database, spec.table):
-            raise PreflightError(f"a migration of {spec.qualified_name} is already in progress")
-        migration = store.create(spec.database, spec.table, spec.alter, topic_prefix(spec), pk.names,
-                                 {**spec_options(spec), DEFINITION_OPTION: definition}, coordinator)
         on_created(migration)
+        create_new_table(conn, spec, pk)
+        new_table_created = True
         store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
         start_capture(conn, endpoints, spec, info, migration)
         ranges = key_ranges(conn, qualified(spec.database, spec.table), pk, None, None, spec.chunk_size)
@@ -150,7 +160,9 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
         log_event(log, "capture running; copy planned", migration=migration.id, chunks=len(ranges))
         return store.get(migration.id)
     except BaseException:
-        tear_down(conn, endpoints, spec, migration, drop_new_table=True, metadata=Metadata.ALL, best_effort=True)
+        # a CREATE refused because the name was taken since preflight leaves that table alone
+        tear_down(conn, endpoints, spec, migration, drop_new_table=new_table_created, metadata=Metadata.ALL,
+                  best_effort=True)
         raise
 
 

@@ -14,14 +14,14 @@ from applier.copy import copy_worker
 from core.table import load_pair
 from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectClient, ConnectorState
-from cutover.swap import SENTRY_COMMENT, Cutover, CutoverAborted
+from cutover.swap import Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError
 from core.context import RunContext
-from core.db import ServerInfo, connect, scalar
+from core.db import ServerInfo, connect
 from core.endpoints import Endpoints
 from migration.init_stage import run_init
-from migration.teardown import Metadata, tear_down
+from migration.teardown import Metadata, tables_swapped, tear_down
 from migration.lease import CoordinatorLease, live_coordinator, owner_name
 from core.logs import log_event
 from core.spec import MigrationSpec, with_overrides
@@ -344,13 +344,8 @@ class Runner:
                                "`stream-osc cutover` at a quieter time or with a larger --cutover-window")
 
     def _swap_already_done(self) -> bool:
-        """After a crash inside cutover: the RENAME ran if _t_new is gone and _t_old is a real table."""
-        db = self.spec.database
-        new_exists = scalar(self.conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND "
-                                       "TABLE_NAME=%s", (db, self.spec.new_table))
-        old_comment = scalar(self.conn, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
-                                        "AND TABLE_NAME=%s", (db, self.spec.old_table))
-        return not new_exists and old_comment is not None and old_comment != SENTRY_COMMENT
+        """After a crash inside cutover: did the RENAME run?"""
+        return tables_swapped(self.conn, self.spec)
 
     def _cleanup(self, migration: Migration) -> None:
         tear_down(self.conn, self.endpoints, self.spec, migration, drop_new_table=False,

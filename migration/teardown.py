@@ -13,13 +13,14 @@ import pymysql
 import redis
 
 from connectors.rest import ConnectClient
+from connectors.secrets import remove_connector_secret
 from core import redis_keys
-from core.db import qualified, query
+from core.db import qualified, query, scalar
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
-from core.state import Migration, StateStore
-from cutover.swap import drop_sentry
+from core.state import Migration, Stage, StateStore, Status
+from cutover.swap import SENTRY_COMMENT, drop_sentry
 from streams.topics import TopicNames, delete_topics
 
 log = logging.getLogger("stream_osc.teardown")
@@ -67,8 +68,28 @@ def tear_down(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
 
 def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
                    migration: Migration) -> None:
-    """Remove the connector, topics, fence table and Redis keys of a migration."""
+    """Remove the connector (and the password file it read), topics, fence table and Redis keys of a migration."""
     ConnectClient(endpoints.connect_url).remove(migration.connector)
+    remove_connector_secret(endpoints, migration.connector)
     delete_topics(endpoints.kafka_bootstrap, TopicNames(migration.prefix, spec.database, spec.table).all())
     query(conn, f"DROP TABLE IF EXISTS {qualified(spec.metadata_schema, migration.fence_table)}")
     redis_keys.clear_migration(redis.Redis.from_url(endpoints.redis_url), migration.id)
+
+
+def tables_swapped(conn: pymysql.connections.Connection, spec: MigrationSpec) -> bool:
+    """True if the swap's RENAME ran, whatever the metadata says (a coordinator can die between the RENAME
+    and recording it): the new table's name is free and the old name holds a real table, not the sentry."""
+    new_exists = scalar(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+                        (spec.database, spec.new_table))
+    old_comment = scalar(conn, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                               "AND TABLE_NAME=%s", (spec.database, spec.old_table))
+    return not new_exists and old_comment is not None and old_comment != SENTRY_COMMENT
+
+
+def finish_swapped(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
+                   migration: Migration) -> None:
+    """The cleanup of a migration whose tables are swapped: capture removed, the original kept under the old
+    name (whatever --drop-old said: nobody asked for it to go this way), the migration recorded as done."""
+    tear_down(conn, endpoints, spec, migration, drop_new_table=False, metadata=Metadata.KEEP)
+    StateStore(conn, spec.metadata_schema).enter_stage(migration.id, Stage.DONE, status=Status.DONE, error=None)
+    log_event(log, "swapped migration finished by abort", logging.WARNING, migration=migration.id)

@@ -1,6 +1,7 @@
 """Where the embedded local stack lives on disk and which ports it listens on."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,11 @@ class StackConfig:
         """Kafka Connect `plugin.path` (holds debezium-connector-mariadb/); STREAM_OSC_PLUGIN_DIR moves it."""
         return Path(os.environ.get("STREAM_OSC_PLUGIN_DIR", self.jars_dir / "plugins"))
 
+    @property
+    def connect_secrets_dir(self) -> Path:
+        """Where the tool writes connector passwords for the Connect worker's FileConfigProvider (mode 0700)."""
+        return self.run_dir / "connect" / "secrets"
+
     def pid_file(self, service: str) -> Path:
         """PID file of one service."""
         return self.run_dir / f"{service}.pid"
@@ -79,8 +85,16 @@ class StackConfig:
 
     def endpoints(self, config_file: str | Path | None = None) -> Endpoints:
         """The endpoints a command uses: this stack's addresses unless a config file or STREAM_OSC_*
-        variables say otherwise."""
-        return Endpoints.load(config_file, defaults=self.env())
+        variables say otherwise.
+
+        The stack's secrets folder is the default only while the Connect worker is this stack's: another
+        worker cannot read it, and is told how to find the password by its operator (docs/secrets.md).
+        """
+        loaded = Endpoints.load(config_file, defaults=self.env())
+        if (loaded.connect_url == self.env()["STREAM_OSC_CONNECT_URL"] and not loaded.connector_password
+                and not loaded.connector_secrets_dir):
+            loaded = dataclasses.replace(loaded, connector_secrets_dir=str(self.connect_secrets_dir))
+        return loaded
 
     def env(self) -> dict[str, str]:
         """The endpoint variables every stream-osc command reads, for this stack."""

@@ -6,7 +6,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from connectors.config import CONNECTOR_CLASSES
+from connectors.config import CONNECTOR_CLASSES, WORKER_SETTINGS
 from stack.base import Service
 from stack.config import StackConfig
 from stack.java import java_binary, java_command, render_log4j2, require_jars
@@ -33,29 +33,27 @@ def url(config: StackConfig) -> str:
 
 
 def render_properties(config: StackConfig) -> str:
-    """worker.properties: JSON without schemas, internal topics with replication factor 1."""
+    """worker.properties: the shared WORKER_SETTINGS (JSON without schemas, config providers, offset flush),
+    internal topics with replication factor 1, and the file provider limited to the secrets folder."""
     group = config.connect_group
+    shared = "".join(f"{key}={value}\n" for key, value in WORKER_SETTINGS.items())
     return f"""\
 # written by stream-osc (stack/connect.py); rewritten on every start
 bootstrap.servers={config.host}:{config.kafka_port}
 group.id={group}
-key.converter=org.apache.kafka.connect.json.JsonConverter
-value.converter=org.apache.kafka.connect.json.JsonConverter
-key.converter.schemas.enable=false
-value.converter.schemas.enable=false
+{shared}config.providers.file.param.allowed.paths={config.connect_secrets_dir}
+config.providers.env.param.allowlist.pattern=STREAM_OSC_CONNECTOR_SECRET_.*
 config.storage.topic={group}-configs
 offset.storage.topic={group}-offsets
 status.storage.topic={group}-status
 config.storage.replication.factor=1
 offset.storage.replication.factor=1
 status.storage.replication.factor=1
-offset.flush.interval.ms=500
 listeners=http://{config.host}:{config.connect_port}
 rest.advertised.host.name={config.host}
 rest.advertised.port={config.connect_port}
 plugin.path={config.plugin_dir}
 plugin.discovery=service_load
-connector.client.config.override.policy=All
 """
 
 
@@ -66,6 +64,8 @@ def preflight(config: StackConfig) -> None:
 
 def prepare(config: StackConfig) -> None:
     home(config).mkdir(parents=True, exist_ok=True)
+    config.connect_secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    config.connect_secrets_dir.chmod(0o700)
     properties_file(config).write_text(render_properties(config))
     log4j2_file(config).write_text(render_log4j2())
 

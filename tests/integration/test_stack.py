@@ -31,8 +31,9 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> 
 
 
 def side_env(run_dir: Path, **extra: str) -> dict[str, str]:
-    """Environment of a side stack: its own run dir and free ports, no endpoint variables."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_OSC_")}
+    """Environment of a side stack: its own run dir and free ports, no endpoint variables (the jar cache is
+    shared: STREAM_OSC_CACHE_DIR stays)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_OSC_") or k == "STREAM_OSC_CACHE_DIR"}
     env["STREAM_OSC_RUN_DIR"] = str(run_dir)
     for var, port in zip(PORT_ENV.values(), free_ports(len(PORT_ENV))):
         env[var] = str(port)

@@ -1,4 +1,7 @@
-"""docker-compose.yml agrees with what connectors/ and stack/ generate: one source of truth."""
+"""docker-compose.yml agrees with what connectors/ and stack/ generate, and with the variable names the
+Debezium Connect image's entrypoint reads (tests/unit/data/debezium-connect-entrypoint.json, source noted there)."""
+import json
+import re
 from pathlib import Path
 
 import yaml
@@ -7,8 +10,34 @@ from connectors.config import WORKER_SETTINGS
 from core.endpoints import parse_mysql_dsn
 from stack.config import PORT_ENV, StackConfig
 
-COMPOSE = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text())
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
+ENTRYPOINT = json.loads((Path(__file__).parent / "data" / "debezium-connect-entrypoint.json").read_text())
+SHORT_NAMES: dict[str, dict] = ENTRYPOINT["short_names"]
+OVERWRITTEN = {entry["sets"]: short for short, entry in SHORT_NAMES.items() if not entry.get("only_if_set")}
+
+
+def property_name(variable: str) -> str:
+    """CONNECT_X_Y -> x.y, as the entrypoint turns variables into worker properties."""
+    return variable.removeprefix("CONNECT_").lower().replace("_", ".")
+
+
+def worker_properties(env: dict[str, object]) -> dict[str, str]:
+    """The worker properties the entrypoint writes for this environment: CONNECT_ variables first, then
+    what it exports from the short names (or their defaults) over them."""
+    exported = {k: str(v) for k, v in env.items() if k.startswith("CONNECT_") and not k.startswith("CONNECT_LOG4J")}
+    for short, entry in SHORT_NAMES.items():
+        if short in env:
+            exported[entry["sets"]] = str(env[short])
+        elif not entry.get("only_if_set"):
+            exported[entry["sets"]] = entry["default"] or ""
+    return {property_name(k): v for k, v in exported.items() if k.startswith("CONNECT_")}
+
+
+def compose_value(value: object) -> str:
+    """A compose environment value as the container sees it (`$$` is compose's escape for `$`)."""
+    return str(value).replace("$$", "$")
 
 
 def test_services_present():
@@ -26,10 +55,50 @@ def test_host_ports_match_the_embedded_stack(monkeypatch):
     assert str(stack.connect_port) in published["connect"]
 
 
-def test_connect_worker_settings_match_connectors_module():
-    env = SERVICES["connect"]["environment"]
+def test_connect_worker_gets_the_settings_connectors_rely_on():
+    """Offset flush of 500 ms, JSON without schemas, config providers: as the worker will really see them."""
+    props = worker_properties(SERVICES["connect"]["environment"])
     for key, value in WORKER_SETTINGS.items():
-        assert str(env["CONNECT_" + key.upper().replace(".", "_")]) == value, key
+        assert props.get(key) == value, key
+
+
+def test_connect_environment_uses_only_names_the_entrypoint_reads():
+    env = SERVICES["connect"]["environment"]
+    secret_pattern = env.get("CONNECT_CONFIG_PROVIDERS_ENV_PARAM_ALLOWLIST_PATTERN", "(?!)")
+    for name in env:
+        assert name not in OVERWRITTEN, f"{name} is overwritten by the entrypoint: set {OVERWRITTEN.get(name)}"
+        assert (name in SHORT_NAMES or name in ENTRYPOINT["other_variables_read"] or name.startswith("CONNECT_")
+                or re.fullmatch(secret_pattern, name)), f"the entrypoint never reads {name}"
+
+
+def test_connector_password_is_a_reference_the_worker_resolves():
+    """The tool hands Connect ${env:VAR}; VAR is in the worker's environment, allowed, and the osc password."""
+    connect_env, tool_env = SERVICES["connect"]["environment"], SERVICES["stream-osc"]["environment"]
+    reference = compose_value(tool_env["STREAM_OSC_CONNECTOR_PASSWORD"])
+    match = re.fullmatch(r"\$\{env:([A-Z0-9_]+)\}", reference)
+    assert match, reference
+    variable = match.group(1)
+    props = worker_properties(connect_env)
+    assert "env" in props["config.providers"].split(",")
+    assert re.fullmatch(props["config.providers.env.param.allowlist.pattern"], variable)
+    assert str(connect_env[variable]) == SERVICES["mysql"]["environment"]["MYSQL_PASSWORD"]
+    assert parse_mysql_dsn(tool_env["STREAM_OSC_MYSQL_DSN"]).password == str(connect_env[variable])
+    assert not any(str(connect_env[variable]) in str(v) for k, v in tool_env.items()
+                   if k != "STREAM_OSC_MYSQL_DSN"), "the password itself goes nowhere but the DSN"
+
+
+def test_services_start_once_their_dependencies_are_healthy():
+    for name, service in SERVICES.items():
+        depends = service.get("depends_on", {})
+        assert isinstance(depends, dict), f"{name}: depends_on without conditions only waits for a start"
+        for dependency, condition in depends.items():
+            assert condition == {"condition": "service_healthy"}, (name, dependency)
+            assert "test" in SERVICES[dependency].get("healthcheck", {}), f"{dependency} has no healthcheck"
+
+
+def test_build_context_leaves_out_local_folders():
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    assert {".git", ".venv", ".run", ".cache"} <= ignored
 
 
 def test_mysql_binlog_settings_are_what_init_checks():
@@ -42,6 +111,7 @@ def test_tool_endpoints_point_at_the_services():
     env = SERVICES["stream-osc"]["environment"]
     mysql = parse_mysql_dsn(env["STREAM_OSC_MYSQL_DSN"])
     assert mysql.host == "mysql" and mysql.user == SERVICES["mysql"]["environment"]["MYSQL_USER"]
-    assert env["STREAM_OSC_KAFKA_BOOTSTRAP"] == SERVICES["connect"]["environment"]["BOOTSTRAP_SERVERS"]
+    connect_props = worker_properties(SERVICES["connect"]["environment"])
+    assert env["STREAM_OSC_KAFKA_BOOTSTRAP"] == connect_props["bootstrap.servers"]
     assert env["STREAM_OSC_CONNECT_URL"].endswith(":" + SERVICES["connect"]["ports"][0].split(":")[1])
     assert env["STREAM_OSC_REDIS_URL"].startswith("redis://redis:")

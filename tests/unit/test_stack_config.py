@@ -5,6 +5,7 @@ import base64
 import os
 import shlex
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -116,6 +117,24 @@ def test_connect_worker_properties(clean_env):
     for key in ("config", "offset", "status"):
         assert props[f"{key}.storage.replication.factor"] == "1"
     assert len({props["config.storage.topic"], props["offset.storage.topic"], props["status.storage.topic"]}) == 3
+    # the file provider reads only the folder the tool writes connector passwords into
+    assert props["config.providers.file.param.allowed.paths"] == str(REPO_ROOT / ".run/connect/secrets")
+
+
+def test_stack_secrets_folder_is_the_default_only_for_the_stacks_own_connect_worker(clean_env):
+    config = StackConfig()
+    assert config.endpoints().connector_secrets_dir == str(config.connect_secrets_dir)
+    clean_env.setenv("STREAM_OSC_CONNECT_URL", "http://connect.prod:8083")
+    assert config.endpoints().connector_secrets_dir == ""
+    clean_env.setenv("STREAM_OSC_CONNECTOR_PASSWORD", "${file:/etc/connect/db.properties:password}")
+    assert config.endpoints().connector_password == "${file:/etc/connect/db.properties:password}"
+
+
+def test_stack_prepares_an_owner_only_secrets_folder(clean_env, tmp_path):
+    clean_env.setenv("STREAM_OSC_RUN_DIR", str(tmp_path / "run"))
+    config = StackConfig()
+    connect.prepare(config)
+    assert stat.S_IMODE(os.stat(config.connect_secrets_dir).st_mode) == 0o700
 
 
 def test_java_command_uses_the_jar_folder_and_heap(clean_env, tmp_path):

@@ -59,3 +59,58 @@ def test_retrying_gives_up_after_the_last_attempt(monkeypatch):
     with pytest.raises(redis.exceptions.ConnectionError):
         transient.retrying_transient(down, lambda: None, lambda exc, attempt, delay: attempts.append(attempt))
     assert attempts == list(range(1, transient.MAX_TRANSIENT_FAILURES + 1))
+
+
+class FakeClock:
+    """Monotonic time that moves only when an attempt runs or the retry sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_blips_spread_over_a_long_run_never_use_up_the_budget(monkeypatch):
+    """Twelve short outages, one every ten minutes of healthy running: the run finishes."""
+    clock = FakeClock()
+    monkeypatch.setattr(transient.time, "sleep", clock.sleep)
+    blips = transient.MAX_TRANSIENT_FAILURES + 4
+    attempts = []
+
+    def long_run() -> str:
+        attempts.append(clock.now)
+        clock.now += 600                 # ten minutes of copying and applying, then a connection drop
+        if len(attempts) <= blips:
+            raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+        return "done"
+    reported: list[int] = []
+    assert transient.retrying_transient(long_run, lambda: None, lambda exc, n, delay: reported.append(n),
+                                        clock=clock) == "done"
+    assert len(attempts) == blips + 1 and reported == [1] * blips, "each blip is the first failure of its outage"
+
+
+def test_one_long_outage_stops_the_run(monkeypatch):
+    """A healthy stretch, then a database that stays down: stopped after the budget, with every retry counted."""
+    clock = FakeClock()
+    monkeypatch.setattr(transient.time, "sleep", clock.sleep)
+    attempts = []
+
+    def run() -> None:
+        attempts.append(clock.now)
+        if len(attempts) == 1:
+            clock.now += 600             # ran fine for a while before the outage began
+        raise pymysql.err.OperationalError(2003, "Can't connect to MySQL server")
+    reported: list[int] = []
+    with pytest.raises(pymysql.err.OperationalError):
+        transient.retrying_transient(run, lambda: None, lambda exc, n, delay: reported.append(n), clock=clock)
+    assert reported == list(range(1, transient.MAX_TRANSIENT_FAILURES + 1))
+    assert clock.now - 600 < 4 * 60, "the outage is given up within minutes"
+
+
+def test_retries_of_one_outage_never_pass_for_a_recovery():
+    """The longest backoff is shorter than the healthy stretch that ends an outage."""
+    assert min(2 ** transient.MAX_TRANSIENT_FAILURES, 30) < transient.RECOVERED_AFTER_S
