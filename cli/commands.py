@@ -1,27 +1,24 @@
-"""Handlers of the migration commands: migrate, status, cutover, resume, pause, abort, worker."""
+"""Handlers of the migration commands: migrate, status, list, cutover, resume, pause, abort, worker."""
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
-import redis
-
-from connectors.health import describe_failure
-from connectors.rest import ConnectClient, ConnectError
+from cli.exit_codes import ExitCode
+from cli.status import list_rows, read_status, status_lines
 from migration.checks import PreflightError
 from core.db import connect
-from core.endpoints import Endpoints
 from stack.config import StackConfig
 from migration.lease import STALE_S, live_coordinator
 from migration.runner import Runner
 from migration.teardown import Metadata, tear_down
 from core.spec import MigrationSpec, load_migration_file
-from core.state import FINISHED, SWAPPED_STAGES, Migration, Stage, StateStore, Status
+from core.state import SWAPPED_STAGES, StateStore, Status
 from migration.worker_process import JoinedWorker
+from monitor.metrics import MigrationMetrics
 from monitor.progress import Progress
-from core import redis_keys
-from streams.topics import TopicNames, group_lag
 from core.spec import helper_table_name
 
 SPEC_OPTIONS = {
@@ -106,8 +103,16 @@ def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> s
 def cmd_migrate(args: argparse.Namespace, cutover_now: bool = False) -> int:
     spec = spec_from_args(args, alter_required=not cutover_now and args.command == "migrate")
     endpoints = StackConfig().endpoints(args.config)
-    return Runner(endpoints, spec, Progress(quiet=args.quiet), cutover_now=cutover_now,
-                  resume_live=args.command == "resume").run()
+    metrics = MigrationMetrics(spec.qualified_name)
+    if args.metrics_port is not None:
+        metrics.serve(args.metrics_port, args.metrics_address)   # before init: a taken port changes nothing
+    elif args.metrics_address is not None:
+        raise PreflightError("--metrics-address needs --metrics-port")
+    try:
+        return Runner(endpoints, spec, Progress(quiet=args.quiet), cutover_now=cutover_now,
+                      resume_live=args.command == "resume", metrics=metrics).run()
+    finally:
+        metrics.close()
 
 
 def cmd_cutover(args: argparse.Namespace) -> int:
@@ -122,61 +127,77 @@ def _with_store(args: argparse.Namespace):
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """Exit 0, or STOPPED (3) when the migration is unfinished and no process runs it (it failed or was killed)."""
     endpoints, conn, store, db, tbl = _with_store(args)
-    migration = store.latest(db, tbl)
-    if migration is None:
-        raise PreflightError(f"no migration of {args.table} is recorded")
-    rows, chunks_done, chunks = store.copy_progress(migration.id)
-    doc = {
-        "migration": migration.id, "table": args.table, "alter": migration.alter_sql,
-        "stage": migration.stage, "status": migration.status,
-        "copy": {"rows": rows, "chunks_done": chunks_done, "chunks": chunks},
-        "validation_diffs": migration.validation_diffs, "cutover_blocked_ms": migration.cutover_blocked_ms,
-        "connector": migration.connector, "error": migration.error,
-    }
-    if migration.status not in FINISHED:
-        doc["coordinator"] = _coordinator_line(store, migration.id)
-        doc["connector_state"] = _connector_line(endpoints, migration, args.table)
-        doc["throttled"] = _throttle_line(endpoints, migration)
-    if migration.stage in (Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER):
-        names = TopicNames(migration.prefix, db, tbl)
-        try:
-            doc["apply_lag_events"] = group_lag(endpoints.kafka_bootstrap, migration.group_id, names.changes,
-                                                int(migration.options.get("partitions", 8)))
-        except Exception as exc:  # noqa: BLE001 - status still shows the rest
-            doc["apply_lag_events"] = f"unknown ({exc})"
+    while True:
+        migration = store.latest(db, tbl)
+        if migration is None:
+            raise PreflightError(f"no migration of {args.table} is recorded")
+        doc = read_status(endpoints, store, migration)
+        if args.json:
+            print(json.dumps(doc, indent=None if args.watch else 2), flush=True)
+        else:
+            if args.watch and sys.stdout.isatty():
+                print("\033[H\033[J", end="")
+            print("\n".join(status_lines(doc)) + ("\n" if args.watch else ""), flush=True)
+        if not args.watch or doc["state"] in ("done", "aborted", "stopped"):
+            return ExitCode.STOPPED if doc["state"] == "stopped" else ExitCode.DONE
+        time.sleep(args.interval)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Every migration in the metadata schema, newest first."""
+    endpoints = StackConfig().endpoints(args.config)
+    conn = connect(endpoints.mysql)
+    try:
+        rows = list_rows(StateStore(conn, args.metadata_schema or DEFAULTS.metadata_schema))
+    finally:
+        conn.close()
     if args.json:
-        print(json.dumps(doc, indent=2, default=str))
-    else:
-        for key, value in doc.items():
-            print(f"{key:>20}: {value}")
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'ID':>6}  {'TABLE':<40} {'STAGE':<9} {'STATE':<8} {'AGE':>10}  ERROR")
+    for row in rows:
+        print(f"{row['migration']:>6}  {row['table']:<40} {row['stage']:<9} {row['state']:<8} "
+              f"{format_age(row['age_s']):>10}  {'yes' if row['has_error'] else ''}")
     return 0
 
 
-def _throttle_line(endpoints: Endpoints, migration: Migration) -> str:
-    """Why the workers hold back (--max-load), or "no"."""
+def format_age(seconds: float) -> str:
+    """3d04h, 5h07m, 12m30s, 45s."""
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def port_number(text: str) -> int:
+    """A TCP port for argparse: 1 to 65535."""
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return int(text)
+
+
+def positive_seconds(text: str) -> float:
     try:
-        note = redis.Redis.from_url(endpoints.redis_url, socket_timeout=5).get(redis_keys.throttle_note(migration.id))
-    except redis.RedisError as exc:
-        return f"unknown (Redis: {type(exc).__name__})"
-    return f"yes: {note.decode()} (--max-load)" if note else "no"
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
-def _coordinator_line(store: StateStore, migration_id: int) -> str:
-    live = live_coordinator(store, migration_id)
-    return f"{live[0]} (heartbeat {live[1]:.1f} s ago)" if live else "none running"
-
-
-def _connector_line(endpoints: Endpoints, migration: Migration, table: str) -> str:
-    try:
-        state = ConnectClient(endpoints.connect_url).state(migration.connector)
-    except ConnectError as exc:
-        return f"unknown ({exc})"
-    if state is None:
-        return "missing from Kafka Connect"
-    if state.failed:
-        return "FAILED: " + describe_failure(migration.connector, state, table)
-    return f"{state.connector} (tasks: {', '.join(state.tasks) or 'none'})"
+def add_metrics_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics-port", type=port_number,
+                        help="serve Prometheus metrics on http://ADDRESS:PORT/metrics while this process runs")
+    parser.add_argument("--metrics-address",
+                        help="address of the metrics endpoint (default 127.0.0.1; 0.0.0.0 for every interface)")
 
 
 def cmd_pause(args: argparse.Namespace, status: Status = Status.PAUSED) -> int:
@@ -247,12 +268,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="keep the original table as <table>_osc_old (default)")
     migrate.add_argument("--drop-old", dest="keep_old", action="store_false", help="drop the original table after")
     migrate.add_argument("--dry-run", action="store_true", default=None, help="run every check, change nothing")
+    add_metrics_options(migrate)
     migrate.set_defaults(func=cmd_migrate)
 
     for name, func, text in (("resume", cmd_resume, "continue an unfinished migration"),
                              ("cutover", cmd_cutover, "swap the tables of a migration waiting for cutover")):
         parser = sub.add_parser(name, help=text)
         add_spec_options(parser)
+        add_metrics_options(parser)
         parser.set_defaults(func=func)
 
     worker = sub.add_parser("worker", help="add copy workers and appliers to a running migration (any machine)")
@@ -273,5 +296,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         parser.add_argument("--metadata-schema",
                             help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
         if name == "status":
-            parser.add_argument("--json", action="store_true", help="machine-readable output")
+            parser.add_argument("--json", action="store_true",
+                                help="one JSON document (docs/status.md); with --watch one per line")
+            parser.add_argument("--watch", action="store_true",
+                                help="show again every --interval seconds until the migration ends or stops")
+            parser.add_argument("--interval", type=positive_seconds, default=2.0,
+                                help="seconds between --watch refreshes (default 2)")
         parser.set_defaults(func=func)
+
+    listing = sub.add_parser("list", help="every migration recorded: table, stage, state, age")
+    listing.add_argument("--config", help="TOML file with [endpoints]")
+    listing.add_argument("--metadata-schema",
+                         help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.set_defaults(func=cmd_list)

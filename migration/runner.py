@@ -23,11 +23,12 @@ from core.endpoints import Endpoints
 from migration.init_stage import run_init
 from migration.teardown import Metadata, tear_down
 from migration.lease import CoordinatorLease, live_coordinator, owner_name
-from core.logs import log_event
+from core.logs import bind_fields, log_event
 from core.spec import MigrationSpec, with_overrides
 from core.state import WORKING_STAGES, Migration, SourceChanged, Stage, StateStore, Status, check_definition
-from migration.transient import MAX_TRANSIENT_FAILURES, retrying_transient
+from migration.transient import MAX_TRANSIENT_FAILURES, is_transient, retrying_transient
 from migration.workers import WorkerGroup
+from monitor.metrics import MigrationMetrics
 from monitor.progress import Progress, copy_fraction
 from core import redis_keys
 from streams.topics import TopicNames, group_lag
@@ -42,19 +43,25 @@ CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Con
 
 
 class MigrationStopped(Exception):
-    """The migration was aborted, or its connector failed; the message says which."""
+    """The migration stopped before its end (aborted, its connector failed, the cutover did not fit); the
+    message says why. `resumable`: `stream-osc resume` can continue it (else only `abort` is left)."""
 
     user_facing = True
+
+    def __init__(self, message: str, resumable: bool = True) -> None:
+        super().__init__(message)
+        self.resumable = resumable
 
 
 class Runner:
     """Coordinates one migration in this process (workers in other processes may join)."""
 
     def __init__(self, endpoints: Endpoints, spec: MigrationSpec, progress: Progress,
-                 cutover_now: bool = False, resume_live: bool = False) -> None:
+                 cutover_now: bool = False, resume_live: bool = False, metrics: MigrationMetrics | None = None) -> None:
         self.endpoints = endpoints
         self.spec = spec
         self.progress = progress
+        self.metrics = metrics or MigrationMetrics(spec.qualified_name)
         self.cutover_now = cutover_now
         self.resume_live = resume_live   # a live coordinator elsewhere: un-pause it instead of refusing
         self.lease = CoordinatorLease(endpoints.mysql, spec.metadata_schema, owner_name())
@@ -95,14 +102,14 @@ class Runner:
         if migration is None:
             self.progress.say(f"init: checking {self.spec.qualified_name} and starting change capture")
             migration = run_init(self.conn, self.endpoints, self.spec, self.info, self.lease.owner,
-                                 on_created=lambda created: self.lease.start(created.id))
+                                 on_created=self._created)
             if migration is None:
                 self.progress.say("dry run: every check passed and the ALTER is valid; nothing was changed")
                 return 0
             self.progress.say(f"init: migration {migration.id} captures {self.spec.qualified_name} via connector "
                               f"{migration.connector}; copying PKs {migration.min_pk}..{migration.max_pk}")
         else:
-            self.lease.start(migration.id)
+            self._created(migration)
             self.spec = with_overrides(self.spec, **{k: migration.options[k] for k in RESUMABLE_OPTIONS
                                                      if k in migration.options})
             self.progress.say(f"resuming migration {migration.id} of {self.spec.qualified_name} "
@@ -110,6 +117,11 @@ class Runner:
             if migration.status != Status.RUNNING:
                 self.store.update(migration.id, status=Status.RUNNING, error=None)
         return self._run_stages_retrying(migration.id)
+
+    def _created(self, migration: Migration) -> None:
+        """From the moment the migration has an id: hold its lease and name it on every log line."""
+        bind_fields(migration=migration.id)
+        self.lease.start(migration.id)
 
     def _run_stages_retrying(self, migration_id: int) -> int:
         """Run the stages; after a passing failure (a service restarting, a cut connection) wait and resume
@@ -119,8 +131,15 @@ class Runner:
                               f"state in {delay:.0f} s ({attempt}/{MAX_TRANSIENT_FAILURES})")
             log_event(log, "transient failure", logging.WARNING, migration=migration_id, error=str(exc),
                       retry_in_s=delay)
-        return retrying_transient(lambda: self._run_stages_explained(self.store.get(migration_id)), self._reconnect,
-                                  report)
+        try:
+            return retrying_transient(lambda: self._run_stages_explained(self.store.get(migration_id)),
+                                      self._reconnect, report)
+        except Exception as exc:
+            if is_transient(exc):
+                raise MigrationStopped(f"migration {migration_id} stopped: {type(exc).__name__}: {exc} outlasted "
+                                       f"{MAX_TRANSIENT_FAILURES} retries; its state is kept: continue with "
+                                       f"`stream-osc resume --table {self.spec.qualified_name}`") from exc
+            raise
 
     def _run_stages_explained(self, migration: Migration) -> int:
         """Run the stages; a failure met while the source's definition differs from init's is reported as
@@ -172,10 +191,21 @@ class Runner:
                                  f"missing; run `stream-osc abort --table {self.spec.qualified_name}` and start again")
         return RunContext(self.endpoints, self.spec, migration, pair)
 
+    def _observe(self, migration: Migration) -> None:
+        """Name the migration and its stage in the metrics."""
+        names = TopicNames(migration.prefix, self.spec.database, self.spec.table)
+        self.metrics.migration(migration.id, migration.connector, names.changes, migration.group_id)
+        self.metrics.stage(migration.stage)
+
+    def _enter_stage(self, migration_id: int, stage: Stage, **values: object) -> None:
+        self.store.enter_stage(migration_id, stage, **values)
+        self.metrics.stage(stage)
+
     def _run_stages(self, migration: Migration) -> int:
+        self._observe(migration)
         try:
             if migration.stage == Stage.CUTOVER and self._swap_already_done():
-                self.store.enter_stage(migration.id, Stage.CLEANUP)
+                self._enter_stage(migration.id, Stage.CLEANUP)
                 migration = self.store.get(migration.id)
             if migration.stage in WORKING_STAGES:
                 ctx = self._context(migration)
@@ -185,7 +215,7 @@ class Runner:
                 stage = self.store.get(migration.id).stage
                 if stage == Stage.APPLY:
                     self._wait_for_lag(ctx, self.spec.max_lag_events)
-                    self.store.enter_stage(ctx.migration.id, Stage.VALIDATE)
+                    self._enter_stage(ctx.migration.id, Stage.VALIDATE)
                     stage = Stage.VALIDATE
                 if stage == Stage.VALIDATE:
                     self._hold_while_paused(ctx)
@@ -234,13 +264,14 @@ class Runner:
                 group.stop()
             group.raise_if_failed()
         self._show_copy(ctx, force=True)
-        self.store.enter_stage(ctx.migration.id, Stage.APPLY)
+        self._enter_stage(ctx.migration.id, Stage.APPLY)
 
     def _show_copy(self, ctx: RunContext, force: bool = False) -> None:
         chunks = self.store.chunks(ctx.migration.id)
         rows = sum(c.rows_copied for c in chunks)
-        self.progress.copy(copy_fraction(chunks, self.spec.chunk_size), rows, sum(c.done for c in chunks),
-                           len(chunks), force)
+        fraction, done = copy_fraction(chunks, self.spec.chunk_size), sum(c.done for c in chunks)
+        self.progress.copy(fraction, rows, done, len(chunks), force)
+        self.metrics.copy(fraction, rows, done, len(chunks))
 
     def _show_throttle(self, ctx: RunContext) -> None:
         """Say when the workers start or stop holding back for --max-load."""
@@ -248,6 +279,7 @@ class Runner:
             note = ctx.shared_redis().get(redis_keys.throttle_note(ctx.migration.id))
         except redis.RedisError:
             return   # a display only: Redis failures are handled where the work needs Redis
+        self.metrics.throttle(note.decode() if note else None)
         if bool(note) != self.throttled:
             self.progress.say(f"throttled: {note.decode()} (--max-load)" if note else "throttle released")
             self.throttled = bool(note)
@@ -281,6 +313,7 @@ class Runner:
             first = first or (now, applied)
             rate = (applied - first[1]) / (now - first[0]) if now > first[0] else 0
             self.progress.apply(lag, applied, lag / rate if rate > 0 else None)
+            self.metrics.apply(lag, applied, lag / rate if rate > 0 else None)
             if lag <= limit:
                 return lag
             time.sleep(0.5)
@@ -294,7 +327,8 @@ class Runner:
         finally:
             for session in snapshots or []:
                 session.close()
-        self.store.enter_stage(ctx.migration.id, Stage.CUTOVER, validation_diffs=repaired)
+        self._enter_stage(ctx.migration.id, Stage.CUTOVER, validation_diffs=repaired)
+        self.metrics.validation(repaired)
         self.progress.say(f"validate: clean ({repaired} differing rows re-copied and re-checked)")
 
     def _consistent_snapshots(self, ctx: RunContext) -> list[pymysql.connections.Connection] | None:
@@ -330,8 +364,9 @@ class Runner:
             self._wait_for_lag(ctx, self.spec.max_lag_events)
             self._stop_appliers()
             result = cutover.attempt(self.spec.cutover_window_s)
+            self.metrics.cutover_attempt(result.swapped, result.blocked_ms)
             if result.swapped:
-                self.store.enter_stage(ctx.migration.id, Stage.CLEANUP, cutover_blocked_ms=int(result.blocked_ms),
+                self._enter_stage(ctx.migration.id, Stage.CLEANUP, cutover_blocked_ms=int(result.blocked_ms),
                                   cutover_at=result.locked_at)
                 self.progress.say(f"cutover: swapped {self.spec.qualified_name}; application writes were blocked "
                                   f"for {result.blocked_ms:.0f} ms ({result.drained_keys} keys drained under lock)")
@@ -355,7 +390,7 @@ class Runner:
     def _cleanup(self, migration: Migration) -> None:
         tear_down(self.conn, self.endpoints, self.spec, migration, drop_new_table=False,
                   drop_old_table=not self.spec.keep_old, metadata=Metadata.KEEP)
-        self.store.enter_stage(migration.id, Stage.DONE, status=Status.DONE, error=None)
+        self._enter_stage(migration.id, Stage.DONE, status=Status.DONE, error=None)
         kept = f"; original kept as {self.spec.database}.{self.spec.old_table}" if self.spec.keep_old else ""
         self.progress.say(f"done: {self.spec.qualified_name} has the new schema{kept}")
 
@@ -369,7 +404,7 @@ class Runner:
         while True:
             status = self.store.get(ctx.migration.id).status
             if status == Status.ABORTED:
-                raise MigrationStopped(f"migration {ctx.migration.id} was aborted")
+                raise MigrationStopped(f"migration {ctx.migration.id} was aborted", resumable=False)
             if status != Status.PAUSED:
                 break
             if not announced:
@@ -390,7 +425,7 @@ class Runner:
             raise MigrationStopped(f"migration {ctx.migration.id}: another process took over as coordinator")
         status = self.store.get(ctx.migration.id).status
         if status == Status.ABORTED:
-            raise MigrationStopped(f"migration {ctx.migration.id} was aborted")
+            raise MigrationStopped(f"migration {ctx.migration.id} was aborted", resumable=False)
         check_definition(self.conn, ctx.migration)
         state = self.connect.state(ctx.migration.connector)
         if state is None:
@@ -403,7 +438,8 @@ class Runner:
         name = ctx.migration.connector
         while state is not None and state.failed:
             if binlog_gone(state) or self.connector_restarts >= MAX_CONNECTOR_RESTARTS:
-                raise MigrationStopped(describe_failure(name, state, self.spec.qualified_name))
+                raise MigrationStopped(describe_failure(name, state, self.spec.qualified_name),
+                                       resumable=not binlog_gone(state))
             # e.g. its binlog connection was cut mid-event: a restart resumes from the committed offset
             self.connector_restarts += 1
             self.progress.say(f"connector {name} failed ({state.error_line()}); restarting it from its committed "

@@ -20,7 +20,7 @@ from migration.checks import PreflightError
 from core.context import RunContext
 from core.db import connect
 from core.endpoints import Endpoints
-from core.logs import log_event
+from core.logs import bind_fields, log_event
 from core.spec import MigrationSpec
 from core.state import FINISHED, SWAPPED_STAGES, WORKING_STAGES, Migration, Stage, StateStore
 from migration.transient import retrying_transient
@@ -55,6 +55,7 @@ class JoinedWorker:
         if migration is None:
             raise PreflightError(f"no unfinished migration of {database}.{table} to join")
         self.migration_id = migration.id
+        bind_fields(migration=migration.id)
         self.database, self.table = database, table
         self.progress = progress
         self.copy_workers = copy_workers
@@ -101,6 +102,7 @@ class JoinedWorker:
             migration = self.store.active(self.database, self.table)
             if migration is not None:
                 self.migration_id = migration.id
+                bind_fields(migration=migration.id)
         return migration
 
     def _run_group(self, migration: Migration, target: Callable[[RunContext, int], None], kind: str,
