@@ -18,7 +18,7 @@ from core.db import query
 from core.endpoints import Endpoints
 from core.spec import MigrationSpec
 from core.state import FINISHED, Migration, Stage, StateStore, Status
-from migration.lease import live_coordinator
+from migration.lease import is_dead_here, live_coordinator
 from monitor.progress import copy_fraction
 from streams.topics import TopicNames, group_lag
 
@@ -133,9 +133,18 @@ def live_figures(endpoints: Endpoints, migration: Migration) -> dict[str, Any]:
     return figures
 
 
+def running_coordinator(store: StateStore, migration_id: int, status: str) -> tuple[str, float] | None:
+    """(owner, heartbeat age) of the process coordinating an unfinished migration; None if none is alive
+    (one that ran on this host and is gone counts as dead at once, without waiting for its heartbeat to age)."""
+    if status in FINISHED:
+        return None
+    live = live_coordinator(store, migration_id)
+    return None if live is None or is_dead_here(live[0]) else live
+
+
 def read_status(endpoints: Endpoints, store: StateStore, migration: Migration) -> dict[str, Any]:
     """Everything `status` shows for one migration."""
-    coordinator = live_coordinator(store, migration.id) if migration.status not in FINISHED else None
+    coordinator = running_coordinator(store, migration.id, migration.status)
     chunks = store.chunks(migration.id)
     chunk_rows = int(migration.options.get("chunk_size", MigrationSpec.chunk_size))
     copy = (sum(c.rows_copied for c in chunks), sum(c.done for c in chunks), len(chunks),
@@ -187,7 +196,7 @@ def list_rows(store: StateStore) -> list[dict[str, Any]]:
                              f"FROM {store.t('migrations')} ORDER BY id DESC")
     listed = []
     for mid, db, tbl, stage, status, failed, age, idle, alter_sql in rows:
-        coordinator = live_coordinator(store, mid) if status not in FINISHED else None
+        coordinator = running_coordinator(store, mid, status)
         listed.append({"migration": int(mid), "table": f"{db}.{tbl}", "stage": stage, "status": status,
                        "state": state_of(status, coordinator), "has_error": bool(failed), "age_s": round(float(age), 3),
                        "updated_s_ago": round(float(idle), 3), "alter": alter_sql})
