@@ -75,7 +75,7 @@ class MigrationMetrics:
         self.updated = gauge("stream_osc_last_update_timestamp_seconds", "When any figure last changed (Unix time)")
         for outcome in ("swapped", "rolled_back"):
             self.cutover_attempts.labels(table, outcome)
-        self.throttle(None)
+        self.throttled.labels(table).set(0)
 
     # serving -------------------------------------------------------------------------------------
     def serve(self, port: int, address: str = "127.0.0.1") -> None:
@@ -137,6 +137,8 @@ class MigrationMetrics:
             self.throttle_reason.remove(self.table, self._throttle_reason)
         if reason is not None:
             self.throttle_reason.labels(self.table, reason).set(1)
+        if (reason is None) != (self._throttle_reason is None):
+            log_event(log, "throttled" if reason else "throttle released", reason=reason)
         self._throttle_reason = reason
         self.throttled.labels(self.table).set(1 if reason else 0)
         self._touch()
@@ -145,6 +147,7 @@ class MigrationMetrics:
         self.cutover_attempts.labels(self.table, "swapped" if swapped else "rolled_back").inc()
         self.cutover_blocked_ms.labels(self.table).set(blocked_ms)
         self._touch()
+        log_event(log, "cutover attempt", swapped=swapped, blocked_ms=round(blocked_ms))
 
     def validation(self, differences: int) -> None:
         self.validation_diffs.labels(self.table).set(differences)
