@@ -17,7 +17,8 @@ from migration.teardown import Metadata, tear_down
 from core.spec import MigrationSpec, load_migration_file
 from core.state import SWAPPED_STAGES, StateStore, Status
 from migration.worker_process import JoinedWorker
-from monitor.metrics import MigrationMetrics
+from monitor.cloudwatch import CloudWatchPublisher
+from monitor.metrics import DEFAULT_ADDRESS, MigrationMetrics
 from monitor.progress import Progress
 from core.spec import helper_table_name
 
@@ -103,15 +104,21 @@ def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> s
 def cmd_migrate(args: argparse.Namespace, cutover_now: bool = False) -> int:
     spec = spec_from_args(args, alter_required=not cutover_now and args.command == "migrate")
     endpoints = StackConfig().endpoints(args.config)
-    metrics = MigrationMetrics(spec.qualified_name)
-    if args.metrics_port is not None:
-        metrics.serve(args.metrics_port, args.metrics_address)   # before init: a taken port changes nothing
-    elif args.metrics_address is not None:
+    if args.metrics_address is not None and args.metrics_port is None:
         raise PreflightError("--metrics-address needs --metrics-port")
+    metrics = MigrationMetrics(spec.qualified_name)
+    # both before init: a taken port or a namespace CloudWatch refuses changes nothing
+    cloudwatch = CloudWatchPublisher(metrics, args.cloudwatch_namespace) if args.cloudwatch_namespace else None
+    if args.metrics_port is not None:
+        metrics.serve(args.metrics_port, args.metrics_address or DEFAULT_ADDRESS)
     try:
+        if cloudwatch is not None:
+            cloudwatch.start()
         return Runner(endpoints, spec, Progress(quiet=args.quiet), cutover_now=cutover_now,
                       resume_live=args.command == "resume", metrics=metrics).run()
     finally:
+        if cloudwatch is not None:
+            cloudwatch.close()
         metrics.close()
 
 
@@ -197,7 +204,10 @@ def add_metrics_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=port_number,
                         help="serve Prometheus metrics on http://ADDRESS:PORT/metrics while this process runs")
     parser.add_argument("--metrics-address",
-                        help="address of the metrics endpoint (default 127.0.0.1; 0.0.0.0 for every interface)")
+                        help=f"address of the metrics endpoint (default {DEFAULT_ADDRESS}; 0.0.0.0: every interface)")
+    parser.add_argument("--cloudwatch-namespace",
+                        help="also publish the metrics to CloudWatch under this namespace every 60 s "
+                             "(AWS credentials and region from the environment, as boto3 finds them)")
 
 
 def cmd_pause(args: argparse.Namespace, status: Status = Status.PAUSED) -> int:

@@ -100,6 +100,7 @@ class Runner:
                           metadata=Metadata.ALL, best_effort=True)
                 migration = None
         if migration is None:
+            self.metrics.stage(Stage.INIT)
             self.progress.say(f"init: checking {self.spec.qualified_name} and starting change capture")
             migration = run_init(self.conn, self.endpoints, self.spec, self.info, self.lease.owner,
                                  on_created=self._created)

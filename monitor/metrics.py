@@ -20,6 +20,7 @@ from monitor.progress import CopyRate
 log = logging.getLogger("stream_osc.metrics")
 
 STAGES = list(Stage)                 # stream_osc_stage_number is the index in this list
+DEFAULT_ADDRESS = "127.0.0.1"         # the endpoint has no authentication: local unless asked otherwise
 LOG_EVERY_S = 10.0                   # copy progress and apply lag are logged (INFO) at most this often
 
 
@@ -78,7 +79,7 @@ class MigrationMetrics:
         self.throttled.labels(table).set(0)
 
     # serving -------------------------------------------------------------------------------------
-    def serve(self, port: int, address: str = "127.0.0.1") -> None:
+    def serve(self, port: int, address: str = DEFAULT_ADDRESS) -> None:
         """Serve /metrics on address:port from a daemon thread until `close`."""
         try:
             self._server, _ = start_http_server(port, address, registry=self.registry)

@@ -96,3 +96,16 @@ def test_a_user_facing_error_is_one_line_with_its_code(monkeypatch, capsys):
     monkeypatch.setattr("cli.commands.cmd_list", stopped)
     assert main(["list"]) == ExitCode.CRITICAL_LOAD
     assert capsys.readouterr().err == "stream-osc: error: critical load reached (Threads_running=120 >= 100)\n"
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--cloudwatch-namespace", "AWS/RDS"], "not starting with AWS/"),
+    (["--metrics-address", "0.0.0.0"], "--metrics-address needs --metrics-port"),
+])
+def test_bad_observability_options_are_refused_before_any_service_is_asked(monkeypatch, capsys, options, message):
+    def no_service(*args, **kwargs):
+        raise AssertionError("a service was asked")
+    monkeypatch.setattr("cli.commands.Runner", no_service)
+    code = main(["migrate", "--table", "shop.orders", "--alter", "ADD COLUMN note INT NULL", *options])
+    err = capsys.readouterr().err
+    assert code == ExitCode.REFUSED and len(err.strip().splitlines()) == 1 and message in err, err
