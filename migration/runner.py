@@ -313,8 +313,9 @@ class Runner:
             now = time.monotonic()
             first = first or (now, applied)
             rate = (applied - first[1]) / (now - first[0]) if now > first[0] else 0
-            self.progress.apply(lag, applied, lag / rate if rate > 0 else None)
-            self.metrics.apply(lag, applied, lag / rate if rate > 0 else None)
+            lag_s = lag / rate if rate > 0 else None
+            self.progress.apply(lag, applied, lag_s)
+            self.metrics.apply(lag, applied, lag_s)
             if lag <= limit:
                 return lag
             time.sleep(0.5)
