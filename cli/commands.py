@@ -9,6 +9,7 @@ import time
 from cli.exit_codes import ExitCode
 from cli.status import list_rows, read_status, status_lines
 from migration.checks import PreflightError
+from core.cloudwatch_load import CloudWatchLoad
 from core.db import connect
 from stack.config import StackConfig
 from migration.lease import STALE_S, live_coordinator
@@ -25,7 +26,7 @@ from core.spec import helper_table_name
 SPEC_OPTIONS = {
     "copy_workers": int, "apply_workers": int, "chunk_size": int, "batch_size": int, "apply_batch_size": int,
     "partitions": int, "cutover_window_s": float, "cutover_attempts": int, "max_lag_events": int,
-    "metadata_schema": str, "max_load": str, "critical_load": str,
+    "metadata_schema": str, "max_load": str, "critical_load": str, "cloudwatch_max_load": str, "rds_instance": str,
 }
 
 
@@ -60,6 +61,11 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
                                            "variable is at or above a limit, e.g. Threads_running=25 (comma-separated)")
     parser.add_argument("--critical-load", help="stop the migration (resumable) when a global status variable "
                                                 "reaches a limit, e.g. Threads_running=100")
+    parser.add_argument("--cloudwatch-max-load",
+                        help="hold copy, apply and validation back while an AWS/RDS CloudWatch metric of "
+                             "--rds-instance is at or above a limit, e.g. CPUUtilization=80,WriteIOPS=5000")
+    parser.add_argument("--rds-instance", help="DB instance identifier whose CloudWatch metrics --cloudwatch-max-load "
+                                               "reads (the writer)")
     parser.add_argument("--metadata-schema", help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
 
@@ -106,6 +112,8 @@ def cmd_migrate(args: argparse.Namespace, cutover_now: bool = False) -> int:
     endpoints = StackConfig().endpoints(args.config)
     if args.metrics_address is not None and args.metrics_port is None:
         raise PreflightError("--metrics-address needs --metrics-port")
+    if spec.cloudwatch_limits():
+        CloudWatchLoad(spec.rds_instance, spec.cloudwatch_limits()).check()
     metrics = MigrationMetrics(spec.qualified_name)
     # both before init: a taken port or a namespace CloudWatch refuses changes nothing
     cloudwatch = CloudWatchPublisher(metrics, args.cloudwatch_namespace) if args.cloudwatch_namespace else None

@@ -167,7 +167,7 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
                  f"({copy['progress'] * 100:.1f}%{rate}{eta})"),
         ("apply lag (events)", _known(doc["apply_lag_events"], doc["apply_lag_error"])),
         ("throttled", _known(None if doc["throttled"] is None else
-                             f"yes: {doc['throttle_reason']} (--max-load)" if doc["throttled"] else "no",
+                             f"yes: {doc['throttle_reason']}" if doc["throttled"] else "no",
                              doc["throttle_error"])),
         ("validation diffs", doc["validation_diffs"]), ("cutover blocked ms", doc["cutover_blocked_ms"]),
         ("coordinator", None if finished else (

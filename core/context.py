@@ -14,6 +14,7 @@ from core.endpoints import Endpoints
 from core.spec import MigrationSpec
 from core.state import Migration, StateStore, Status
 from core import redis_keys
+from core.cloudwatch_load import CloudWatchLoad
 from core.load import NOTE_TTL_S, LoadThrottle
 
 
@@ -36,7 +37,9 @@ class RunContext:
     _throttle_noted: bool = False
 
     def __post_init__(self) -> None:
-        self.throttle = LoadThrottle(*self.spec.load_limits())
+        cloudwatch = self.spec.cloudwatch_limits()
+        more = CloudWatchLoad(self.spec.rds_instance, cloudwatch).reason if cloudwatch else None
+        self.throttle = LoadThrottle(*self.spec.load_limits(), more)
 
     def db(self, autocommit: bool = True) -> pymysql.connections.Connection:
         """A new connection to the source server."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from core.config_file import config_section
 from core.endpoints import ConfigError
-from core.load import parse_thresholds
+from core.load import parse_cloudwatch_thresholds, parse_thresholds
 
 IDENT = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 MAX_NAME_CHARS = 64
@@ -60,6 +60,8 @@ class MigrationSpec:
     critical_load: str = ""          # e.g. "Threads_running=100": the migration stops at or above it
     metadata_schema: str = "stream_osc"
     dry_run: bool = False
+    cloudwatch_max_load: str = ""    # e.g. "CPUUtilization=80": hold back while an AWS/RDS metric is at or above it
+    rds_instance: str = ""           # the DB instance whose CloudWatch metrics --cloudwatch-max-load reads
 
     @property
     def qualified_name(self) -> str:
@@ -89,12 +91,18 @@ class MigrationSpec:
         if self.cutover_window_s <= 0:
             raise ConfigError("cutover window must be positive")
         self.load_limits()
+        if self.cloudwatch_limits() and not self.rds_instance:
+            raise ConfigError("--cloudwatch-max-load needs --rds-instance (the DB instance identifier to watch)")
         return self
 
     def load_limits(self) -> tuple[dict[str, int], dict[str, int]]:
         """(--max-load, --critical-load) as {status variable: limit}; ConfigError if malformed."""
         return (parse_thresholds(self.max_load, "--max-load"),
                 parse_thresholds(self.critical_load, "--critical-load"))
+
+    def cloudwatch_limits(self) -> dict[str, float]:
+        """--cloudwatch-max-load as {AWS/RDS metric: limit}; ConfigError if malformed."""
+        return parse_cloudwatch_thresholds(self.cloudwatch_max_load)
 
     @classmethod
     def from_table_arg(cls, table_arg: str, alter: str, **options: Any) -> "MigrationSpec":

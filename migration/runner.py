@@ -282,7 +282,7 @@ class Runner:
             return   # a display only: Redis failures are handled where the work needs Redis
         self.metrics.throttle(note.decode() if note else None)
         if bool(note) != self.throttled:
-            self.progress.say(f"throttled: {note.decode()} (--max-load)" if note else "throttle released")
+            self.progress.say(f"throttled: {note.decode()}" if note else "throttle released")
             self.throttled = bool(note)
 
     def _start_appliers(self, ctx: RunContext) -> None:
