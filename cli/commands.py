@@ -11,6 +11,7 @@ from cli.status import list_rows, read_status, status_lines
 from migration.checks import PreflightError
 from core.cloudwatch_load import CloudWatchLoad
 from core.db import connect
+from core.replica_lag import ReplicaLag
 from stack.config import StackConfig
 from migration.lease import STALE_S, live_coordinator
 from migration.runner import Runner
@@ -27,6 +28,7 @@ SPEC_OPTIONS = {
     "copy_workers": int, "apply_workers": int, "chunk_size": int, "batch_size": int, "apply_batch_size": int,
     "partitions": int, "cutover_window_s": float, "cutover_attempts": int, "max_lag_events": int,
     "metadata_schema": str, "max_load": str, "critical_load": str, "cloudwatch_max_load": str, "rds_instance": str,
+    "throttle_replicas": str, "max_replica_lag": int,
 }
 
 
@@ -66,6 +68,10 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
                              "--rds-instance is at or above a limit, e.g. CPUUtilization=80,WriteIOPS=5000")
     parser.add_argument("--rds-instance", help="DB instance identifier whose CloudWatch metrics --cloudwatch-max-load "
                                                "reads (the writer)")
+    parser.add_argument("--throttle-replicas", help="HOST[:PORT],… replicas (reached with the source's credentials) "
+                                                    "whose replication lag holds copy, apply and validation back")
+    parser.add_argument("--max-replica-lag", type=int, help="seconds behind at which a --throttle-replicas replica "
+                                                            f"holds the work back (default {DEFAULTS.max_replica_lag})")
     parser.add_argument("--metadata-schema", help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
 
@@ -114,6 +120,8 @@ def cmd_migrate(args: argparse.Namespace, cutover_now: bool = False) -> int:
         raise PreflightError("--metrics-address needs --metrics-port")
     if spec.cloudwatch_limits():
         CloudWatchLoad(spec.rds_instance, spec.cloudwatch_limits()).check()
+    if spec.replicas():
+        ReplicaLag(endpoints.mysql, spec.replicas(), spec.max_replica_lag).check()
     metrics = MigrationMetrics(spec.qualified_name)
     # both before init: a taken port or a namespace CloudWatch refuses changes nothing
     cloudwatch = CloudWatchPublisher(metrics, args.cloudwatch_namespace) if args.cloudwatch_namespace else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pymysql
 
@@ -75,11 +75,12 @@ def over(values: dict[str, int], thresholds: dict[str, int]) -> str | None:
 class LoadThrottle:
     """Shared by the workers of one process; reads the counters at most once a second.
 
-    `more` is another source of reasons to hold back (CloudWatch), asked when the counters allow work.
+    `more` are other sources of reasons to hold back (CloudWatch, replicas), asked in turn when the
+    counters allow work.
     """
 
     def __init__(self, max_load: dict[str, int], critical_load: dict[str, int],
-                 more: Callable[[], str | None] | None = None) -> None:
+                 more: Sequence[Callable[[], str | None]] = ()) -> None:
         self.max_load, self.critical_load = max_load, critical_load
         self.names = sorted({*max_load, *critical_load})
         self.more = more
@@ -90,7 +91,7 @@ class LoadThrottle:
     def reason(self, conn: pymysql.connections.Connection) -> str | None:
         """Why work must hold back now, naming the option (None: go ahead); raises CriticalLoad at a critical
         threshold."""
-        return self._server_reason(conn) or (self.more() if self.more is not None else None)
+        return self._server_reason(conn) or next((r for r in (source() for source in self.more) if r), None)
 
     def _server_reason(self, conn: pymysql.connections.Connection) -> str | None:
         if not self.names:

@@ -9,6 +9,7 @@ from typing import Any
 from core.config_file import config_section
 from core.endpoints import ConfigError
 from core.load import parse_cloudwatch_thresholds, parse_thresholds
+from core.replica_lag import parse_replicas
 
 IDENT = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 MAX_NAME_CHARS = 64
@@ -62,6 +63,8 @@ class MigrationSpec:
     dry_run: bool = False
     cloudwatch_max_load: str = ""    # e.g. "CPUUtilization=80": hold back while an AWS/RDS metric is at or above it
     rds_instance: str = ""           # the DB instance whose CloudWatch metrics --cloudwatch-max-load reads
+    throttle_replicas: str = ""      # e.g. "replica-1:3306,replica-2": hold back while one lags max_replica_lag s
+    max_replica_lag: int = 5         # seconds (Seconds_Behind_Master) at which a replica holds the work back
 
     @property
     def qualified_name(self) -> str:
@@ -93,6 +96,9 @@ class MigrationSpec:
         self.load_limits()
         if self.cloudwatch_limits() and not self.rds_instance:
             raise ConfigError("--cloudwatch-max-load needs --rds-instance (the DB instance identifier to watch)")
+        self.replicas()
+        if self.max_replica_lag < 1:
+            raise ConfigError("--max-replica-lag must be at least 1 second")
         return self
 
     def load_limits(self) -> tuple[dict[str, int], dict[str, int]]:
@@ -103,6 +109,10 @@ class MigrationSpec:
     def cloudwatch_limits(self) -> dict[str, float]:
         """--cloudwatch-max-load as {AWS/RDS metric: limit}; ConfigError if malformed."""
         return parse_cloudwatch_thresholds(self.cloudwatch_max_load)
+
+    def replicas(self) -> list[tuple[str, int]]:
+        """--throttle-replicas as [(host, port)]; ConfigError if malformed."""
+        return parse_replicas(self.throttle_replicas)
 
     @classmethod
     def from_table_arg(cls, table_arg: str, alter: str, **options: Any) -> "MigrationSpec":

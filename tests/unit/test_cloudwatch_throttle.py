@@ -87,7 +87,7 @@ class NoServer:
 
 def test_load_throttle_asks_cloudwatch_when_the_server_counters_allow_work(aws):
     rds_metric(aws, "CPUUtilization", 95.0)
-    throttle = LoadThrottle({}, {}, CloudWatchLoad(INSTANCE, {"CPUUtilization": 80}, client=aws).reason)
+    throttle = LoadThrottle({}, {}, [CloudWatchLoad(INSTANCE, {"CPUUtilization": 80}, client=aws).reason])
     assert throttle.reason(NoServer()).startswith("CloudWatch CPUUtilization=95 >= 80")
     assert LoadThrottle({}, {}).reason(NoServer()) is None
 
