@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 
@@ -11,6 +12,7 @@ from cli.status import list_rows, read_status, status_lines
 from migration.checks import PreflightError
 from core.cloudwatch_load import CloudWatchLoad
 from core.db import connect
+from core.logs import log_event
 from core.replica_lag import ReplicaLag
 from stack.config import StackConfig
 from migration.lease import STALE_S, live_coordinator
@@ -18,7 +20,8 @@ from migration.runner import Runner
 from migration.teardown import Metadata, tear_down
 from core.spec import MigrationSpec, load_migration_file
 from core.state import SWAPPED_STAGES, StateStore, Status
-from migration.worker_process import JoinedWorker
+from migration.settings import SETTABLE, options_with, parse_assignments
+from migration.worker_process import JoinedWorker, spec_of
 from monitor.cloudwatch import CloudWatchPublisher
 from monitor.metrics import DEFAULT_ADDRESS, MigrationMetrics
 from monitor.progress import Progress
@@ -31,6 +34,8 @@ SPEC_OPTIONS = {
     "throttle_replicas": str, "max_replica_lag": int,
 }
 
+
+log = logging.getLogger("stream_osc.cli")
 
 # One source for every default: the spec's own (what a migration uses when no option is given).
 DEFAULTS = MigrationSpec(database="db", table="t", alter="-")
@@ -236,6 +241,20 @@ def cmd_pause(args: argparse.Namespace, status: Status = Status.PAUSED) -> int:
     return 0
 
 
+def cmd_set(args: argparse.Namespace) -> int:
+    """Change settings of a running migration; its coordinator takes them up within seconds."""
+    values = parse_assignments(args.assignments)
+    _, conn, store, db, tbl = _with_store(args)
+    migration = store.active(db, tbl)
+    if migration is None:
+        raise PreflightError(f"no unfinished migration of {args.table}")
+    store.update(migration.id, options=options_with(migration, spec_of(migration, None, None), values))
+    log_event(log, "settings changed", migration=migration.id, **values)
+    print(f"migration {migration.id} of {args.table}: " + ", ".join(f"{k}={v}" for k, v in values.items()) +
+          "; its coordinator takes them up within seconds")
+    return 0
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue from durable state (also after a crash) in this process."""
     return cmd_migrate(args)
@@ -329,6 +348,15 @@ def register(sub: argparse._SubParsersAction) -> None:
             parser.add_argument("--interval", type=positive_seconds, default=2.0,
                                 help="seconds between --watch refreshes (default 2)")
         parser.set_defaults(func=func)
+
+    setting = sub.add_parser("set", help="change settings of a running migration (logged, shown in status)")
+    setting.add_argument("--table", required=True, help="DB.TABLE")
+    setting.add_argument("--config", help="TOML file with [endpoints]")
+    setting.add_argument("--metadata-schema",
+                         help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
+    setting.add_argument("assignments", nargs="+", metavar="NAME=VALUE",
+                         help=f"NAME one of {', '.join(SETTABLE)}, e.g. max-load=Threads_running=30 batch-size=2000")
+    setting.set_defaults(func=cmd_set)
 
     listing = sub.add_parser("list", help="every migration recorded: table, stage, state, age")
     listing.add_argument("--config", help="TOML file with [endpoints]")

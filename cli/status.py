@@ -19,6 +19,7 @@ from core.endpoints import Endpoints
 from core.spec import MigrationSpec
 from core.state import FINISHED, Migration, Stage, StateStore, Status
 from migration.lease import is_dead_here, live_coordinator
+from migration.settings import settings_of
 from monitor.progress import copy_fraction
 from streams.topics import TopicNames, group_lag
 
@@ -96,6 +97,7 @@ def status_document(migration: Migration, times: Times, copy: tuple[int, int, in
         "validation_diffs": int(migration.validation_diffs),
         "cutover_blocked_ms": migration.cutover_blocked_ms,
         "cutover_at": iso(migration.cutover_at),
+        "settings": settings_of(migration),
         "connector_state": None, "connector_error": None,
         "apply_lag_events": None, "apply_lag_error": None,
         "throttled": None, "throttle_reason": None, "throttle_error": None,
@@ -176,7 +178,8 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
         ("connector", doc["connector"]),
         ("connector state", f"FAILED: {doc['connector_error']}" if doc["connector_state"] == "FAILED"
          else _known(doc["connector_state"], doc["connector_error"])),
-        ("topic", doc["topic"]), ("consumer group", doc["group"]), ("error", doc["error"]),
+        ("topic", doc["topic"]), ("consumer group", doc["group"]),
+        ("settings", ", ".join(f"{k}={v}" for k, v in doc["settings"].items()) or None), ("error", doc["error"]),
     ]
     return [f"{name:>20}: {value}" for name, value in rows if value is not None]
 

@@ -17,10 +17,12 @@ from connectors.rest import ConnectClient, ConnectorState
 from cutover.swap import SENTRY_COMMENT, Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError
-from core.context import RunContext
+from core.context import RunContext, throttle_sources
+from core.load import LoadThrottle
 from core.db import ServerInfo, connect, scalar
 from core.endpoints import Endpoints
 from migration.init_stage import run_init
+from migration.settings import settings_of, with_settings
 from migration.teardown import Metadata, tear_down
 from migration.lease import CoordinatorLease, live_coordinator, owner_name
 from core.logs import bind_fields, log_event
@@ -74,6 +76,8 @@ class Runner:
         self.throttled = False
         self.connector_missing_since: float | None = None
         self.connector_restarts = 0
+        self.settings: dict[str, object] = {}   # applied `stream-osc set` values
+        self.restart_copy = False               # the copy workers restart to take new settings
 
     # entry ---------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -113,6 +117,8 @@ class Runner:
             self._created(migration)
             self.spec = with_overrides(self.spec, **{k: migration.options[k] for k in RESUMABLE_OPTIONS
                                                      if k in migration.options})
+            self.settings = settings_of(migration)
+            self.spec = with_settings(self.spec, migration)
             self.progress.say(f"resuming migration {migration.id} of {self.spec.qualified_name} "
                               f"at stage {migration.stage}")
             if migration.status != Status.RUNNING:
@@ -254,9 +260,10 @@ class Runner:
                 break
             if not queue.is_seeded() or queue.pending_count() == 0:
                 queue.seed(pending)   # Redis is a cache: rebuilt from the metadata schema
+            self.restart_copy = False
             group = WorkerGroup(ctx, copy_worker, self.spec.copy_workers, "copy").start()
             try:
-                while group.alive():
+                while group.alive() and not self.restart_copy:
                     group.wait(0.5)
                     self._show_copy(ctx)
                     self._show_throttle(ctx)
@@ -425,9 +432,10 @@ class Runner:
         self.last_health_check = time.monotonic()
         if self.lease.lost.is_set():
             raise MigrationStopped(f"migration {ctx.migration.id}: another process took over as coordinator")
-        status = self.store.get(ctx.migration.id).status
-        if status == Status.ABORTED:
+        current = self.store.get(ctx.migration.id)
+        if current.status == Status.ABORTED:
             raise MigrationStopped(f"migration {ctx.migration.id} was aborted", resumable=False)
+        self._follow_settings(ctx, current)
         check_definition(self.conn, ctx.migration)
         state = self.connect.state(ctx.migration.connector)
         if state is None:
@@ -450,6 +458,26 @@ class Runner:
                       restarts=self.connector_restarts)
             self.connect.restart_failed(name)
             state = self._state_after_restart(name)
+
+    def _follow_settings(self, ctx: RunContext, migration: Migration) -> None:
+        """Take up `stream-osc set` values: the spec changes, and the workers restart with it (they resume
+        from durable state, as after any stop)."""
+        settings = settings_of(migration)
+        if settings == self.settings:
+            return
+        before, self.settings = self.spec, settings
+        self.spec = with_overrides(self.spec, **settings)
+        changed = {name: value for name, value in settings.items() if getattr(before, name) != value}
+        if not changed:
+            return
+        ctx.spec = self.spec
+        ctx.throttle = LoadThrottle(*self.spec.load_limits(), throttle_sources(self.spec, self.endpoints))
+        log_event(log, "settings changed", **changed)
+        self.progress.say("settings changed: " + ", ".join(f"{name}={value}" for name, value in changed.items()))
+        self.restart_copy = True
+        if self.appliers is not None:
+            self._stop_appliers()
+            self._start_appliers(ctx)
 
     def _state_after_restart(self, name: str) -> ConnectorState | None:
         """The state of a restarted connector: once it has left FAILED, RUNNING for CONNECTOR_SETTLE_S

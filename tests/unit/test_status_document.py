@@ -34,7 +34,7 @@ def flatten(doc: dict) -> dict[str, object]:
     flat = {}
     for key, value in doc.items():
         flat[key] = value
-        if isinstance(value, dict):
+        if key == "copy":
             flat.update({f"{key}.{k}": v for k, v in value.items()})
     return flat
 
