@@ -17,8 +17,12 @@ _bound: dict[str, object] = {}
 
 
 def bind_fields(**fields: object) -> None:
-    """Add `fields` to every later log line of this process."""
-    _bound.update(fields)
+    """Add `fields` to every later log line of this process (a None value removes the field)."""
+    for name, value in fields.items():
+        if value is None:
+            _bound.pop(name, None)
+        else:
+            _bound[name] = value
 
 
 def _fields(record: logging.LogRecord) -> dict[str, object]:

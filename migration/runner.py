@@ -86,6 +86,7 @@ class Runner:
             return self._run()
         finally:
             self.lease.stop(self.conn)
+            bind_fields(migration=None)   # a later run in this process names its own
 
     def _run(self) -> int:
         migration = self.store.active(self.spec.database, self.spec.table)

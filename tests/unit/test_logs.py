@@ -114,3 +114,11 @@ def test_bound_migration_id_is_on_every_line(capture, fmt):
     assert len(lines) == 2
     read = (lambda line: json.loads(line)) if fmt == "json" else parse_logfmt
     assert [str(read(line)["migration"]) for line in lines] == ["42", "42"]
+
+
+def test_unbinding_removes_the_field_from_later_lines(capture):
+    stream, logger = capture("logfmt")
+    bind_fields(migration=42)
+    bind_fields(migration=None)
+    logger.warning("after the run")
+    assert "migration" not in parse_logfmt(stream.getvalue().splitlines()[0])
