@@ -1,4 +1,4 @@
-"""Handlers of the migration commands: migrate, status, list, cutover, resume, pause, abort, worker."""
+"""Handlers of the migration commands: migrate, status, list, set, cutover, resume, pause, abort, worker."""
 from __future__ import annotations
 
 import argparse
