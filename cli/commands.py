@@ -1,34 +1,40 @@
-"""Handlers of the migration commands: migrate, status, cutover, resume, pause, abort, worker."""
+"""Handlers of the migration commands: migrate, status, list, set, cutover, resume, pause, abort, worker."""
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import sys
 import time
 
-import redis
-
-from connectors.health import describe_failure
-from connectors.rest import ConnectClient, ConnectError
+from cli.exit_codes import ExitCode
+from cli.status import list_rows, read_status, status_lines
 from migration.checks import PreflightError
+from core.cloudwatch_load import CloudWatchLoad
 from core.db import connect
-from core.endpoints import Endpoints
+from core.logs import log_event
+from core.replica_lag import ReplicaLag
 from stack.config import StackConfig
 from migration.lease import STALE_S, live_coordinator
 from migration.runner import Runner
 from migration.teardown import Metadata, finish_swapped, tables_swapped, tear_down
 from core.spec import MigrationSpec, load_migration_file
-from core.state import FINISHED, SWAPPED_STAGES, Migration, Stage, StateStore, Status
-from migration.worker_process import JoinedWorker
+from core.state import SWAPPED_STAGES, StateStore, Status
+from migration.settings import SETTABLE, options_with, parse_assignments
+from migration.worker_process import JoinedWorker, spec_of
+from monitor.cloudwatch import CloudWatchPublisher
+from monitor.metrics import DEFAULT_ADDRESS, MigrationMetrics
 from monitor.progress import Progress
-from core import redis_keys
-from streams.topics import TopicNames, group_lag
 
 SPEC_OPTIONS = {
     "copy_workers": int, "apply_workers": int, "chunk_size": int, "batch_size": int, "apply_batch_size": int,
     "partitions": int, "cutover_window_s": float, "cutover_attempts": int, "max_lag_events": int,
-    "metadata_schema": str, "max_load": str, "critical_load": str,
+    "metadata_schema": str, "max_load": str, "critical_load": str, "cloudwatch_max_load": str, "rds_instance": str,
+    "throttle_replicas": str, "max_replica_lag": int,
 }
 
+
+log = logging.getLogger("stream_osc.cli")
 
 # One source for every default: the spec's own (what a migration uses when no option is given).
 DEFAULTS = MigrationSpec(database="db", table="t", alter="-")
@@ -61,6 +67,15 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
                                            "variable is at or above a limit, e.g. Threads_running=25 (comma-separated)")
     parser.add_argument("--critical-load", help="stop the migration (resumable) when a global status variable "
                                                 "reaches a limit, e.g. Threads_running=100")
+    parser.add_argument("--cloudwatch-max-load",
+                        help="hold copy, apply and validation back while an AWS/RDS CloudWatch metric of "
+                             "--rds-instance is at or above a limit, e.g. CPUUtilization=80,WriteIOPS=5000")
+    parser.add_argument("--rds-instance", help="DB instance identifier whose CloudWatch metrics --cloudwatch-max-load "
+                                               "reads (the writer)")
+    parser.add_argument("--throttle-replicas", help="HOST[:PORT],… replicas (reached with the source's credentials) "
+                                                    "whose replication lag holds copy, apply and validation back")
+    parser.add_argument("--max-replica-lag", type=int, help="seconds behind at which a --throttle-replicas replica "
+                                                            f"holds the work back (default {DEFAULTS.max_replica_lag})")
     parser.add_argument("--metadata-schema", help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
 
@@ -105,8 +120,26 @@ def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> s
 def cmd_migrate(args: argparse.Namespace, cutover_now: bool = False) -> int:
     spec = spec_from_args(args, alter_required=not cutover_now and args.command == "migrate")
     endpoints = StackConfig().endpoints(args.config)
-    return Runner(endpoints, spec, Progress(quiet=args.quiet), cutover_now=cutover_now,
-                  resume_live=args.command == "resume").run()
+    if args.metrics_address is not None and args.metrics_port is None:
+        raise PreflightError("--metrics-address needs --metrics-port")
+    if spec.cloudwatch_limits():
+        CloudWatchLoad(spec.rds_instance, spec.cloudwatch_limits()).check()
+    if spec.replicas():
+        ReplicaLag(endpoints.mysql, spec.replicas(), spec.max_replica_lag).check()
+    metrics = MigrationMetrics(spec.qualified_name)
+    # both before init: a taken port or a namespace CloudWatch refuses changes nothing
+    cloudwatch = CloudWatchPublisher(metrics, args.cloudwatch_namespace) if args.cloudwatch_namespace else None
+    if args.metrics_port is not None:
+        metrics.serve(args.metrics_port, args.metrics_address or DEFAULT_ADDRESS)
+    try:
+        if cloudwatch is not None:
+            cloudwatch.start()
+        return Runner(endpoints, spec, Progress(quiet=args.quiet), cutover_now=cutover_now,
+                      resume_live=args.command == "resume", metrics=metrics).run()
+    finally:
+        if cloudwatch is not None:
+            cloudwatch.close()
+        metrics.close()
 
 
 def cmd_cutover(args: argparse.Namespace) -> int:
@@ -121,61 +154,80 @@ def _with_store(args: argparse.Namespace):
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """Exit 0, or STOPPED (3) when the migration is unfinished and no process runs it (it failed or was killed)."""
     endpoints, conn, store, db, tbl = _with_store(args)
-    migration = store.latest(db, tbl)
-    if migration is None:
-        raise PreflightError(f"no migration of {args.table} is recorded")
-    rows, chunks_done, chunks = store.copy_progress(migration.id)
-    doc = {
-        "migration": migration.id, "table": args.table, "alter": migration.alter_sql,
-        "stage": migration.stage, "status": migration.status,
-        "copy": {"rows": rows, "chunks_done": chunks_done, "chunks": chunks},
-        "validation_diffs": migration.validation_diffs, "cutover_blocked_ms": migration.cutover_blocked_ms,
-        "connector": migration.connector, "error": migration.error,
-    }
-    if migration.status not in FINISHED:
-        doc["coordinator"] = _coordinator_line(store, migration.id)
-        doc["connector_state"] = _connector_line(endpoints, migration, args.table)
-        doc["throttled"] = _throttle_line(endpoints, migration)
-    if migration.stage in (Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER):
-        names = TopicNames(migration.prefix, db, tbl)
-        try:
-            doc["apply_lag_events"] = group_lag(endpoints.kafka_bootstrap, migration.group_id, names.changes,
-                                                int(migration.options.get("partitions", 8)))
-        except Exception as exc:  # noqa: BLE001 - status still shows the rest
-            doc["apply_lag_events"] = f"unknown ({exc})"
+    while True:
+        migration = store.latest(db, tbl)
+        if migration is None:
+            raise PreflightError(f"no migration of {args.table} is recorded")
+        doc = read_status(endpoints, store, migration)
+        if args.json:
+            print(json.dumps(doc, indent=None if args.watch else 2), flush=True)
+        else:
+            if args.watch and sys.stdout.isatty():
+                print("\033[H\033[J", end="")
+            print("\n".join(status_lines(doc)) + ("\n" if args.watch else ""), flush=True)
+        if not args.watch or doc["state"] in ("done", "aborted", "stopped"):
+            return ExitCode.STOPPED if doc["state"] == "stopped" else ExitCode.DONE
+        time.sleep(args.interval)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Every migration in the metadata schema, newest first."""
+    endpoints = StackConfig().endpoints(args.config)
+    conn = connect(endpoints.mysql)
+    try:
+        rows = list_rows(StateStore(conn, args.metadata_schema or DEFAULTS.metadata_schema))
+    finally:
+        conn.close()
     if args.json:
-        print(json.dumps(doc, indent=2, default=str))
-    else:
-        for key, value in doc.items():
-            print(f"{key:>20}: {value}")
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'ID':>6}  {'TABLE':<40} {'STAGE':<9} {'STATE':<8} {'AGE':>10}  ERROR")
+    for row in rows:
+        print(f"{row['migration']:>6}  {row['table']:<40} {row['stage']:<9} {row['state']:<8} "
+              f"{format_age(row['age_s']):>10}  {'yes' if row['has_error'] else ''}")
     return 0
 
 
-def _throttle_line(endpoints: Endpoints, migration: Migration) -> str:
-    """Why the workers hold back (--max-load), or "no"."""
+def format_age(seconds: float) -> str:
+    """3d04h, 5h07m, 12m30s, 45s."""
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def port_number(text: str) -> int:
+    """A TCP port for argparse: 1 to 65535."""
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return int(text)
+
+
+def positive_seconds(text: str) -> float:
     try:
-        note = redis.Redis.from_url(endpoints.redis_url, socket_timeout=5).get(redis_keys.throttle_note(migration.id))
-    except redis.RedisError as exc:
-        return f"unknown (Redis: {type(exc).__name__})"
-    return f"yes: {note.decode()} (--max-load)" if note else "no"
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
-def _coordinator_line(store: StateStore, migration_id: int) -> str:
-    live = live_coordinator(store, migration_id)
-    return f"{live[0]} (heartbeat {live[1]:.1f} s ago)" if live else "none running"
-
-
-def _connector_line(endpoints: Endpoints, migration: Migration, table: str) -> str:
-    try:
-        state = ConnectClient(endpoints.connect_url).state(migration.connector)
-    except ConnectError as exc:
-        return f"unknown ({exc})"
-    if state is None:
-        return "missing from Kafka Connect"
-    if state.failed:
-        return "FAILED: " + describe_failure(migration.connector, state, table)
-    return f"{state.connector} (tasks: {', '.join(state.tasks) or 'none'})"
+def add_metrics_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics-port", type=port_number,
+                        help="serve Prometheus metrics on http://ADDRESS:PORT/metrics while this process runs")
+    parser.add_argument("--metrics-address",
+                        help=f"address of the metrics endpoint (default {DEFAULT_ADDRESS}; 0.0.0.0: every interface)")
+    parser.add_argument("--cloudwatch-namespace",
+                        help="also publish the metrics to CloudWatch under this namespace every 60 s "
+                             "(AWS credentials and region from the environment, as boto3 finds them)")
 
 
 def cmd_pause(args: argparse.Namespace, status: Status = Status.PAUSED) -> int:
@@ -188,13 +240,23 @@ def cmd_pause(args: argparse.Namespace, status: Status = Status.PAUSED) -> int:
     return 0
 
 
+def cmd_set(args: argparse.Namespace) -> int:
+    """Change settings of a running migration; its coordinator takes them up within seconds."""
+    values = parse_assignments(args.assignments)
+    _, conn, store, db, tbl = _with_store(args)
+    migration = store.active(db, tbl)
+    if migration is None:
+        raise PreflightError(f"no unfinished migration of {args.table}")
+    store.update(migration.id, options=options_with(migration, spec_of(migration, None, None), values))
+    log_event(log, "settings changed", migration=migration.id, **values)
+    print(f"migration {migration.id} of {args.table}: " + ", ".join(f"{k}={v}" for k, v in values.items()) +
+          "; its coordinator takes them up within seconds")
+    return 0
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue from durable state (also after a crash) in this process."""
     return cmd_migrate(args)
-
-
-# `abort` found the tables already swapped: it finished the migration instead (the new table is in place)
-EXIT_ALREADY_SWAPPED = 3
 
 
 def cmd_abort(args: argparse.Namespace) -> int:
@@ -221,7 +283,7 @@ def cmd_abort(args: argparse.Namespace) -> int:
               f"{args.table} has the new schema and receives the writes; the original table is kept as "
               f"{db}.{spec.old_table} (without the writes made since the swap). The unfinished cleanup is done "
               "(connector and topics removed) and the migration is recorded as done.")
-        return EXIT_ALREADY_SWAPPED
+        return ExitCode.ALREADY_SWAPPED
     tear_down(conn, endpoints, spec, migration, drop_new_table=True, metadata=Metadata.WORK)   # a sentry too
     print(f"migration {migration.id} of {args.table} aborted; connector, topics, {spec.new_table} and its copy plan "
           f"removed (its row stays, marked aborted); {args.table} is the original table")
@@ -260,12 +322,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="keep the original table as <table>_osc_old (default)")
     migrate.add_argument("--drop-old", dest="keep_old", action="store_false", help="drop the original table after")
     migrate.add_argument("--dry-run", action="store_true", default=None, help="run every check, change nothing")
+    add_metrics_options(migrate)
     migrate.set_defaults(func=cmd_migrate)
 
     for name, func, text in (("resume", cmd_resume, "continue an unfinished migration"),
                              ("cutover", cmd_cutover, "swap the tables of a migration waiting for cutover")):
         parser = sub.add_parser(name, help=text)
         add_spec_options(parser)
+        add_metrics_options(parser)
         parser.set_defaults(func=func)
 
     worker = sub.add_parser("worker", help="add copy workers and appliers to a running migration (any machine)")
@@ -286,5 +350,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         parser.add_argument("--metadata-schema",
                             help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
         if name == "status":
-            parser.add_argument("--json", action="store_true", help="machine-readable output")
+            parser.add_argument("--json", action="store_true",
+                                help="one JSON document (docs/status.md); with --watch one per line")
+            parser.add_argument("--watch", action="store_true",
+                                help="show again every --interval seconds until the migration ends or stops")
+            parser.add_argument("--interval", type=positive_seconds, default=2.0,
+                                help="seconds between --watch refreshes (default 2)")
         parser.set_defaults(func=func)
+
+    setting = sub.add_parser("set", help="change settings of a running migration (logged, shown in status)")
+    setting.add_argument("--table", required=True, help="DB.TABLE")
+    setting.add_argument("--config", help="TOML file with [endpoints]")
+    setting.add_argument("--metadata-schema",
+                         help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
+    setting.add_argument("assignments", nargs="+", metavar="NAME=VALUE",
+                         help=f"NAME one of {', '.join(SETTABLE)}, e.g. max-load=Threads_running=30 batch-size=2000")
+    setting.set_defaults(func=cmd_set)
+
+    listing = sub.add_parser("list", help="every migration recorded: table, stage, state, age")
+    listing.add_argument("--config", help="TOML file with [endpoints]")
+    listing.add_argument("--metadata-schema",
+                         help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.set_defaults(func=cmd_list)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pymysql
@@ -14,7 +15,19 @@ from core.endpoints import Endpoints
 from core.spec import MigrationSpec
 from core.state import Migration, StateStore, Status
 from core import redis_keys
+from core.cloudwatch_load import CloudWatchLoad
 from core.load import NOTE_TTL_S, LoadThrottle
+from core.replica_lag import ReplicaLag
+
+
+def throttle_sources(spec: MigrationSpec, endpoints: Endpoints) -> list[Callable[[], str | None]]:
+    """What besides the server's status counters may hold the work back: CloudWatch, replicas."""
+    sources: list[Callable[[], str | None]] = []
+    if spec.cloudwatch_limits():
+        sources.append(CloudWatchLoad(spec.rds_instance, spec.cloudwatch_limits()).reason)
+    if spec.replicas():
+        sources.append(ReplicaLag(endpoints.mysql, spec.replicas(), spec.max_replica_lag).reason)
+    return sources
 
 
 class WorkStopped(Exception):
@@ -36,7 +49,7 @@ class RunContext:
     _throttle_noted: bool = False
 
     def __post_init__(self) -> None:
-        self.throttle = LoadThrottle(*self.spec.load_limits())
+        self.throttle = LoadThrottle(*self.spec.load_limits(), throttle_sources(self.spec, self.endpoints))
 
     def db(self, autocommit: bool = True) -> pymysql.connections.Connection:
         """A new connection to the source server."""

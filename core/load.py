@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable, Sequence
 
 import pymysql
 
@@ -13,6 +14,8 @@ from core.endpoints import ConfigError
 
 THRESHOLD = re.compile(r"^([A-Za-z][A-Za-z0-9_]{0,63})=(\d+)$")
 READ_EVERY_S = 1.0
+CLOUDWATCH_THRESHOLD = re.compile(r"^([A-Za-z][A-Za-z0-9]{0,254})=(\d+(?:\.\d+)?)$")
+CLOUDWATCH_OPTION = "--cloudwatch-max-load"
 NOTE_TTL_S = 5   # the Redis note `status` shows lives this long after the last throttled check
 
 
@@ -32,6 +35,19 @@ def parse_thresholds(text: str, option: str) -> dict[str, int]:
         if match is None:
             raise ConfigError(f"{option}: {item!r} is not STATUS_VARIABLE=NUMBER (e.g. Threads_running=25)")
         thresholds[match.group(1)] = int(match.group(2))
+    return thresholds
+
+
+def parse_cloudwatch_thresholds(text: str) -> dict[str, float]:
+    """`CPUUtilization=80,AuroraReplicaLagMaximum=1000` -> {AWS/RDS metric: limit}; ConfigError if malformed."""
+    thresholds: dict[str, float] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        match = CLOUDWATCH_THRESHOLD.match(item)
+        if match is None:
+            raise ConfigError(f"{CLOUDWATCH_OPTION}: {item!r} is not METRIC=NUMBER (e.g. CPUUtilization=80)")
+        thresholds[match.group(1)] = float(match.group(2))
     return thresholds
 
 
@@ -57,17 +73,27 @@ def over(values: dict[str, int], thresholds: dict[str, int]) -> str | None:
 
 
 class LoadThrottle:
-    """Shared by the workers of one process; reads the counters at most once a second."""
+    """Shared by the workers of one process; reads the counters at most once a second.
 
-    def __init__(self, max_load: dict[str, int], critical_load: dict[str, int]) -> None:
+    `more` are other sources of reasons to hold back (CloudWatch, replicas), asked in turn when the
+    counters allow work.
+    """
+
+    def __init__(self, max_load: dict[str, int], critical_load: dict[str, int],
+                 more: Sequence[Callable[[], str | None]] = ()) -> None:
         self.max_load, self.critical_load = max_load, critical_load
         self.names = sorted({*max_load, *critical_load})
+        self.more = more
         self._lock = threading.Lock()
         self._read_at = 0.0
         self._reason: str | None = None
 
     def reason(self, conn: pymysql.connections.Connection) -> str | None:
-        """Why work must hold back now (None: go ahead); raises CriticalLoad at a critical threshold."""
+        """Why work must hold back now, naming the option (None: go ahead); raises CriticalLoad at a critical
+        threshold."""
+        return self._server_reason(conn) or next((r for r in (source() for source in self.more) if r), None)
+
+    def _server_reason(self, conn: pymysql.connections.Connection) -> str | None:
         if not self.names:
             return None
         with self._lock:
@@ -79,5 +105,6 @@ class LoadThrottle:
                     raise CriticalLoad(f"critical load reached ({critical}, --critical-load): the migration "
                                        "stopped; the original table is untouched. Continue later with "
                                        "`stream-osc resume`")
-                self._reason = over(values, self.max_load)
+                reached = over(values, self.max_load)
+                self._reason = f"{reached} (--max-load)" if reached else None
             return self._reason

@@ -35,7 +35,7 @@ def apply_stats(migration_id: int) -> str:
 
 
 def throttle_note(migration_id: int) -> str:
-    """Why the workers hold back (--max-load), for `status`; expires unless renewed."""
+    """Why the workers hold back (--max-load, --cloudwatch-max-load), for `status`; expires unless renewed."""
     return f"{_base(migration_id)}:throttled"
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from core.config_file import config_section
 from core.endpoints import ConfigError
-from core.load import parse_thresholds
+from core.load import parse_cloudwatch_thresholds, parse_thresholds
+from core.replica_lag import parse_replicas
 
 _TABLE_PART = re.compile(r"`((?:[^`]|``)+)`|([^.`]+)")
 MAX_NAME_CHARS = 64
@@ -94,6 +95,10 @@ class MigrationSpec:
     critical_load: str = ""          # e.g. "Threads_running=100": the migration stops at or above it
     metadata_schema: str = "stream_osc"
     dry_run: bool = False
+    cloudwatch_max_load: str = ""    # e.g. "CPUUtilization=80": hold back while an AWS/RDS metric is at or above it
+    rds_instance: str = ""           # the DB instance whose CloudWatch metrics --cloudwatch-max-load reads
+    throttle_replicas: str = ""      # e.g. "replica-1:3306,replica-2": hold back while one lags max_replica_lag s
+    max_replica_lag: int = 5         # seconds (Seconds_Behind_Master) at which a replica holds the work back
 
     @property
     def qualified_name(self) -> str:
@@ -122,12 +127,25 @@ class MigrationSpec:
         if self.cutover_window_s <= 0:
             raise ConfigError("cutover window must be positive")
         self.load_limits()
+        if self.cloudwatch_limits() and not self.rds_instance:
+            raise ConfigError("--cloudwatch-max-load needs --rds-instance (the DB instance identifier to watch)")
+        self.replicas()
+        if self.max_replica_lag < 1:
+            raise ConfigError("--max-replica-lag must be at least 1 second")
         return self
 
     def load_limits(self) -> tuple[dict[str, int], dict[str, int]]:
         """(--max-load, --critical-load) as {status variable: limit}; ConfigError if malformed."""
         return (parse_thresholds(self.max_load, "--max-load"),
                 parse_thresholds(self.critical_load, "--critical-load"))
+
+    def cloudwatch_limits(self) -> dict[str, float]:
+        """--cloudwatch-max-load as {AWS/RDS metric: limit}; ConfigError if malformed."""
+        return parse_cloudwatch_thresholds(self.cloudwatch_max_load)
+
+    def replicas(self) -> list[tuple[str, int]]:
+        """--throttle-replicas as [(host, port)]; ConfigError if malformed."""
+        return parse_replicas(self.throttle_replicas)
 
     @classmethod
     def from_table_arg(cls, table_arg: str, alter: str, **options: Any) -> "MigrationSpec":

@@ -17,17 +17,20 @@ from connectors.rest import ConnectClient, ConnectorState
 from cutover.swap import Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError
-from core.context import RunContext
+from core.context import RunContext, throttle_sources
+from core.load import LoadThrottle
 from core.db import ServerInfo, connect
 from core.endpoints import Endpoints
 from migration.init_stage import run_init
+from migration.settings import settings_of, with_settings
 from migration.teardown import Metadata, tables_swapped, tear_down
 from migration.lease import CoordinatorLease, live_coordinator, owner_name
-from core.logs import log_event
+from core.logs import bind_fields, log_event
 from core.spec import MigrationSpec, with_overrides
 from core.state import WORKING_STAGES, Migration, SourceChanged, Stage, StateStore, Status, check_definition
-from migration.transient import MAX_TRANSIENT_FAILURES, retrying_transient
+from migration.transient import MAX_TRANSIENT_FAILURES, is_transient, retrying_transient
 from migration.workers import WorkerGroup
+from monitor.metrics import MigrationMetrics
 from monitor.progress import Progress, copy_fraction
 from core import redis_keys
 from streams.topics import TopicNames, group_lag
@@ -42,19 +45,25 @@ CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Con
 
 
 class MigrationStopped(Exception):
-    """The migration was aborted, or its connector failed; the message says which."""
+    """The migration stopped before its end (aborted, its connector failed, the cutover did not fit); the
+    message says why. `resumable`: `stream-osc resume` can continue it (else only `abort` is left)."""
 
     user_facing = True
+
+    def __init__(self, message: str, resumable: bool = True) -> None:
+        super().__init__(message)
+        self.resumable = resumable
 
 
 class Runner:
     """Coordinates one migration in this process (workers in other processes may join)."""
 
     def __init__(self, endpoints: Endpoints, spec: MigrationSpec, progress: Progress,
-                 cutover_now: bool = False, resume_live: bool = False) -> None:
+                 cutover_now: bool = False, resume_live: bool = False, metrics: MigrationMetrics | None = None) -> None:
         self.endpoints = endpoints
         self.spec = spec
         self.progress = progress
+        self.metrics = metrics or MigrationMetrics(spec.qualified_name)
         self.cutover_now = cutover_now
         self.resume_live = resume_live   # a live coordinator elsewhere: un-pause it instead of refusing
         self.lease = CoordinatorLease(endpoints.mysql, spec.metadata_schema, owner_name())
@@ -67,6 +76,8 @@ class Runner:
         self.throttled = False
         self.connector_missing_since: float | None = None
         self.connector_restarts = 0
+        self.settings: dict[str, object] = {}   # applied `stream-osc set` values
+        self.restart_copy = False               # the copy workers restart to take new settings
 
     # entry ---------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -75,6 +86,7 @@ class Runner:
             return self._run()
         finally:
             self.lease.stop(self.conn)
+            bind_fields(migration=None)   # a later run in this process names its own
 
     def _run(self) -> int:
         migration = self.store.active(self.spec.database, self.spec.table)
@@ -93,23 +105,31 @@ class Runner:
                           metadata=Metadata.ALL, best_effort=True)
                 migration = None
         if migration is None:
+            self.metrics.stage(Stage.INIT)
             self.progress.say(f"init: checking {self.spec.qualified_name} and starting change capture")
             migration = run_init(self.conn, self.endpoints, self.spec, self.info, self.lease.owner,
-                                 on_created=lambda created: self.lease.start(created.id))
+                                 on_created=self._created)
             if migration is None:
                 self.progress.say("dry run: every check passed and the ALTER is valid; nothing was changed")
                 return 0
             self.progress.say(f"init: migration {migration.id} captures {self.spec.qualified_name} via connector "
                               f"{migration.connector}; copying by key ({', '.join(migration.pk_columns)})")
         else:
-            self.lease.start(migration.id)
+            self._created(migration)
             self.spec = with_overrides(self.spec, **{k: migration.options[k] for k in RESUMABLE_OPTIONS
                                                      if k in migration.options})
+            self.settings = settings_of(migration)
+            self.spec = with_settings(self.spec, migration)
             self.progress.say(f"resuming migration {migration.id} of {self.spec.qualified_name} "
                               f"at stage {migration.stage}")
             if migration.status != Status.RUNNING:
                 self.store.update(migration.id, status=Status.RUNNING, error=None)
         return self._run_stages_retrying(migration.id)
+
+    def _created(self, migration: Migration) -> None:
+        """From the moment the migration has an id: hold its lease and name it on every log line."""
+        bind_fields(migration=migration.id)
+        self.lease.start(migration.id)
 
     def _run_stages_retrying(self, migration_id: int) -> int:
         """Run the stages; after a passing failure (a service restarting, a cut connection) wait and resume
@@ -119,8 +139,15 @@ class Runner:
                               f"state in {delay:.0f} s ({attempt}/{MAX_TRANSIENT_FAILURES})")
             log_event(log, "transient failure", logging.WARNING, migration=migration_id, error=str(exc),
                       retry_in_s=delay)
-        return retrying_transient(lambda: self._run_stages_explained(self.store.get(migration_id)), self._reconnect,
-                                  report)
+        try:
+            return retrying_transient(lambda: self._run_stages_explained(self.store.get(migration_id)),
+                                      self._reconnect, report)
+        except Exception as exc:
+            if is_transient(exc):
+                raise MigrationStopped(f"migration {migration_id} stopped: {type(exc).__name__}: {exc} outlasted "
+                                       f"{MAX_TRANSIENT_FAILURES} retries; its state is kept: continue with "
+                                       f"`stream-osc resume --table {self.spec.qualified_name}`") from exc
+            raise
 
     def _run_stages_explained(self, migration: Migration) -> int:
         """Run the stages; a failure met while the source's definition differs from init's is reported as
@@ -172,10 +199,21 @@ class Runner:
                                  f"missing; run `stream-osc abort --table {self.spec.qualified_name}` and start again")
         return RunContext(self.endpoints, self.spec, migration, pair)
 
+    def _observe(self, migration: Migration) -> None:
+        """Name the migration and its stage in the metrics."""
+        names = TopicNames(migration.prefix, self.spec.database, self.spec.table)
+        self.metrics.migration(migration.id, migration.connector, names.changes, migration.group_id)
+        self.metrics.stage(migration.stage)
+
+    def _enter_stage(self, migration_id: int, stage: Stage, **values: object) -> None:
+        self.store.enter_stage(migration_id, stage, **values)
+        self.metrics.stage(stage)
+
     def _run_stages(self, migration: Migration) -> int:
+        self._observe(migration)
         try:
             if migration.stage == Stage.CUTOVER and self._swap_already_done():
-                self.store.enter_stage(migration.id, Stage.CLEANUP)
+                self._enter_stage(migration.id, Stage.CLEANUP)
                 migration = self.store.get(migration.id)
             if migration.stage in WORKING_STAGES:
                 ctx = self._context(migration)
@@ -185,7 +223,7 @@ class Runner:
                 stage = self.store.get(migration.id).stage
                 if stage == Stage.APPLY:
                     self._wait_for_lag(ctx, self.spec.max_lag_events)
-                    self.store.enter_stage(ctx.migration.id, Stage.VALIDATE)
+                    self._enter_stage(ctx.migration.id, Stage.VALIDATE)
                     stage = Stage.VALIDATE
                 if stage == Stage.VALIDATE:
                     self._hold_while_paused(ctx)
@@ -223,9 +261,10 @@ class Runner:
                 break
             if not queue.is_seeded() or queue.pending_count() == 0:
                 queue.seed(pending)   # Redis is a cache: rebuilt from the metadata schema
+            self.restart_copy = False
             group = WorkerGroup(ctx, copy_worker, self.spec.copy_workers, "copy").start()
             try:
-                while group.alive():
+                while group.alive() and not self.restart_copy:
                     group.wait(0.5)
                     self._show_copy(ctx)
                     self._show_throttle(ctx)
@@ -234,13 +273,14 @@ class Runner:
                 group.stop()
             group.raise_if_failed()
         self._show_copy(ctx, force=True)
-        self.store.enter_stage(ctx.migration.id, Stage.APPLY)
+        self._enter_stage(ctx.migration.id, Stage.APPLY)
 
     def _show_copy(self, ctx: RunContext, force: bool = False) -> None:
         chunks = self.store.chunks(ctx.migration.id)
         rows = sum(c.rows_copied for c in chunks)
-        self.progress.copy(copy_fraction(chunks, self.spec.chunk_size), rows, sum(c.done for c in chunks),
-                           len(chunks), force)
+        fraction, done = copy_fraction(chunks, self.spec.chunk_size), sum(c.done for c in chunks)
+        self.progress.copy(fraction, rows, done, len(chunks), force)
+        self.metrics.copy(fraction, rows, done, len(chunks))
 
     def _show_throttle(self, ctx: RunContext) -> None:
         """Say when the workers start or stop holding back for --max-load."""
@@ -248,8 +288,9 @@ class Runner:
             note = ctx.shared_redis().get(redis_keys.throttle_note(ctx.migration.id))
         except redis.RedisError:
             return   # a display only: Redis failures are handled where the work needs Redis
+        self.metrics.throttle(note.decode() if note else None)
         if bool(note) != self.throttled:
-            self.progress.say(f"throttled: {note.decode()} (--max-load)" if note else "throttle released")
+            self.progress.say(f"throttled: {note.decode()}" if note else "throttle released")
             self.throttled = bool(note)
 
     def _start_appliers(self, ctx: RunContext) -> None:
@@ -280,7 +321,9 @@ class Runner:
             now = time.monotonic()
             first = first or (now, applied)
             rate = (applied - first[1]) / (now - first[0]) if now > first[0] else 0
-            self.progress.apply(lag, applied, lag / rate if rate > 0 else None)
+            lag_s = lag / rate if rate > 0 else None
+            self.progress.apply(lag, applied, lag_s)
+            self.metrics.apply(lag, applied, lag_s)
             if lag <= limit:
                 return lag
             time.sleep(0.5)
@@ -294,7 +337,8 @@ class Runner:
         finally:
             for session in snapshots or []:
                 session.close()
-        self.store.enter_stage(ctx.migration.id, Stage.CUTOVER, validation_diffs=repaired)
+        self._enter_stage(ctx.migration.id, Stage.CUTOVER, validation_diffs=repaired)
+        self.metrics.validation(repaired)
         self.progress.say(f"validate: clean ({repaired} differing rows re-copied and re-checked)")
 
     def _consistent_snapshots(self, ctx: RunContext) -> list[pymysql.connections.Connection] | None:
@@ -330,8 +374,9 @@ class Runner:
             self._wait_for_lag(ctx, self.spec.max_lag_events)
             self._stop_appliers()
             result = cutover.attempt(self.spec.cutover_window_s)
+            self.metrics.cutover_attempt(result.swapped, result.blocked_ms)
             if result.swapped:
-                self.store.enter_stage(ctx.migration.id, Stage.CLEANUP, cutover_blocked_ms=int(result.blocked_ms),
+                self._enter_stage(ctx.migration.id, Stage.CLEANUP, cutover_blocked_ms=int(result.blocked_ms),
                                   cutover_at=result.locked_at)
                 self.progress.say(f"cutover: swapped {self.spec.qualified_name}; application writes were blocked "
                                   f"for {result.blocked_ms:.0f} ms ({result.drained_keys} keys drained under lock)")
@@ -350,7 +395,7 @@ class Runner:
     def _cleanup(self, migration: Migration) -> None:
         tear_down(self.conn, self.endpoints, self.spec, migration, drop_new_table=False,
                   drop_old_table=not self.spec.keep_old, metadata=Metadata.KEEP)
-        self.store.enter_stage(migration.id, Stage.DONE, status=Status.DONE, error=None)
+        self._enter_stage(migration.id, Stage.DONE, status=Status.DONE, error=None)
         kept = f"; original kept as {self.spec.database}.{self.spec.old_table}" if self.spec.keep_old else ""
         self.progress.say(f"done: {self.spec.qualified_name} has the new schema{kept}")
 
@@ -364,7 +409,7 @@ class Runner:
         while True:
             status = self.store.get(ctx.migration.id).status
             if status == Status.ABORTED:
-                raise MigrationStopped(f"migration {ctx.migration.id} was aborted")
+                raise MigrationStopped(f"migration {ctx.migration.id} was aborted", resumable=False)
             if status != Status.PAUSED:
                 break
             if not announced:
@@ -383,9 +428,10 @@ class Runner:
         self.last_health_check = time.monotonic()
         if self.lease.lost.is_set():
             raise MigrationStopped(f"migration {ctx.migration.id}: another process took over as coordinator")
-        status = self.store.get(ctx.migration.id).status
-        if status == Status.ABORTED:
-            raise MigrationStopped(f"migration {ctx.migration.id} was aborted")
+        current = self.store.get(ctx.migration.id)
+        if current.status == Status.ABORTED:
+            raise MigrationStopped(f"migration {ctx.migration.id} was aborted", resumable=False)
+        self._follow_settings(ctx, current)
         check_definition(self.conn, ctx.migration)
         state = self.connect.state(ctx.migration.connector)
         if state is None:
@@ -398,7 +444,8 @@ class Runner:
         name = ctx.migration.connector
         while state is not None and state.failed:
             if binlog_gone(state) or self.connector_restarts >= MAX_CONNECTOR_RESTARTS:
-                raise MigrationStopped(describe_failure(name, state, self.spec.qualified_name))
+                raise MigrationStopped(describe_failure(name, state, self.spec.qualified_name),
+                                       resumable=not binlog_gone(state))
             # e.g. its binlog connection was cut mid-event: a restart resumes from the committed offset
             self.connector_restarts += 1
             self.progress.say(f"connector {name} failed ({state.error_line()}); restarting it from its committed "
@@ -407,6 +454,26 @@ class Runner:
                       restarts=self.connector_restarts)
             self.connect.restart_failed(name)
             state = self._state_after_restart(name)
+
+    def _follow_settings(self, ctx: RunContext, migration: Migration) -> None:
+        """Take up `stream-osc set` values: the spec changes, and the workers restart with it (they resume
+        from durable state, as after any stop)."""
+        settings = settings_of(migration)
+        if settings == self.settings:
+            return
+        before, self.settings = self.spec, settings
+        self.spec = with_overrides(self.spec, **settings)
+        changed = {name: value for name, value in settings.items() if getattr(before, name) != value}
+        if not changed:
+            return
+        ctx.spec = self.spec
+        ctx.throttle = LoadThrottle(*self.spec.load_limits(), throttle_sources(self.spec, self.endpoints))
+        log_event(log, "settings changed", **changed)
+        self.progress.say("settings changed: " + ", ".join(f"{name}={value}" for name, value in changed.items()))
+        self.restart_copy = True
+        if self.appliers is not None:
+            self._stop_appliers()
+            self._start_appliers(ctx)
 
     def _state_after_restart(self, name: str) -> ConnectorState | None:
         """The state of a restarted connector: once it has left FAILED, RUNNING for CONNECTOR_SETTLE_S

@@ -20,7 +20,8 @@ from migration.checks import PreflightError
 from core.context import RunContext
 from core.db import connect, qualified
 from core.endpoints import Endpoints
-from core.logs import log_event
+from core.logs import bind_fields, log_event
+from migration.settings import settings_of
 from core.spec import MigrationSpec
 from core.state import FINISHED, SWAPPED_STAGES, WORKING_STAGES, Migration, Stage, StateStore
 from migration.transient import retrying_transient
@@ -34,8 +35,9 @@ ERR_NO_SUCH_TABLE = 1146   # an applier's statement after the swap: _<table>_new
 
 
 def spec_of(migration: Migration, copy_workers: int | None, apply_workers: int | None) -> MigrationSpec:
-    """The migration's recorded spec, with this process's own worker counts."""
-    options = dict(migration.options)
+    """The migration's recorded spec with its run-time settings (`stream-osc set`), and this process's own
+    worker counts."""
+    options = {**migration.options, **settings_of(migration)}
     if copy_workers is not None:
         options["copy_workers"] = copy_workers
     if apply_workers is not None:
@@ -55,6 +57,7 @@ class JoinedWorker:
         if migration is None:
             raise PreflightError(f"no unfinished migration of {database}.{table} to join")
         self.migration_id = migration.id
+        bind_fields(migration=migration.id)
         self.database, self.table = database, table
         self.progress = progress
         self.copy_workers = copy_workers
@@ -101,6 +104,7 @@ class JoinedWorker:
             migration = self.store.active(self.database, self.table)
             if migration is not None:
                 self.migration_id = migration.id
+                bind_fields(migration=migration.id)
         return migration
 
     def _run_group(self, migration: Migration, target: Callable[[RunContext, int], None], kind: str,

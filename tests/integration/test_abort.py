@@ -51,7 +51,7 @@ def test_abort_after_a_swap_the_metadata_missed_says_so_and_finishes_the_cleanup
 
     code = main(["abort", "--table", f"{DB}.items"])
     out = capsys.readouterr().out
-    assert code == 3, out
+    assert code == 6, out
     assert "already been swapped" in out and f"{DB}.items_osc_old" in out
     assert "is the original table" not in out and "untouched" not in out
     assert columns(conn, "items") == ["id", "v", "x"]

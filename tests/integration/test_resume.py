@@ -191,7 +191,7 @@ def test_purged_binlog_position_stops_with_a_clear_error(endpoints):
         wait_for(lambda: connect.state(migration.connector).failed, 120, "the connector task to fail")
 
         result = cli("cutover", "--table", f"{DB}.{table}")
-        assert result.returncode == 2
+        assert result.returncode == 5   # stopped, cannot continue: abort and start again
         assert "binlog position is no longer on the server" in result.stderr and "stream-osc abort" in result.stderr
         assert table_is_original(conn, DB, table)
         status = cli("status", "--table", f"{DB}.{table}")
@@ -208,7 +208,7 @@ def test_failing_connector_is_restarted_then_stops_the_migration(endpoints):
         wait_for(lambda: connect.state(migration.connector).failed, 120, "the connector task to fail")
 
         result = cli("cutover", "--table", f"{DB}.{table}")
-        assert result.returncode == 2
+        assert result.returncode == 3   # stopped, resumable
         assert result.stderr.count("restarting it from its committed position") == 3, result.stderr
         assert f"connector {migration.connector} failed" in result.stderr.splitlines()[-1]
         assert table_is_original(conn, DB, table)

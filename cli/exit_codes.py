@@ -1,0 +1,49 @@
+"""The exit codes of `stream-osc`, one per outcome a script or scheduler must tell apart."""
+from __future__ import annotations
+
+from enum import IntEnum
+
+from core.load import CriticalLoad
+from core.state import SourceChanged
+from cutover.validate import ValidationFailed
+from migration.runner import MigrationStopped
+
+
+class ExitCode(IntEnum):
+    """What the process's exit status means (documented in the README and `stream-osc --help`)."""
+
+    DONE = 0            # the command did what it was asked (migrate: swapped, or in sync with --cutover manual)
+    INTERNAL = 1        # an unexpected error (a bug): the traceback is printed
+    REFUSED = 2         # bad input or an unmet precondition: nothing was changed (also usage errors)
+    STOPPED = 3         # the migration stopped before its end and kept its state: `stream-osc resume` continues
+    CRITICAL_LOAD = 4   # --critical-load was reached: stopped, resumable like 3
+    FAILED = 5          # stopped, cannot continue (aborted, table altered, binlog purged): `abort`, start again
+    ALREADY_SWAPPED = 6  # `abort` found the tables swapped: it finished the migration instead (new schema in place)
+    INTERRUPTED = 130   # Ctrl-C
+
+
+EPILOG = """exit codes:
+  0    done (migrate: tables swapped, or in sync and waiting with --cutover manual)
+  1    internal error (a bug; the traceback is printed)
+  2    refused: bad input or an unmet precondition, nothing was changed
+  3    stopped before the end, state kept: `stream-osc resume` continues
+       (status: the migration stopped or failed)
+  4    stopped because --critical-load was reached; resumable like 3
+  5    stopped and cannot continue (aborted, the table altered meanwhile, or its
+       binlog position purged): `stream-osc abort` and start again
+  6    abort: the tables had already been swapped; the migration was finished
+       instead (the new schema is in place, the original kept as <table>_osc_old)
+  130  interrupted (Ctrl-C)"""
+
+
+def exit_code_for(exc: BaseException) -> ExitCode:
+    """The exit code of a user-facing error."""
+    if isinstance(exc, CriticalLoad):
+        return ExitCode.CRITICAL_LOAD
+    if isinstance(exc, MigrationStopped):
+        return ExitCode.STOPPED if exc.resumable else ExitCode.FAILED
+    if isinstance(exc, SourceChanged):
+        return ExitCode.FAILED    # the new table no longer means the ALTER of the table as it is now
+    if isinstance(exc, ValidationFailed):
+        return ExitCode.STOPPED   # rows kept differing: resume validates again
+    return ExitCode.REFUSED   # incl. a constraint the data breaks: fails as the ALTER would, nothing left

@@ -1,0 +1,206 @@
+"""`status` and `list`: a migration's state as one typed document (docs/status.md), as text or JSON.
+
+The document's fields always have the same JSON type; a figure that cannot be read now is `null`,
+with the reason in a companion `*_error` field, never a string in place of a number.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from connectors.health import describe_failure
+from connectors.rest import ConnectClient, ConnectError
+from core import redis_keys
+from core.db import query
+from core.endpoints import Endpoints
+from core.spec import MigrationSpec
+from core.state import FINISHED, Migration, Stage, StateStore, Status
+from migration.lease import is_dead_here, live_coordinator
+from migration.settings import settings_of
+from monitor.progress import copy_fraction
+from streams.topics import TopicNames, group_lag
+
+SCHEMA_VERSION = 1
+LAG_STAGES = (Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER)   # the applier group's lag is meaningful from apply on
+STOPPED_STATUSES = (Status.RUNNING, Status.PAUSED)          # without a live coordinator: stopped
+
+
+@dataclass(frozen=True)
+class Times:
+    """When a migration row was made and last changed, and the database's clock now (Unix seconds)."""
+
+    created_at: float
+    updated_at: float
+    now: float
+
+    @property
+    def age_s(self) -> float:
+        return self.now - self.created_at
+
+
+def iso(epoch_s: float | None) -> str | None:
+    """UTC ISO 8601 with milliseconds and a Z, or None."""
+    if epoch_s is None:
+        return None
+    moment = dt.datetime.fromtimestamp(epoch_s, dt.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def migration_times(store: StateStore, migration_id: int) -> Times:
+    """The row's timestamps, with the server's own clock for "now" (ages do not depend on this host's clock)."""
+    row = query(store.conn, f"SELECT UNIX_TIMESTAMP(created_at), UNIX_TIMESTAMP(updated_at), UNIX_TIMESTAMP(NOW(3)) "
+                            f"FROM {store.t('migrations')} WHERE id=%s", (migration_id,))[0]
+    return Times(*(float(v) for v in row))
+
+
+def copy_figures(rows: int, chunks_done: int, chunks: int, progress: float, stage: Stage,
+                 elapsed_s: float) -> dict[str, Any]:
+    """Copy progress; while copying, the average rate since the migration started and the ETA it implies."""
+    rate = eta = None
+    if stage == Stage.COPY and elapsed_s > 0 and rows > 0:
+        rate = rows / elapsed_s
+        eta = elapsed_s * (1 - progress) / progress if progress > 0 else None
+    return {"rows": rows, "chunks_done": chunks_done, "chunks": chunks, "progress": round(progress, 4),
+            "rows_per_s": None if rate is None else round(rate, 1), "eta_s": None if eta is None else round(eta, 1)}
+
+
+def state_of(status: str, coordinator: tuple[str, float] | None) -> str:
+    """running | paused | waiting | stopped | done | aborted; stopped: unfinished and no process runs it."""
+    return "stopped" if status in STOPPED_STATUSES and coordinator is None else str(status)
+
+
+def status_document(migration: Migration, times: Times, copy: tuple[int, int, int, float],
+                    coordinator: tuple[str, float] | None, live: dict[str, Any]) -> dict[str, Any]:
+    """The typed document of docs/status.md; `live` holds the figures read from Connect, Kafka and Redis."""
+    names = TopicNames(migration.prefix, migration.database, migration.table)
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "migration": migration.id,
+        "table": f"{migration.database}.{migration.table}",
+        "alter": migration.alter_sql,
+        "stage": str(migration.stage),
+        "status": str(migration.status),
+        "state": state_of(migration.status, coordinator),
+        "error": migration.error,
+        "created_at": iso(times.created_at),
+        "updated_at": iso(times.updated_at),
+        "age_s": round(times.age_s, 3),
+        "coordinator": coordinator[0] if coordinator else None,
+        "coordinator_heartbeat_age_s": round(coordinator[1], 3) if coordinator else None,
+        "connector": migration.connector,
+        "topic": names.changes,
+        "group": migration.group_id,
+        "copy": copy_figures(*copy, migration.stage, times.age_s),
+        "validation_diffs": int(migration.validation_diffs),
+        "cutover_blocked_ms": migration.cutover_blocked_ms,
+        "cutover_at": iso(migration.cutover_at),
+        "settings": settings_of(migration),
+        "connector_state": None, "connector_error": None,
+        "apply_lag_events": None, "apply_lag_error": None,
+        "throttled": None, "throttle_reason": None, "throttle_error": None,
+    }
+    doc.update(live)
+    return doc
+
+
+def live_figures(endpoints: Endpoints, migration: Migration) -> dict[str, Any]:
+    """Connector state, apply lag and throttle of an unfinished migration; errors go into `*_error`."""
+    figures: dict[str, Any] = {}
+    if migration.status in FINISHED:
+        return figures
+    table = f"{migration.database}.{migration.table}"
+    try:
+        state = ConnectClient(endpoints.connect_url).state(migration.connector)
+        figures["connector_state"] = "MISSING" if state is None else ("FAILED" if state.failed else state.connector)
+        if state is not None and state.failed:
+            figures["connector_error"] = describe_failure(migration.connector, state, table)
+    except ConnectError as exc:
+        figures["connector_error"] = str(exc)
+    if migration.stage in LAG_STAGES:
+        names = TopicNames(migration.prefix, migration.database, migration.table)
+        try:
+            figures["apply_lag_events"] = group_lag(endpoints.kafka_bootstrap, migration.group_id, names.changes,
+                                                    int(migration.options.get("partitions", 8)))
+        except Exception as exc:  # noqa: BLE001 - status still shows the rest
+            figures["apply_lag_error"] = str(exc)
+    try:
+        note = redis.Redis.from_url(endpoints.redis_url, socket_timeout=5).get(redis_keys.throttle_note(migration.id))
+        figures["throttled"] = bool(note)
+        figures["throttle_reason"] = note.decode() if note else None
+    except redis.RedisError as exc:
+        figures["throttle_error"] = f"Redis: {type(exc).__name__}"
+    return figures
+
+
+def running_coordinator(store: StateStore, migration_id: int, status: str) -> tuple[str, float] | None:
+    """(owner, heartbeat age) of the process coordinating an unfinished migration; None if none is alive
+    (one that ran on this host and is gone counts as dead at once, without waiting for its heartbeat to age)."""
+    if status in FINISHED:
+        return None
+    live = live_coordinator(store, migration_id)
+    return None if live is None or is_dead_here(live[0]) else live
+
+
+def read_status(endpoints: Endpoints, store: StateStore, migration: Migration) -> dict[str, Any]:
+    """Everything `status` shows for one migration."""
+    coordinator = running_coordinator(store, migration.id, migration.status)
+    chunks = store.chunks(migration.id)
+    chunk_rows = int(migration.options.get("chunk_size", MigrationSpec.chunk_size))
+    copy = (sum(c.rows_copied for c in chunks), sum(c.done for c in chunks), len(chunks),
+            copy_fraction(chunks, chunk_rows) if chunks else 0.0)
+    return status_document(migration, migration_times(store, migration.id), copy, coordinator,
+                           live_figures(endpoints, migration))
+
+
+def status_lines(doc: dict[str, Any]) -> list[str]:
+    """The document as aligned `name: value` lines for a terminal (unknown figures say why)."""
+    copy = doc["copy"]
+    rate = f", {copy['rows_per_s']:,.0f} rows/s" if copy["rows_per_s"] is not None else ""
+    eta = f", ETA {copy['eta_s']:.0f} s" if copy["eta_s"] is not None else ""
+    finished = doc["state"] in ("done", "aborted")
+    rows: list[tuple[str, object]] = [
+        ("migration", doc["migration"]), ("table", doc["table"]), ("alter", doc["alter"]),
+        ("stage", doc["stage"]), ("state", doc["state"]),
+        ("started", f"{doc['created_at']} ({doc['age_s']:.0f} s ago)"),
+        ("copy", f"{copy['rows']:,} rows, chunks {copy['chunks_done']}/{copy['chunks']} "
+                 f"({copy['progress'] * 100:.1f}%{rate}{eta})"),
+        ("apply lag (events)", _known(doc["apply_lag_events"], doc["apply_lag_error"])),
+        ("throttled", _known(None if doc["throttled"] is None else
+                             f"yes: {doc['throttle_reason']}" if doc["throttled"] else "no",
+                             doc["throttle_error"])),
+        ("validation diffs", doc["validation_diffs"]), ("cutover blocked ms", doc["cutover_blocked_ms"]),
+        ("coordinator", None if finished else (
+            f"{doc['coordinator']} (heartbeat {doc['coordinator_heartbeat_age_s']:.1f} s ago)"
+            if doc["coordinator"] else "none running")),
+        ("connector", doc["connector"]),
+        ("connector state", f"FAILED: {doc['connector_error']}" if doc["connector_state"] == "FAILED"
+         else _known(doc["connector_state"], doc["connector_error"])),
+        ("topic", doc["topic"]), ("consumer group", doc["group"]),
+        ("settings", ", ".join(f"{k}={v}" for k, v in doc["settings"].items()) or None), ("error", doc["error"]),
+    ]
+    return [f"{name:>20}: {value}" for name, value in rows if value is not None]
+
+
+def _known(value: object, error: str | None) -> object:
+    """`value`, or `unknown (why)` when it could not be read."""
+    return f"unknown ({error})" if error else value
+
+
+def list_rows(store: StateStore) -> list[dict[str, Any]]:
+    """Every migration recorded in the metadata schema, newest first: id, table, stage, status, age."""
+    if not store.schema_exists():
+        return []
+    rows = query(store.conn, f"SELECT id, db, tbl, stage, status, error IS NOT NULL, "
+                             f"TIMESTAMPDIFF(MICROSECOND, created_at, NOW(3)) / 1e6, "
+                             f"TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(3)) / 1e6, alter_sql "
+                             f"FROM {store.t('migrations')} ORDER BY id DESC")
+    listed = []
+    for mid, db, tbl, stage, status, failed, age, idle, alter_sql in rows:
+        coordinator = running_coordinator(store, mid, status)
+        listed.append({"migration": int(mid), "table": f"{db}.{tbl}", "stage": stage, "status": status,
+                       "state": state_of(status, coordinator), "has_error": bool(failed), "age_s": round(float(age), 3),
+                       "updated_s_ago": round(float(idle), 3), "alter": alter_sql})
+    return listed

@@ -1,0 +1,166 @@
+"""The figures of one running migration, as Prometheus metrics (`--metrics-port`) and as log lines at intervals.
+
+The coordinator feeds them from what it already reads for its progress display (chunk progress,
+the applier group's lag, the throttle note, stage changes and cutover results); nothing here reads
+a service or changes the migration. Every metric carries the migration's table as a label, so one
+Prometheus job can scrape the coordinators of several migrations.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from core.logs import log_event
+from core.state import Stage
+from monitor.progress import CopyRate
+
+log = logging.getLogger("stream_osc.metrics")
+
+STAGES = list(Stage)                 # stream_osc_stage_number is the index in this list
+DEFAULT_ADDRESS = "127.0.0.1"         # the endpoint has no authentication: local unless asked otherwise
+LOG_EVERY_S = 10.0                   # copy progress and apply lag are logged (INFO) at most this often
+
+
+class MetricsUnavailable(Exception):
+    """The metrics endpoint could not be opened (port taken, address not on this host)."""
+
+    user_facing = True
+
+
+class MigrationMetrics:
+    """Gauges and counters of one migration, in a registry of their own (no process metrics mixed in)."""
+
+    def __init__(self, table: str, log_every_s: float = LOG_EVERY_S) -> None:
+        self.table = table
+        self.registry = CollectorRegistry()
+        self.copy_rate = CopyRate()
+        self.log_every_s = log_every_s
+        self._logged_at: dict[str, float] = {}
+        self._throttle_reason: str | None = None
+        self._server: WSGIServer | None = None
+
+        def gauge(name: str, text: str, *labels: str) -> Gauge:
+            return Gauge(name, text, ["table", *labels], registry=self.registry)
+
+        self.info = gauge("stream_osc_migration_info", "Names of the migration's Kafka objects (value 1)",
+                          "migration_id", "connector", "topic", "group")
+        self.stage_flag = gauge("stream_osc_stage", "1 for the migration's current stage, 0 for the others", "stage")
+        self.stage_number = gauge("stream_osc_stage_number",
+                                  "Current stage as a number: " + ", ".join(f"{i} {s}" for i, s in enumerate(STAGES)))
+        self.rows_copied = gauge("stream_osc_copy_rows", "Rows copied by the bulk copy so far")
+        self.rows_estimated = gauge("stream_osc_copy_rows_estimated",
+                                    "Rows the bulk copy will have copied at its end (estimate from progress so far)")
+        self.copy_ratio = gauge("stream_osc_copy_progress_ratio", "Share of the bulk copy done, 0 to 1")
+        self.copy_rows_per_s = gauge("stream_osc_copy_rows_per_second", "Bulk-copy rate since this process started")
+        self.copy_eta = gauge("stream_osc_copy_eta_seconds", "Estimated seconds until the bulk copy ends (-1: unknown)")
+        self.chunks_done = gauge("stream_osc_copy_chunks_done", "Copy chunks finished")
+        self.chunks = gauge("stream_osc_copy_chunks", "Copy chunks planned")
+        self.lag_events = gauge("stream_osc_apply_lag_events",
+                                "Change events in the topic not yet applied (the applier group's consumer lag)")
+        self.lag_seconds = gauge("stream_osc_apply_lag_seconds",
+                                 "Estimated seconds to apply the pending events at the current apply rate "
+                                 "(-1: unknown)")
+        self.applied = gauge("stream_osc_applied_events", "Change events applied by every applier of the migration")
+        self.throttled = gauge("stream_osc_throttled", "1 while copy, apply and validation hold back for --max-load")
+        self.throttle_reason = gauge("stream_osc_throttle_reason_info",
+                                     "Why the work holds back (value 1, present only while throttled)", "reason")
+        self.cutover_attempts = Counter("stream_osc_cutover_attempts", "Cutover attempts made by this process",
+                                        ["table", "outcome"], registry=self.registry)
+        self.cutover_blocked_ms = gauge("stream_osc_cutover_blocked_milliseconds",
+                                        "How long application writes waited in the last cutover attempt")
+        self.validation_diffs = gauge("stream_osc_validation_differences",
+                                      "Rows validation found different and re-copied")
+        self.updated = gauge("stream_osc_last_update_timestamp_seconds", "When any figure last changed (Unix time)")
+        for outcome in ("swapped", "rolled_back"):
+            self.cutover_attempts.labels(table, outcome)
+        self.throttled.labels(table).set(0)
+
+    # serving -------------------------------------------------------------------------------------
+    def serve(self, port: int, address: str = DEFAULT_ADDRESS) -> None:
+        """Serve /metrics on address:port from a daemon thread until `close`."""
+        try:
+            self._server, _ = start_http_server(port, address, registry=self.registry)
+        except OSError as exc:
+            raise MetricsUnavailable(f"cannot serve metrics on {address}:{port}: {exc.strerror or exc}") from exc
+        log_event(log, "serving metrics", address=address, port=self._server.server_port)
+
+    @property
+    def port(self) -> int | None:
+        """The port /metrics is served on (None when not serving)."""
+        return self._server.server_port if self._server else None
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # figures -------------------------------------------------------------------------------------
+    def migration(self, migration_id: int, connector: str, topic: str, group: str) -> None:
+        self.info.labels(self.table, str(migration_id), connector, topic, group).set(1)
+        self._touch()
+
+    def stage(self, stage: Stage) -> None:
+        for each in STAGES:
+            self.stage_flag.labels(self.table, each.value).set(1 if each == stage else 0)
+        self.stage_number.labels(self.table).set(STAGES.index(stage))
+        self._touch()
+
+    def copy(self, fraction: float, rows: int, chunks_done: int, chunks: int) -> None:
+        rate, eta = self.copy_rate.sample(fraction, rows)
+        self.rows_copied.labels(self.table).set(rows)
+        self.rows_estimated.labels(self.table).set(round(rows / fraction) if fraction > 0 else 0)
+        self.copy_ratio.labels(self.table).set(fraction)
+        self.copy_rows_per_s.labels(self.table).set(rate)
+        self.copy_eta.labels(self.table).set(eta if eta is not None else -1)
+        self.chunks_done.labels(self.table).set(chunks_done)
+        self.chunks.labels(self.table).set(chunks)
+        self._touch()
+        if self._due("copy"):
+            log_event(log, "copy progress", rows=rows, progress=round(fraction, 4), rows_per_s=round(rate),
+                      eta_s=round(eta) if eta is not None else None, chunks_done=chunks_done, chunks=chunks)
+
+    def apply(self, lag_events: int, applied_events: int, lag_seconds: float | None) -> None:
+        self.lag_events.labels(self.table).set(lag_events)
+        self.lag_seconds.labels(self.table).set(lag_seconds if lag_seconds is not None else -1)
+        self.applied.labels(self.table).set(applied_events)
+        self._touch()
+        if self._due("apply"):
+            log_event(log, "apply lag", lag_events=lag_events, applied_events=applied_events,
+                      lag_s=round(lag_seconds, 1) if lag_seconds is not None else None)
+
+    def throttle(self, reason: str | None) -> None:
+        """`reason` while throttled (e.g. `Threads_running=31 >= 25`), None when not."""
+        if self._throttle_reason is not None and self._throttle_reason != reason:
+            self.throttle_reason.remove(self.table, self._throttle_reason)
+        if reason is not None:
+            self.throttle_reason.labels(self.table, reason).set(1)
+        if (reason is None) != (self._throttle_reason is None):
+            log_event(log, "throttled" if reason else "throttle released", reason=reason)
+        self._throttle_reason = reason
+        self.throttled.labels(self.table).set(1 if reason else 0)
+        self._touch()
+
+    def cutover_attempt(self, swapped: bool, blocked_ms: float) -> None:
+        self.cutover_attempts.labels(self.table, "swapped" if swapped else "rolled_back").inc()
+        self.cutover_blocked_ms.labels(self.table).set(blocked_ms)
+        self._touch()
+        log_event(log, "cutover attempt", swapped=swapped, blocked_ms=round(blocked_ms))
+
+    def validation(self, differences: int) -> None:
+        self.validation_diffs.labels(self.table).set(differences)
+        self._touch()
+
+    def _touch(self) -> None:
+        self.updated.labels(self.table).set(time.time())
+
+    def _due(self, what: str) -> bool:
+        """True at most once per log_every_s for `what`."""
+        now = time.monotonic()
+        if now - self._logged_at.get(what, float("-inf")) < self.log_every_s:
+            return False
+        self._logged_at[what] = now
+        return True

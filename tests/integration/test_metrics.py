@@ -1,0 +1,75 @@
+"""The Prometheus endpoint of a real migration: scraped while `stream-osc migrate --metrics-port` runs under
+write traffic, it shows the stage moving through copy and apply to the end and the apply lag changing."""
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from core.db import query
+from core.spec import helper_table_name
+from demo.traffic import Traffic, create_sample_table
+from monitor.metrics import STAGES
+from stack.process import free_ports
+from tests.integration.helpers import db_conn, start_cli
+
+pytestmark = pytest.mark.integration
+
+DB = "metrics"
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float] | None:
+    """{(sample name, sorted labels): value} of /metrics, or None while nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, ConnectionError):
+        return None
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_endpoint_shows_stage_and_lag_moving_during_a_migration(endpoints, tmp_path):
+    table = "scraped"
+    qualified = f"{DB}.{table}"
+    conn = db_conn(endpoints)
+    query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
+    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")
+    original = create_sample_table(conn, DB, table, rows=20_000, seed=41)
+    traffic = Traffic(endpoints.mysql, DB, table, original, seed=41, writers=2, rate=None)
+    port = free_ports(1)[0]
+    traffic.start()
+    proc = start_cli("migrate", "--table", qualified, "--alter", "ADD COLUMN flag INT NULL", "--copy-workers", "2",
+                     "--chunk-size", "2000", "--batch-size", "200", "--partitions", "2", "--metrics-port", str(port),
+                     "--quiet", log=tmp_path / "cli.log")
+    stages: list[int] = []
+    lags: list[float] = []
+    names: set[str] = set()
+    try:
+        while proc.poll() is None:
+            time.sleep(0.1)   # the scrape interval
+            samples = scrape(port)
+            if samples is None:
+                continue
+            names |= {name for name, _ in samples}
+            stage = samples.get(("stream_osc_stage_number", (("table", qualified),)))
+            if stage is not None and (not stages or stages[-1] != stage):
+                stages.append(stage)
+            lag = samples.get(("stream_osc_apply_lag_events", (("table", qualified),)))
+            if lag is not None and (not lags or lags[-1] != lag):
+                lags.append(lag)
+        assert proc.wait() == 0, (tmp_path / "cli.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        traffic.stop()
+        conn.close()
+
+    seen = [STAGES[int(n)].value for n in stages]
+    assert seen == sorted(seen, key=lambda s: STAGES.index(s)), seen       # the stage only moves forward
+    assert {"copy", "apply", "cutover"} <= set(seen), seen
+    assert len(lags) >= 2 and max(lags) > 0, lags                           # lag was seen at more than one value
+    assert all(name.startswith("stream_osc_") for name in names), names

@@ -1,0 +1,48 @@
+"""`stream-osc set` on a running migration: a copy held back by a --max-load the server is always over goes on
+once `set` clears the limit (the coordinator takes it up, logs it, `status` shows it); a bad value is refused
+and changes nothing."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.integration.helpers import (chunk_progress, cli, fresh_table, latest_migration_id, migration_row,
+                                       new_migration_row, start_cli, status_doc, wait_for)
+
+pytestmark = pytest.mark.integration
+
+DB = "settings"
+ALWAYS_OVER = "Threads_running=1"   # the status query itself is a running thread
+
+
+def test_set_releases_a_max_load_that_holds_a_running_copy_back(endpoints, conn, tmp_path):
+    table = "adjusted"
+    qualified = f"{DB}.{table}"
+    fresh_table(conn, DB, table, rows=20_000, seed=51)
+    earlier = latest_migration_id(conn, DB, table)
+    proc = start_cli("migrate", "--table", qualified, "--alter", "ADD COLUMN flag INT NULL", "--max-load", ALWAYS_OVER,
+                     "--chunk-size", "4000", "--log-level", "info", log=tmp_path / "cli.log")
+    try:
+        migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
+        doc = wait_for(lambda: (lambda d: d if d["throttled"] else None)(status_doc(DB, table)), 60,
+                       "status to show the throttle")
+        assert doc["throttle_reason"].startswith("Threads_running=") and doc["settings"] == {}
+        time.sleep(2.0)   # an observation window: nothing may be copied while held back
+        assert chunk_progress(conn, migration.id)[0] == 0 and migration_row(conn, DB, table).stage == "copy"
+
+        refused = cli("set", "--table", qualified, "batch-size=0")
+        assert refused.returncode == 2 and "batch-size must be at least 1" in refused.stderr, refused.stderr
+        assert status_doc(DB, table)["settings"] == {}       # a refused value changes nothing
+
+        result = cli("set", "--table", qualified, "max-load=", "batch-size=500")
+        assert result.returncode == 0, result.stderr
+        assert status_doc(DB, table)["settings"] == {"max_load": "", "batch_size": 500}
+        assert proc.wait(300) == 0, (tmp_path / "cli.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (tmp_path / "cli.log").read_text()
+    assert "settings changed: max_load=, batch_size=500" in log
+    assert 'logger=stream_osc.runner msg="settings changed"' in log
+    assert migration_row(conn, DB, table).status == "done"

@@ -1,0 +1,111 @@
+"""The command line's basics: --version, global options after the subcommand, one-line usage errors, and
+exit codes that are distinct, documented in `--help` and the README, and chosen by what stopped the run."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cli.exit_codes import EPILOG, ExitCode, exit_code_for
+from cli.main import build_parser, main
+from core.endpoints import ConfigError
+from core.load import CriticalLoad
+from core.state import SourceChanged
+from migration.checks import PreflightError
+from migration.runner import MigrationStopped
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_version_prints_the_package_version_and_exits_0(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert re.fullmatch(r"stream-osc \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--log-level", "info", "--log-format", "json", "status", "--table", "a.b"],
+    ["status", "--table", "a.b", "--log-level", "info", "--log-format", "json"],
+    ["stack", "status", "--log-level", "INFO", "--log-format", "json"],
+])
+def test_global_options_are_accepted_before_or_after_the_subcommand(argv):
+    args = build_parser().parse_args(argv)
+    assert (args.log_level, args.log_format) == ("INFO", "json")
+
+
+def test_global_option_defaults_hold_when_not_given():
+    args = build_parser().parse_args(["status", "--table", "a.b"])
+    assert (args.log_level, args.log_format) == ("WARNING", "logfmt")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["status", "--table", "a.b", "--log-level", "loud"], "argument --log-level: invalid choice: 'LOUD'"),
+    (["--log-format", "xml", "status", "--table", "a.b"], "argument --log-format: invalid choice: 'xml'"),
+    (["migrate", "--metrics-port", "70000"], "'70000' is not a TCP port"),
+    (["status", "--table", "a.b", "--watch", "--interval", "0"], "'0' is not a positive number of seconds"),
+])
+def test_a_bad_option_is_one_line_and_exit_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == ExitCode.REFUSED == 2
+    assert len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err, err
+
+
+def test_exit_codes_are_distinct():
+    assert len({int(code) for code in ExitCode}) == len(ExitCode)
+
+
+def test_every_exit_code_is_documented_in_help_and_readme(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = capsys.readouterr().out
+    readme = README.read_text()
+    for code in ExitCode:
+        assert re.search(rf"^  {int(code)} ", EPILOG, re.M), code
+        assert re.search(rf"^  {int(code)} ", help_text, re.M), code
+        assert re.search(rf"^\| `{int(code)}` \|", readme, re.M), f"README lacks exit code {int(code)}"
+
+
+@pytest.mark.parametrize("error, code", [
+    (PreflightError("no such table"), ExitCode.REFUSED),
+    (ConfigError("--table must be DB.TABLE"), ExitCode.REFUSED),
+    (MigrationStopped("connector failed"), ExitCode.STOPPED),
+    (MigrationStopped("migration 3 was aborted", resumable=False), ExitCode.FAILED),
+    (CriticalLoad("critical load reached"), ExitCode.CRITICAL_LOAD),
+    (SourceChanged("table altered during the migration"), ExitCode.FAILED),
+])
+def test_exit_code_follows_what_stopped_the_run(error, code):
+    assert exit_code_for(error) == code
+
+
+def test_an_unexpected_error_is_internal_with_its_traceback(monkeypatch, capsys):
+    def broken(args):
+        raise RuntimeError("a bug")
+    monkeypatch.setattr("cli.commands.cmd_list", broken)
+    assert main(["list"]) == ExitCode.INTERNAL == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1] == "stream-osc: internal error: RuntimeError: a bug"
+
+
+def test_a_user_facing_error_is_one_line_with_its_code(monkeypatch, capsys):
+    def stopped(args):
+        raise CriticalLoad("critical load reached (Threads_running=120 >= 100)")
+    monkeypatch.setattr("cli.commands.cmd_list", stopped)
+    assert main(["list"]) == ExitCode.CRITICAL_LOAD
+    assert capsys.readouterr().err == "stream-osc: error: critical load reached (Threads_running=120 >= 100)\n"
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--cloudwatch-namespace", "AWS/RDS"], "not starting with AWS/"),
+    (["--metrics-address", "0.0.0.0"], "--metrics-address needs --metrics-port"),
+])
+def test_bad_observability_options_are_refused_before_any_service_is_asked(monkeypatch, capsys, options, message):
+    def no_service(*args, **kwargs):
+        raise AssertionError("a service was asked")
+    monkeypatch.setattr("cli.commands.Runner", no_service)
+    code = main(["migrate", "--table", "shop.orders", "--alter", "ADD COLUMN note INT NULL", *options])
+    err = capsys.readouterr().err
+    assert code == ExitCode.REFUSED and len(err.strip().splitlines()) == 1 and message in err, err

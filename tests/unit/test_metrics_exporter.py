@@ -1,0 +1,99 @@
+"""The Prometheus exporter of a migration: what it serves on /metrics, under which names and labels, and how
+the throttle reason and stage follow the figures it is fed (no services: fed directly, scraped over HTTP)."""
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from core.state import Stage
+from monitor.metrics import STAGES, MetricsUnavailable, MigrationMetrics
+
+TABLE = "shop.orders"
+
+
+@pytest.fixture
+def served():
+    metrics = MigrationMetrics(TABLE)
+    metrics.serve(0)   # any free port on 127.0.0.1
+    yield metrics
+    metrics.close()
+
+
+def scrape(metrics: MigrationMetrics) -> dict[tuple[str, frozenset], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics.port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples, name: str, **labels: str) -> float:
+    return samples[(name, frozenset({"table": TABLE, **labels}.items()))]
+
+
+def test_every_metric_is_named_stream_osc_and_labelled_with_the_table(served):
+    served.migration(7, "streamosc-orders-7", "streamosc_orders_7.shop.orders", "streamosc_orders_7.appliers")
+    served.stage(Stage.COPY)
+    served.copy(0.25, 500, 1, 4)
+    served.apply(10, 100, 2.0)
+    served.throttle("Threads_running=31 >= 25")
+    served.cutover_attempt(False, 3100.0)
+    served.validation(2)
+    samples = scrape(served)
+    assert samples and all(name.startswith("stream_osc_") for name, _ in samples)
+    assert all(dict(labels)["table"] == TABLE for _, labels in samples)
+
+
+def test_figures_fed_are_the_figures_served(served):
+    served.migration(7, "streamosc-orders-7", "streamosc_orders_7.shop.orders", "streamosc_orders_7.appliers")
+    served.stage(Stage.APPLY)
+    served.copy(0.5, 1_000, 2, 4)
+    served.apply(250, 4_000, 1.5)
+    served.cutover_attempt(False, 3_100.0)
+    served.cutover_attempt(True, 42.0)
+    served.validation(3)
+    samples = scrape(served)
+    assert value(samples, "stream_osc_migration_info", migration_id="7", connector="streamosc-orders-7",
+                 topic="streamosc_orders_7.shop.orders", group="streamosc_orders_7.appliers") == 1
+    assert value(samples, "stream_osc_stage_number") == STAGES.index(Stage.APPLY)
+    assert value(samples, "stream_osc_stage", stage="apply") == 1
+    assert sum(value(samples, "stream_osc_stage", stage=s.value) for s in STAGES) == 1
+    assert value(samples, "stream_osc_copy_rows") == 1_000
+    assert value(samples, "stream_osc_copy_rows_estimated") == 2_000
+    assert value(samples, "stream_osc_copy_progress_ratio") == 0.5
+    assert value(samples, "stream_osc_apply_lag_events") == 250
+    assert value(samples, "stream_osc_apply_lag_seconds") == 1.5
+    assert value(samples, "stream_osc_applied_events") == 4_000
+    assert value(samples, "stream_osc_cutover_attempts_total", outcome="rolled_back") == 1
+    assert value(samples, "stream_osc_cutover_attempts_total", outcome="swapped") == 1
+    assert value(samples, "stream_osc_cutover_blocked_milliseconds") == 42
+    assert value(samples, "stream_osc_validation_differences") == 3
+
+
+def test_throttle_reason_is_served_only_while_throttled(served):
+    served.throttle("Threads_running=31 >= 25")
+    samples = scrape(served)
+    assert value(samples, "stream_osc_throttled") == 1
+    assert value(samples, "stream_osc_throttle_reason_info", reason="Threads_running=31 >= 25") == 1
+    served.throttle("Threads_running=40 >= 25")
+    served.throttle(None)
+    samples = scrape(served)
+    assert value(samples, "stream_osc_throttled") == 0
+    assert not [key for key in samples if key[0] == "stream_osc_throttle_reason_info"]
+
+
+def test_unknown_rate_and_eta_are_minus_one_not_missing(served):
+    served.apply(5, 0, None)
+    samples = scrape(served)
+    assert value(samples, "stream_osc_apply_lag_seconds") == -1
+
+
+def test_a_taken_port_is_one_clear_error():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(MetricsUnavailable, match=f"cannot serve metrics on 127.0.0.1:{port}: "):
+            MigrationMetrics(TABLE).serve(port)

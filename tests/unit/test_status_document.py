@@ -1,0 +1,111 @@
+"""The status document keeps the types docs/status.md promises, for every field, whether the live figures
+could be read or not; and a migration that no process runs is `stopped`."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cli.status import Times, copy_figures, iso, status_document, status_lines
+from core.state import Migration, Stage, Status
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "status.md"
+JSON_TYPES = {"integer": int, "number": (int, float), "string": str, "boolean": bool, "object": dict,
+              "null": type(None)}
+
+
+def documented_fields(section: str) -> dict[str, tuple[type, ...]]:
+    """{field path: allowed Python types} from the first table after `section` in docs/status.md."""
+    text = DOC.read_text().split(section, 1)[1]
+    fields = {}
+    for name, kinds in re.findall(r"^\| `([a-z_.]+)` \| ([a-z ]+?) \|", text, re.M):
+        if name in fields:
+            break   # the next table
+        types: list[type] = []
+        for kind in kinds.split(" or "):
+            allowed = JSON_TYPES[kind]
+            types += list(allowed) if isinstance(allowed, tuple) else [allowed]
+        fields[name] = tuple(types)
+    return fields
+
+
+def flatten(doc: dict) -> dict[str, object]:
+    flat = {}
+    for key, value in doc.items():
+        flat[key] = value
+        if key == "copy":
+            flat.update({f"{key}.{k}": v for k, v in value.items()})
+    return flat
+
+
+def migration(stage: Stage = Stage.APPLY, status: Status = Status.RUNNING, **values) -> Migration:
+    base = dict(id=7, database="shop", table="orders", alter_sql="ADD COLUMN note INT", stage=stage, status=status,
+                prefix="streamosc_orders_7", pk_columns=("id",), error=None, validation_diffs=0,
+                cutover_blocked_ms=None, cutover_at=None, options={"chunk_size": 100})
+    base.update(values)
+    return Migration(**base)
+
+
+TIMES = Times(created_at=1_700_000_000.0, updated_at=1_700_000_050.5, now=1_700_000_100.25)
+LIVE_READ = {"connector_state": "RUNNING", "apply_lag_events": 12, "throttled": True,
+             "throttle_reason": "Threads_running=31 >= 25"}
+LIVE_UNREADABLE = {"connector_error": "Kafka Connect at http://x:8083 is unreachable",
+                   "apply_lag_error": "KafkaUnreachable", "throttle_error": "Redis: ConnectionError"}
+
+
+@pytest.mark.parametrize("case, doc", [
+    ("copying, live figures read", status_document(migration(Stage.COPY), TIMES, (500, 2, 10, 0.3),
+                                                   ("host:1:abc", 0.5), LIVE_READ)),
+    ("applying, nothing readable", status_document(migration(), TIMES, (1000, 10, 10, 1.0), None, LIVE_UNREADABLE)),
+    ("done", status_document(migration(Stage.DONE, Status.DONE, cutover_blocked_ms=40, cutover_at=1_700_000_090.0,
+                                       validation_diffs=1), TIMES, (1000, 10, 10, 1.0), None, {})),
+])
+def test_every_field_has_its_documented_type(case, doc):
+    fields = documented_fields("| field | type | meaning |")
+    flat = flatten(doc)
+    assert set(flat) == set(fields), (case, set(flat) ^ set(fields))
+    wrong = {name: type(flat[name]).__name__ for name, types in fields.items()
+             if not isinstance(flat[name], types) or (isinstance(flat[name], bool) and bool not in types)}
+    assert wrong == {}, case
+
+
+def test_list_fields_are_documented():
+    assert set(documented_fields("## `stream-osc list`")) == {
+        "migration", "table", "stage", "status", "state", "has_error", "age_s", "updated_s_ago", "alter"}
+
+
+def test_timestamps_are_utc_iso_with_milliseconds():
+    doc = status_document(migration(Stage.DONE, Status.DONE, cutover_at=1_700_000_090.5), TIMES, (0, 0, 0, 1.0),
+                          None, {})
+    assert doc["created_at"] == "2023-11-14T22:13:20.000Z"
+    assert doc["cutover_at"] == "2023-11-14T22:14:50.500Z"
+    assert doc["age_s"] == 100.25
+    assert iso(None) is None
+
+
+def test_copy_rate_and_eta_while_copying_only():
+    assert copy_figures(1_000, 1, 4, 0.25, Stage.COPY, 10.0) == {
+        "rows": 1_000, "chunks_done": 1, "chunks": 4, "progress": 0.25, "rows_per_s": 100.0, "eta_s": 30.0}
+    after = copy_figures(4_000, 4, 4, 1.0, Stage.APPLY, 60.0)
+    assert after["rows_per_s"] is None and after["eta_s"] is None and after["progress"] == 1.0
+
+
+@pytest.mark.parametrize("status, coordinator, state", [
+    (Status.RUNNING, None, "stopped"),
+    (Status.PAUSED, None, "stopped"),
+    (Status.RUNNING, ("host:1:abc", 1.0), "running"),
+    (Status.PAUSED, ("host:1:abc", 1.0), "paused"),
+    (Status.WAITING, None, "waiting"),      # --cutover manual: in sync, no process needed
+    (Status.DONE, None, "done"),
+    (Status.ABORTED, None, "aborted"),
+])
+def test_unfinished_migration_without_coordinator_is_stopped(status, coordinator, state):
+    assert status_document(migration(status=status), TIMES, (0, 0, 0, 0.0), coordinator, {})["state"] == state
+
+
+def test_text_lines_say_why_a_figure_is_unknown():
+    lines = "\n".join(status_lines(status_document(migration(), TIMES, (1000, 10, 10, 1.0), None, LIVE_UNREADABLE)))
+    assert "apply lag (events): unknown (KafkaUnreachable)" in lines
+    assert "throttled: unknown (Redis: ConnectionError)" in lines
+    assert "coordinator: none running" in lines and "state: stopped" in lines
