@@ -8,6 +8,7 @@ copy of that table. The tables are filled with MariaDB's sequence engine (`seq_1
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import time
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ class KeyShape:
 SHAPES = (
     KeyShape("integer", "id BIGINT NOT NULL, PRIMARY KEY (id)", "seq"),
     KeyShape("composite", "tenant INT NOT NULL, seq BIGINT NOT NULL, PRIMARY KEY (tenant, seq)", "seq % 97, seq"),
-    KeyShape("string", "uid VARCHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL, PRIMARY KEY (uid)",
+    KeyShape("string", "uid VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL, PRIMARY KEY (uid)",
              "CONCAT(MD5(seq), '-', seq)"),
 )
 
@@ -45,7 +46,8 @@ def fill(conn, shape: KeyShape, rows: int) -> None:
     for suffix in ("", "_osc_new", "_osc_old", "_copy"):
         query(conn, f"DROP TABLE IF EXISTS {qualified(DB, f'keys_{shape.name}{suffix}')}")
     query(conn, f"CREATE TABLE {table} ({shape.key_ddl}, {COLUMNS}) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
-    query(conn, f"INSERT INTO {table} SELECT {shape.key_values}, {VALUES} FROM seq_1_to_{rows}")
+    numbers = qualified(DB, f"seq_1_to_{rows}")
+    query(conn, f"INSERT INTO {table} SELECT {shape.key_values}, {VALUES} FROM {numbers}")
 
 
 def server_copy_seconds(conn, shape: KeyShape) -> float:
@@ -60,12 +62,33 @@ def server_copy_seconds(conn, shape: KeyShape) -> float:
     return seconds
 
 
-def migrate_seconds(endpoints, shape: KeyShape) -> float:
+class StageClock(logging.Handler):
+    """When each stage was entered, from the runner's own `stage` log events."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered: dict[str, float] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        stage = getattr(record, "fields", {}).get("stage") if record.getMessage().startswith("stage") else None
+        if stage is not None:
+            self.entered.setdefault(str(stage), record.created)
+
+
+def migrate_seconds(endpoints, shape: KeyShape) -> tuple[float, float]:
+    """(whole migration, copy stage) in seconds."""
     spec = MigrationSpec(database=DB, table=f"keys_{shape.name}", alter=ALTER, keep_old=False).validate()
+    clock = StageClock()
+    logger = logging.getLogger("stream_osc.state")
+    logger.addHandler(clock)
+    logger.setLevel(logging.INFO)
     started = time.monotonic()
-    if Runner(endpoints, spec, Progress(quiet=True)).run() != 0:
-        raise RuntimeError(f"the migration of {spec.qualified_name} failed")
-    return time.monotonic() - started
+    try:
+        if Runner(endpoints, spec, Progress(quiet=True)).run() != 0:
+            raise RuntimeError(f"the migration of {spec.qualified_name} failed")
+    finally:
+        logger.removeHandler(clock)
+    return time.monotonic() - started, clock.entered["apply"] - clock.entered["copy"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,21 +100,25 @@ def main(argv: list[str] | None = None) -> int:
     conn = connect(endpoints.mysql)
     query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
     seconds: dict[str, list[float]] = {s.name: [] for s in SHAPES}
+    copying: dict[str, list[float]] = {s.name: [] for s in SHAPES}
     floor: dict[str, list[float]] = {s.name: [] for s in SHAPES}
     for rep in range(args.repetitions):
         order = SHAPES[rep % len(SHAPES):] + SHAPES[:rep % len(SHAPES)]
         for shape in order:
             fill(conn, shape, args.rows)
             floor[shape.name].append(server_copy_seconds(conn, shape))
-            seconds[shape.name].append(migrate_seconds(endpoints, shape))
-            print(f"rep {rep + 1} {shape.name:<9} stream-osc {seconds[shape.name][-1]:6.1f} s  "
+            whole, copy_stage = migrate_seconds(endpoints, shape)
+            seconds[shape.name].append(whole)
+            copying[shape.name].append(copy_stage)
+            print(f"rep {rep + 1} {shape.name:<9} stream-osc {whole:6.1f} s (copy stage {copy_stage:5.1f} s)  "
                   f"server copy {floor[shape.name][-1]:5.1f} s", flush=True)
-    base = statistics.median(seconds["integer"])
-    print("\n| key | stream-osc s (median) | × integer key | server copy s | × server copy |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    base, base_copy = statistics.median(seconds["integer"]), statistics.median(copying["integer"])
+    print("\n| key | migration s (median) | × integer key | copy stage s | × integer key | server copy s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for shape in SHAPES:
-        own, copy = statistics.median(seconds[shape.name]), statistics.median(floor[shape.name])
-        print(f"| {shape.name} | {own:.1f} | {own / base:.2f} | {copy:.1f} | {own / copy:.2f} |")
+        own, stage = statistics.median(seconds[shape.name]), statistics.median(copying[shape.name])
+        print(f"| {shape.name} | {own:.1f} | {own / base:.2f} | {stage:.1f} | {stage / base_copy:.2f} | "
+              f"{statistics.median(floor[shape.name]):.1f} |")
     return 0
 
 
