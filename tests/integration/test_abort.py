@@ -11,6 +11,7 @@ import migration.init_stage as init_stage
 from cli.main import main
 from connectors.rest import ConnectClient
 from core.db import ServerInfo, qualified, query, scalar
+from core.keys import primary_key
 from core.spec import MigrationSpec
 from core.state import Stage, StateStore, Status
 from streams.fence import fence_ids_for
@@ -40,7 +41,7 @@ def test_abort_after_a_swap_the_metadata_missed_says_so_and_finishes_the_cleanup
     store = StateStore(conn, spec.metadata_schema)
     store.ensure_schema()
     migration = store.create(DB, "items", spec.alter, init_stage.topic_prefix(spec), ("id",), {})
-    init_stage.create_new_table(conn, spec, "id")
+    init_stage.create_new_table(conn, spec, primary_key(conn, DB, "items"))
     store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
     init_stage.start_capture(conn, endpoints, spec, ServerInfo.read(conn), migration)
     store.enter_stage(migration.id, Stage.CUTOVER)
