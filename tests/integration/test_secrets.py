@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 from cli.main import main
 from connectors.secrets import secret_file
 from core.db import ServerInfo, connect, query
+from core.keys import KeyColumn, PrimaryKey
 from core.spec import MigrationSpec
 from core.state import StateStore
 from migration.init_stage import start_capture, topic_prefix
@@ -23,6 +24,8 @@ from streams.events import decode_event
 from streams.fence import fence_ids_for
 from streams.topics import TopicNames
 from tests.integration.helpers import leftovers
+
+ID = PrimaryKey((KeyColumn("id", "int", "int(11)", None, None),))
 
 pytestmark = pytest.mark.integration
 
@@ -124,9 +127,9 @@ def changed_keys(bootstrap: str, topic: str, partitions: int) -> list[int]:
     try:
         for _ in range(150):
             for msg in consumer.consume(100, timeout=0.2):
-                event = decode_event(msg.key(), msg.value(), "id")
+                event = decode_event(msg.key(), msg.value(), ID)
                 if event is not None and event.table == "items":
-                    keys.append(int(event.pk))
+                    keys.append(event.pk[0])
             if keys:
                 return keys
         return keys
