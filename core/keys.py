@@ -54,10 +54,26 @@ class KeyColumn:
     column_type: str
     octet_length: int | None
     datetime_precision: int | None
+    collation: str | None = None
 
     @property
     def ident(self) -> str:
         return quote_ident(self.name)
+
+    @property
+    def comparison(self) -> str:
+        """How the server compares and orders this column's values: two key columns with the same
+        comparison select the same rows for the same key range, under any width or signedness."""
+        kind = self.data_type
+        if kind in INTEGER_TYPES:
+            return "integer"
+        if kind in DECIMAL_TYPES:
+            return "decimal"
+        if kind in STRING_TYPES:
+            return f"text {self.collation}"
+        if kind in BINARY_TYPES:
+            return "bytes"
+        return kind
 
     def from_change(self, value: Any) -> Any:
         """A key field of a Debezium change key (JSON converter, schemas off) as the SQL parameter that
@@ -176,7 +192,8 @@ class PrimaryKey:
 def primary_key(conn: pymysql.connections.Connection, database: str, table: str) -> PrimaryKey:
     """The table's primary key in key order (no columns when it has none)."""
     rows = query(conn, """
-        SELECT k.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, c.CHARACTER_OCTET_LENGTH, c.DATETIME_PRECISION
+        SELECT k.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, c.CHARACTER_OCTET_LENGTH, c.DATETIME_PRECISION,
+               c.COLLATION_NAME
         FROM information_schema.KEY_COLUMN_USAGE k
         JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA=k.TABLE_SCHEMA AND c.TABLE_NAME=k.TABLE_NAME
              AND c.COLUMN_NAME=k.COLUMN_NAME
@@ -184,8 +201,8 @@ def primary_key(conn: pymysql.connections.Connection, database: str, table: str)
         ORDER BY k.ORDINAL_POSITION""", (database, table))
     return PrimaryKey(tuple(KeyColumn(name, data_type.lower(), column_type.lower(),
                                       None if octets is None else int(octets),
-                                      None if precision is None else int(precision))
-                            for name, data_type, column_type, octets, precision in rows))
+                                      None if precision is None else int(precision), collation)
+                            for name, data_type, column_type, octets, precision, collation in rows))
 
 
 # Keys in the metadata schema (chunk bounds): JSON, exact for every value type PyMySQL returns.

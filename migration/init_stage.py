@@ -22,7 +22,7 @@ from migration.checks import (PreflightError, check_load_thresholds, check_privi
                               check_session_binlog_formats, check_table)
 from migration.teardown import Metadata, tear_down
 from core.db import ServerInfo, qualified, query
-from core.keys import PrimaryKey, primary_key
+from core.keys import KeyColumn, PrimaryKey, primary_key
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
@@ -58,6 +58,11 @@ def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, 
         if [n.lower() for n in new_pk.names] != [n.lower() for n in pk.names]:
             raise PreflightError(f"the ALTER changes the primary key (was {', '.join(pk.names)}); that is not "
                                  "supported: the new table is filled and kept in sync by the original's keys")
+        for before, after in zip(pk.columns, new_pk.columns):
+            if before.comparison != after.comparison:
+                raise PreflightError(f"the ALTER changes how primary-key column {before.name} compares "
+                                     f"({describe(before)} -> {describe(after)}): rows are matched and key ranges "
+                                     "compared by the key in both tables, so it must compare the same; not supported")
     except pymysql.err.MySQLError as exc:
         query(conn, f"DROP TABLE IF EXISTS {new}")
         raise PreflightError(f"the ALTER is not valid for {spec.qualified_name}: {exc.args[1]} "
@@ -65,6 +70,10 @@ def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, 
     except BaseException:
         query(conn, f"DROP TABLE IF EXISTS {new}")
         raise
+
+
+def describe(column: KeyColumn) -> str:
+    return f"{column.column_type} {column.collation}" if column.collation else column.column_type
 
 
 def topic_prefix(spec: MigrationSpec) -> str:

@@ -240,3 +240,4 @@ ODD_NAMES = Shape(f"{quote_ident(ODD_KEY_COLUMNS[0])} INT NOT NULL, {quote_ident
 def test_names_with_spaces_hyphens_backticks_and_non_ascii_letters_are_migrated(endpoints):
     """Schema, table and key columns named as the server allows but as no unquoted identifier could be."""
     migrate_under_key_changes(endpoints, "osc any key schema", "Ördérs-2024 ünïcode", ODD_NAMES)
+

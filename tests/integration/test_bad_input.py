@@ -48,6 +48,26 @@ def test_a_key_type_that_cannot_be_matched_exactly_is_refused_with_the_reason(en
     assert_refused(endpoints, capsys, "oddpk", "ADD COLUMN c INT", reason)
 
 
+@pytest.mark.parametrize("change, shown", [
+    ("MODIFY k VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL", "utf8mb4_general_ci -> varchar(20)"),
+    ("MODIFY k VARBINARY(20) NOT NULL", "-> varbinary(20)"),
+])
+def test_an_alter_that_changes_how_the_key_compares_is_refused(endpoints, conn, capsys, change, shown):
+    """Under another collation or type the same key range holds other rows in each table: validation
+    could not compare them, and a re-copy could leave a row behind under its old spelling."""
+    query(conn, f"DROP TABLE IF EXISTS {DB}.cipk")
+    query(conn, f"CREATE TABLE {DB}.cipk (k VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci "
+                "PRIMARY KEY, v INT)")
+    assert_refused(endpoints, capsys, "cipk", change, "the ALTER changes how primary-key column k compares")
+    assert_refused(endpoints, capsys, "cipk", change, shown)
+
+
+def test_an_alter_widening_an_integer_key_is_accepted(endpoints, conn, capsys):
+    create_sample_table(conn, DB, "widenpk", rows=10)
+    code, err = run_migrate(capsys, "widenpk", "MODIFY id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT", "--dry-run")
+    assert code == 0, err
+
+
 def test_an_alter_that_changes_the_primary_key_columns_is_refused(endpoints, conn, capsys):
     query(conn, f"DROP TABLE IF EXISTS {DB}.newpk")
     query(conn, f"CREATE TABLE {DB}.newpk (a INT, b INT, PRIMARY KEY (a))")
