@@ -22,12 +22,14 @@ from migration.worker_process import JoinedWorker
 from monitor.progress import Progress
 from core import redis_keys
 from streams.topics import TopicNames, group_lag
-from core.spec import helper_table_name
+from core.spec import helper_table_name, parse_duration
+from core.endpoints import ConfigError
 
 SPEC_OPTIONS = {
     "copy_workers": int, "apply_workers": int, "chunk_size": int, "batch_size": int, "apply_batch_size": int,
     "partitions": int, "cutover_window_s": float, "cutover_attempts": int, "max_lag_events": int,
     "metadata_schema": str, "max_load": str, "critical_load": str,
+    "lock_wait_s": float, "lock_tries": int, "force_kill_blockers_after_s": float, "force_kill_max_rows": int,
 }
 
 
@@ -63,7 +65,26 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--critical-load", help="stop the migration (resumable) when a global status variable "
                                                 "reaches a limit, e.g. Threads_running=100")
     parser.add_argument("--metadata-schema", help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
+    parser.add_argument("--lock-wait-timeout", dest="lock_wait_s", type=float,
+                        help="longest one lock request on the table may queue in front of application statements, "
+                             f"seconds (default {DEFAULTS.lock_wait_s}; whole seconds, at least 1, on MySQL)")
+    parser.add_argument("--lock-tries", type=int,
+                        help=f"lock requests per cutover attempt before it backs off (default {DEFAULTS.lock_tries})")
+    parser.add_argument("--force-kill-blockers-after", dest="force_kill_blockers_after_s", type=_duration,
+                        metavar="DURATION", help="kill sessions that held the table up for this long, e.g. 5s "
+                                                 "(default: never; wait for them)")
+    parser.add_argument("--force-kill-max-rows", type=int,
+                        help="never kill a transaction that changed more rows than this "
+                             f"(default {DEFAULTS.force_kill_max_rows})")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def _duration(text: str) -> float:
+    """argparse type of DURATION options ("5s", "500ms", "2m")."""
+    try:
+        return parse_duration(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> MigrationSpec:
@@ -138,6 +159,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         doc["coordinator"] = _coordinator_line(store, migration.id)
         doc["connector_state"] = _connector_line(endpoints, migration, args.table)
         doc["throttled"] = _throttle_line(endpoints, migration)
+        doc["blockers"] = _blockers(endpoints, migration)
     if migration.stage in (Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER):
         names = TopicNames(migration.prefix, db, tbl)
         try:
@@ -149,8 +171,24 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2, default=str))
     else:
         for key, value in doc.items():
-            print(f"{key:>20}: {value}")
+            print(f"{key:>20}: {_blockers_text(value) if key == 'blockers' else value}")
     return 0
+
+
+def _blockers(endpoints: Endpoints, migration: Migration) -> list[dict] | str:
+    """The sessions holding the table that the migration waits for before locking it, as last seen."""
+    try:
+        raw = redis.Redis.from_url(endpoints.redis_url, socket_timeout=5).get(redis_keys.blockers_note(migration.id))
+    except redis.RedisError as exc:
+        return f"unknown (Redis: {type(exc).__name__})"
+    return json.loads(raw) if raw else []
+
+
+def _blockers_text(blockers: list[dict] | str) -> str:
+    if isinstance(blockers, str) or not blockers:
+        return blockers or "none"
+    return "; ".join(f"connection {b['connection_id']} ({b['user']}@{b['host']}, {b['seconds']:.0f} s): "
+                     f"{b['statement'] or 'idle in transaction'}" for b in blockers)
 
 
 def _throttle_line(endpoints: Endpoints, migration: Migration) -> str:

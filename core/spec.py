@@ -60,6 +60,10 @@ class MigrationSpec:
     critical_load: str = ""          # e.g. "Threads_running=100": the migration stops at or above it
     metadata_schema: str = "stream_osc"
     dry_run: bool = False
+    lock_wait_s: float = 0.5         # longest one lock request may queue in front of application statements
+    lock_tries: int = 5              # lock requests per cutover attempt (and validation snapshot)
+    force_kill_blockers_after_s: float | None = None   # kill sessions holding the table up this long (opt-in)
+    force_kill_max_rows: int = 10_000   # never kill a transaction that changed more rows than this
 
     @property
     def qualified_name(self) -> str:
@@ -88,8 +92,20 @@ class MigrationSpec:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1")
         if self.cutover_window_s <= 0:
             raise ConfigError("cutover window must be positive")
+        self.check_lock_options()
         self.load_limits()
         return self
+
+    def check_lock_options(self) -> None:
+        """ConfigError on a lock option that cannot be right."""
+        if self.lock_wait_s <= 0:
+            raise ConfigError("--lock-wait-timeout must be positive")
+        if self.lock_tries < 1:
+            raise ConfigError("--lock-tries must be at least 1")
+        if self.force_kill_blockers_after_s is not None and self.force_kill_blockers_after_s < 0:
+            raise ConfigError("--force-kill-blockers-after must not be negative")
+        if self.force_kill_max_rows < 0:
+            raise ConfigError("--force-kill-max-rows must not be negative")
 
     def load_limits(self) -> tuple[dict[str, int], dict[str, int]]:
         """(--max-load, --critical-load) as {status variable: limit}; ConfigError if malformed."""
@@ -121,3 +137,15 @@ def load_migration_file(path: str | Path) -> dict[str, Any]:
 def with_overrides(spec: MigrationSpec, **values: Any) -> MigrationSpec:
     """A copy of the spec with some fields changed."""
     return replace(spec, **values).validate()
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a duration such as "5s", "500ms", "2m", "1h" or "5" (seconds); ConfigError otherwise."""
+    match = _DURATION.match(str(text))
+    if match is None:
+        raise ConfigError(f"invalid duration {text!r}: use a number with ms, s, m or h, e.g. 5s")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]

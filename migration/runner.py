@@ -14,6 +14,7 @@ from applier.copy import copy_worker
 from core.table import load_pair
 from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectClient, ConnectorState
+from cutover.blocker_wait import BlockerWait
 from cutover.swap import SENTRY_COMMENT, Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError
@@ -305,6 +306,7 @@ class Runner:
         re-reading every range that a write touched meanwhile.
         """
         self._wait_for_lag(ctx, self.spec.max_lag_events)
+        self._wait_for_blockers(ctx, "validate")
         self._stop_appliers()
         sessions: list[pymysql.connections.Connection] | None = [ctx.db() for _ in range(self.spec.copy_workers)]
         try:
@@ -323,11 +325,15 @@ class Runner:
 
     def _cutover(self, ctx: RunContext) -> None:
         cutover = Cutover(ctx, self.info.is_mariadb)
-        for attempt in range(1, self.spec.cutover_attempts + 1):
+        took = cutover.refresh_statistics()
+        self.progress.say(f"cutover: ANALYZE TABLE {self.spec.new_table} took {took * 1000:.0f} ms")
+        attempt = 0
+        while attempt < self.spec.cutover_attempts:
             self._hold_while_paused(ctx)
             if self.appliers is None:
                 self._start_appliers(ctx)
             self._wait_for_lag(ctx, self.spec.max_lag_events)
+            self._wait_for_blockers(ctx, "cutover")
             self._stop_appliers()
             result = cutover.attempt(self.spec.cutover_window_s)
             if result.swapped:
@@ -336,12 +342,25 @@ class Runner:
                 self.progress.say(f"cutover: swapped {self.spec.qualified_name}; application writes were blocked "
                                   f"for {result.blocked_ms:.0f} ms ({result.drained_keys} keys drained under lock)")
                 return
+            if result.blockers:   # no lock was requested: wait for them again, not counted as an attempt
+                self.progress.say(f"cutover: {result.reason}")
+                continue
+            attempt += 1
             backoff = min(2 ** attempt, 30)
             self.progress.say(f"cutover: attempt {attempt} rolled back ({result.reason}); retrying in {backoff} s")
             time.sleep(backoff)
         raise MigrationStopped(f"cutover did not fit the {self.spec.cutover_window_s:.1f} s window in "
                                f"{self.spec.cutover_attempts} attempts; the original table is untouched. Retry with "
                                "`stream-osc cutover` at a quieter time or with a larger --cutover-window")
+
+    def _wait_for_blockers(self, ctx: RunContext, stage: str) -> None:
+        """Wait, with the appliers applying and no lock requested, while sessions hold the table
+        (cutover/blocker_wait.py); health, abort and applier failures are checked meanwhile."""
+        def tick() -> None:
+            if self.appliers is not None:
+                self.appliers.raise_if_failed()
+            self._check_health(ctx)
+        BlockerWait(ctx, self.info.is_mariadb).wait(tick, lambda text: self.progress.say(f"{stage}: {text}"))
 
     def _swap_already_done(self) -> bool:
         """After a crash inside cutover: the RENAME ran if _t_new is gone and _t_old is a real table."""
