@@ -26,6 +26,7 @@ import pymysql
 from core.db import query, scalar
 
 MIN_AGE_S = 1.0            # an application statement holds the lock for milliseconds; a second is a long holder
+TRX_START_RESOLUTION_S = 1.0   # INNODB_TRX.trx_started is a DATETIME: whole seconds
 STATEMENT_CHARS = 200      # of a blocker's statement kept for logs and `status`
 IGNORED_USERS = ("system user", "event_scheduler")
 IGNORED_COMMANDS = ("Binlog Dump", "Binlog Dump GTID", "Daemon", "Killed")
@@ -134,10 +135,11 @@ def _blocker(session: Session) -> Blocker:
                    statement if session.command != "Sleep" else None, session.rows_modified)
 
 
-def _age(command: str, statement_s: float | None, transaction_s: float | None) -> float:
-    """How long a session has held what it holds: its open transaction, or its running statement."""
-    running = statement_s if command != "Sleep" else None
-    return max(float(transaction_s or 0), float(running or 0))
+def _age(command_s: float | None, transaction_s: float | None) -> float:
+    """At least how long a session has held what it holds: its current command (a running statement, or
+    the idle time since its last one), or its open transaction, whose start the server keeps in whole
+    seconds (so a second is taken off: a transaction begun 10 ms before a second boundary is not 1 s old)."""
+    return max(float(command_s or 0), float(transaction_s or 0) - TRX_START_RESOLUTION_S, 0.0)
 
 
 def _metadata_lock_info(conn: pymysql.connections.Connection, database: str, table: str) -> list[Session]:
@@ -150,9 +152,9 @@ def _metadata_lock_info(conn: pymysql.connections.Connection, database: str, tab
         WHERE m.LOCK_TYPE = 'Table metadata lock' AND m.TABLE_SCHEMA = %s AND m.TABLE_NAME = %s
           AND m.THREAD_ID <> CONNECTION_ID()""", (database, table))
     return [Session(int(i), user, host, command,
-                    float(held) if held is not None else _age(command, stmt_s, trx_s),
+                    float(held) if held is not None else _age(command_s, trx_s),
                     info, db, trx_s is not None, _int(modified))
-            for i, user, host, command, held, stmt_s, info, db, trx_s, modified in rows]
+            for i, user, host, command, held, command_s, info, db, trx_s, modified in rows]
 
 
 def _performance_schema(conn: pymysql.connections.Connection, database: str, table: str) -> list[Session]:
@@ -166,22 +168,22 @@ def _performance_schema(conn: pymysql.connections.Connection, database: str, tab
         WHERE m.OBJECT_TYPE = 'TABLE' AND m.OBJECT_SCHEMA = %s AND m.OBJECT_NAME = %s
           AND m.LOCK_STATUS = 'GRANTED' AND t.PROCESSLIST_ID IS NOT NULL AND t.PROCESSLIST_ID <> CONNECTION_ID()""",
         (database, table))
-    return [Session(int(i), user, host, command or "", _age(command, stmt_s, trx_s), info, db,
+    return [Session(int(i), user, host, command or "", _age(command_s, trx_s), info, db,
                     trx_s is not None, _int(modified))
-            for i, user, host, command, stmt_s, info, db, trx_s, modified in rows]
+            for i, user, host, command, command_s, info, db, trx_s, modified in rows]
 
 
 def _transactions(conn: pymysql.connections.Connection, is_mariadb: bool) -> list[Session]:
-    statement_age = "p.TIME_MS / 1000" if is_mariadb else "p.TIME"
+    command_age = "p.TIME_MS / 1000" if is_mariadb else "p.TIME"
     rows = query(conn, f"""
-        SELECT p.ID, p.USER, p.HOST, p.COMMAND, {statement_age}, p.INFO, p.DB,
+        SELECT p.ID, p.USER, p.HOST, p.COMMAND, {command_age}, p.INFO, p.DB,
                TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified
         FROM information_schema.PROCESSLIST p
         LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = p.ID
         WHERE p.ID <> CONNECTION_ID() AND (x.trx_id IS NOT NULL OR p.COMMAND <> 'Sleep')""")
-    return [Session(int(i), user, host, command or "", _age(command, stmt_s, trx_s), info, db,
+    return [Session(int(i), user, host, command or "", _age(command_s, trx_s), info, db,
                     trx_s is not None, _int(modified))
-            for i, user, host, command, stmt_s, info, db, trx_s, modified in rows]
+            for i, user, host, command, command_s, info, db, trx_s, modified in rows]
 
 
 def _int(value: object) -> int | None:

@@ -355,11 +355,12 @@ class Runner:
 
     def _wait_for_blockers(self, ctx: RunContext, stage: str) -> None:
         """Wait, with the appliers applying and no lock requested, while sessions hold the table
-        (cutover/blocker_wait.py); health, abort and applier failures are checked meanwhile."""
+        (cutover/blocker_wait.py); health, abort, pause and applier failures are checked meanwhile."""
         def tick() -> None:
             if self.appliers is not None:
                 self.appliers.raise_if_failed()
             self._check_health(ctx)
+            self._hold_while_paused(ctx)
         BlockerWait(ctx, self.info.is_mariadb).wait(tick, lambda text: self.progress.say(f"{stage}: {text}"))
 
     def _swap_already_done(self) -> bool:

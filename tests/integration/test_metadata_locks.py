@@ -120,7 +120,9 @@ def test_a_transaction_idle_on_the_table_is_found_without_locking(endpoints, con
         held.start()
         held.join()
         elsewhere.close()
-    assert find_blockers(conn, DB, "held", True, method) == []
+    left = find_blockers(conn, DB, "held", True, method)
+    assert left == [], (held.connection_id, held.outcome, query(conn, "SELECT * FROM information_schema.PROCESSLIST"),
+                        query(conn, "SELECT * FROM information_schema.INNODB_TRX"))
 
 
 def test_a_lock_request_queues_in_front_of_writers_only_briefly(endpoints, conn):
