@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from datetime import datetime, timezone
 
 import redis
 
@@ -24,12 +25,14 @@ from core import redis_keys
 from streams.topics import TopicNames, group_lag
 from core.spec import helper_table_name, parse_duration
 from core.endpoints import ConfigError
+from core.schedule import parse_schedule
 
 SPEC_OPTIONS = {
     "copy_workers": int, "apply_workers": int, "chunk_size": int, "batch_size": int, "apply_batch_size": int,
     "partitions": int, "cutover_window_s": float, "cutover_attempts": int, "max_lag_events": int,
     "metadata_schema": str, "max_load": str, "critical_load": str,
     "lock_wait_s": float, "lock_tries": int, "force_kill_blockers_after_s": float, "force_kill_max_rows": int,
+    "cutover_window_schedule": str, "cutover_timezone": str,
 }
 
 
@@ -76,6 +79,12 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force-kill-max-rows", type=int,
                         help="never kill a transaction that changed more rows than this "
                              f"(default {DEFAULTS.force_kill_max_rows})")
+    parser.add_argument("--cutover-window-schedule", metavar="HH:MM-HH:MM[,…]",
+                        help="swap only inside these daily windows, e.g. 02:00-04:00 (the appliers keep the new "
+                             "table in sync meanwhile; `stream-osc cutover` swaps at once); kept for the whole "
+                             "migration")
+    parser.add_argument("--cutover-timezone", help="time zone of --cutover-window-schedule, an IANA name "
+                                                   f"(default {DEFAULTS.cutover_timezone})")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
 
 
@@ -160,6 +169,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         doc["connector_state"] = _connector_line(endpoints, migration, args.table)
         doc["throttled"] = _throttle_line(endpoints, migration)
         doc["blockers"] = _blockers(endpoints, migration)
+        if migration.options.get("cutover_window_schedule"):
+            doc["cutover_window"] = _window_line(migration)
     if migration.stage in (Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER):
         names = TopicNames(migration.prefix, db, tbl)
         try:
@@ -173,6 +184,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         for key, value in doc.items():
             print(f"{key:>20}: {_blockers_text(value) if key == 'blockers' else value}")
     return 0
+
+
+def _window_line(migration: Migration) -> str:
+    """The migration's cutover windows and whether one is open now."""
+    schedule = parse_schedule(migration.options["cutover_window_schedule"], migration.options.get("cutover_timezone",
+                                                                                                  "UTC"))
+    now = datetime.now(timezone.utc)
+    when = "open now" if schedule.is_open(now) else f"next at {schedule.next_opening(now):%Y-%m-%d %H:%M %Z}"
+    return f"{schedule.describe()}, {when}"
 
 
 def _blockers(endpoints: Endpoints, migration: Migration) -> list[dict] | str:

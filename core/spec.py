@@ -9,6 +9,7 @@ from typing import Any
 from core.config_file import config_section
 from core.endpoints import ConfigError
 from core.load import parse_thresholds
+from core.schedule import CutoverSchedule, parse_schedule
 
 IDENT = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 MAX_NAME_CHARS = 64
@@ -64,6 +65,8 @@ class MigrationSpec:
     lock_tries: int = 5              # lock requests per cutover attempt (and validation snapshot)
     force_kill_blockers_after_s: float | None = None   # kill sessions holding the table up this long (opt-in)
     force_kill_max_rows: int = 10_000   # never kill a transaction that changed more rows than this
+    cutover_window_schedule: str = ""   # e.g. "02:00-04:00,13:00-13:30": cut over only inside these windows
+    cutover_timezone: str = "UTC"       # the schedule's time zone (IANA name)
 
     @property
     def qualified_name(self) -> str:
@@ -93,6 +96,7 @@ class MigrationSpec:
         if self.cutover_window_s <= 0:
             raise ConfigError("cutover window must be positive")
         self.check_lock_options()
+        self.schedule()
         self.load_limits()
         return self
 
@@ -106,6 +110,10 @@ class MigrationSpec:
             raise ConfigError("--force-kill-blockers-after must not be negative")
         if self.force_kill_max_rows < 0:
             raise ConfigError("--force-kill-max-rows must not be negative")
+
+    def schedule(self) -> CutoverSchedule | None:
+        """The cutover windows, or None when the cutover may run at any time; ConfigError if malformed."""
+        return parse_schedule(self.cutover_window_schedule, self.cutover_timezone)
 
     def load_limits(self) -> tuple[dict[str, int], dict[str, int]]:
         """(--max-load, --critical-load) as {status variable: limit}; ConfigError if malformed."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime, timezone
 
 import pymysql
 import redis
@@ -35,7 +36,8 @@ from streams.topics import TopicNames, group_lag
 
 log = logging.getLogger("stream_osc.runner")
 
-RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old")
+RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", "cutover_window_schedule",
+                     "cutover_timezone")
 MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coordinator before it stops
 CONNECTOR_RESTART_WAIT_S = 10.0    # how long a restart may take to show (the task leaving FAILED)
 CONNECTOR_SETTLE_S = 5.0           # and how long it must then keep running to count as recovered
@@ -333,7 +335,10 @@ class Runner:
             if self.appliers is None:
                 self._start_appliers(ctx)
             self._wait_for_lag(ctx, self.spec.max_lag_events)
+            self._wait_for_window(ctx)
             self._wait_for_blockers(ctx, "cutover")
+            if not self._window_open():   # it closed while sessions held the table
+                continue
             self._stop_appliers()
             result = cutover.attempt(self.spec.cutover_window_s)
             if result.swapped:
@@ -352,6 +357,29 @@ class Runner:
         raise MigrationStopped(f"cutover did not fit the {self.spec.cutover_window_s:.1f} s window in "
                                f"{self.spec.cutover_attempts} attempts; the original table is untouched. Retry with "
                                "`stream-osc cutover` at a quieter time or with a larger --cutover-window")
+
+    def _window_open(self) -> bool:
+        """True when --cutover-window-schedule allows the swap now (or `stream-osc cutover` asked for it)."""
+        schedule = self.spec.schedule()
+        return self.cutover_now or schedule is None or schedule.is_open(datetime.now(timezone.utc))
+
+    def _wait_for_window(self, ctx: RunContext) -> None:
+        """Outside the cutover windows: wait, the appliers keeping the new table in sync, until one opens."""
+        if self._window_open():
+            return
+        schedule = self.spec.schedule()
+        opening = schedule.next_opening(datetime.now(timezone.utc))
+        self.progress.say(f"cutover: waiting for the cutover window {schedule.describe()}, next at "
+                          f"{opening:%Y-%m-%d %H:%M %Z}; the new table is kept in sync meanwhile (`stream-osc "
+                          f"cutover --table {self.spec.qualified_name}` swaps now)")
+        log_event(log, "waiting for cutover window", schedule=schedule.describe(), opens_at=opening.isoformat())
+        while not self._window_open():
+            if self.appliers is not None:
+                self.appliers.raise_if_failed()
+            self._check_health(ctx)
+            self._hold_while_paused(ctx)
+            time.sleep(1.0)
+        self.progress.say(f"cutover: window {schedule.describe()} open")
 
     def _wait_for_blockers(self, ctx: RunContext, stage: str) -> None:
         """Wait, with the appliers applying and no lock requested, while sessions hold the table
