@@ -36,7 +36,7 @@ from streams.topics import TopicNames, group_lag
 
 log = logging.getLogger("stream_osc.runner")
 
-RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", "cutover_window_schedule",
+RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", "cutover", "cutover_window_schedule",
                      "cutover_timezone")
 MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coordinator before it stops
 CONNECTOR_RESTART_WAIT_S = 10.0    # how long a restart may take to show (the task leaving FAILED)
