@@ -17,7 +17,8 @@ WAITING = "waiting for the cutover window"
 
 
 def fresh(conn, table: str, rows: int) -> None:
-    """The ledger table, and no original kept by an earlier run's swap."""
+    """The ledger table, with whatever an earlier, interrupted run left of its migration removed."""
+    cli("abort", "--table", f"{DB}.{table}")
     query(conn, f"DROP TABLE IF EXISTS {DB}.{table}_osc_old")
     create_ledger_table(conn, DB, table, rows=rows, writers=2)
 
@@ -77,3 +78,26 @@ def test_resume_keeps_a_manual_cutover_waiting(endpoints, conn):
 def columns(conn, table: str) -> list[str]:
     return [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
                                       "AND TABLE_NAME=%s", (DB, table))]
+
+
+def test_a_joined_worker_stays_joined_and_applies_while_a_manual_cutover_waits(endpoints, conn, cli_log):
+    table = "joined"
+    fresh(conn, table, rows=2_000)
+    waiting = cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note INT NULL", "--cutover", "manual",
+                  "--quiet")
+    assert waiting.returncode == 0, waiting.stderr[-3000:]
+    worker = start_cli("--log-level", "INFO", "worker", "--table", f"{DB}.{table}", log=cli_log)
+    try:
+        query(conn, f"UPDATE {DB}.{table} SET payload = 'while waiting' WHERE id = 100")
+        wait_for(lambda: scalar(conn, f"SELECT payload FROM {DB}.{table}_osc_new WHERE id = 100") == "while waiting",
+                 60, "the worker's appliers to apply the change")
+        assert cli_log.read_text().count("workers joined") == 1, "the worker left and re-joined the applier group"
+        assert migration_row(conn, DB, table).status == "waiting"
+        result = cli("cutover", "--table", f"{DB}.{table}", "--quiet")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert worker.wait(60) == 0   # it leaves once the tables are swapped
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(30)
+    assert scalar(conn, f"SELECT payload FROM {DB}.{table} WHERE id = 100") == "while waiting"
