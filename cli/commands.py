@@ -188,8 +188,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _window_line(migration: Migration) -> str:
     """The migration's cutover windows and whether one is open now."""
-    schedule = parse_schedule(migration.options["cutover_window_schedule"], migration.options.get("cutover_timezone",
-                                                                                                  "UTC"))
+    options = migration.options
+    schedule = parse_schedule(options["cutover_window_schedule"], options.get("cutover_timezone", "UTC"))
     now = datetime.now(timezone.utc)
     when = "open now" if schedule.is_open(now) else f"next at {schedule.next_opening(now):%Y-%m-%d %H:%M %Z}"
     return f"{schedule.describe()}, {when}"
