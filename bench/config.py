@@ -9,7 +9,8 @@ from pathlib import Path
 from core.endpoints import ENV_KEYS
 
 TOOLS = ("server-copy", "alter-copy", "online-ddl", "stream-osc", "pt-osc", "gh-ost")
-SCENARIOS = ("idle", "light", "heavy")
+SCENARIOS = ("idle", "light", "heavy", "blocked")
+DEFAULT_SCENARIOS = ("idle", "light", "heavy")   # "blocked": light load and a transaction holding the table
 ALTER = "MODIFY k BIGINT NOT NULL DEFAULT 0, ADD COLUMN status VARCHAR(16) NOT NULL DEFAULT 'new'"
 GH_OST_ENV = "STREAM_OSC_BENCH_GH_OST"
 
@@ -36,10 +37,11 @@ class BenchConfig:
     report_only: bool            # only rewrite the report from <out>/benchmarks.json
     command: str
     fit_buffer_pool: bool = True  # grow the embedded server's buffer pool to hold the tables (bench/server.py)
+    blocker_s: float = 25.0       # how long the "blocked" scenario's transaction holds the table
 
     def rate(self, scenario: str) -> int:
         """Transactions/s of a scenario's load (0 when idle)."""
-        return {"idle": 0, "light": self.light_rate, "heavy": self.heavy_rate}[scenario]
+        return {"idle": 0, "light": self.light_rate, "heavy": self.heavy_rate, "blocked": self.light_rate}[scenario]
 
     def limit_for(self, rows: int) -> float:
         """Seconds a single tool run may take before it is stopped and reported unfinished."""
@@ -79,7 +81,11 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
                         help="run the sizes 1M, 5M and 20M instead of --rows (stream-osc and server-copy only, "
                              "unless --tools is given)")
     parser.add_argument("--tools", type=_csv(TOOLS), help=f"comma-separated subset of {','.join(TOOLS)}")
-    parser.add_argument("--scenarios", type=_csv(SCENARIOS), default=SCENARIOS, help="idle,light,heavy")
+    parser.add_argument("--scenarios", type=_csv(SCENARIOS), default=DEFAULT_SCENARIOS,
+                        help="idle,light,heavy (default); blocked: light load while a transaction that read a few "
+                             "rows stays open on the table for --blocker-seconds from the tool's start")
+    parser.add_argument("--blocker-seconds", type=float, default=25.0,
+                        help="how long the blocked scenario's transaction stays open (default 25)")
     parser.add_argument("--repetitions", type=int, default=3, help="runs of each tool per scenario (default 3)")
     parser.add_argument("--light-rate", type=int, default=250,
                         help="light load, sysbench tx/s (default 250, about 1,000 row writes/s)")
@@ -122,4 +128,5 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
         report_only=args.report_only,
         command=command,
         fit_buffer_pool=not args.keep_buffer_pool and not any(os.environ.get(var) for var in ENV_KEYS.values()),
+        blocker_s=args.blocker_seconds,
     )

@@ -18,6 +18,8 @@ PER_RUN = {
     "app_p99_ms_worst_second": max, "app_errors": sum, "app_stalled_seconds": max,
     "baseline_app_tps": statistics.median, "baseline_app_p99_ms": statistics.median,
     "binlog_row_events_per_s": statistics.median,
+    "held_app_p99_ms_worst_second": max, "held_app_stalled_seconds": max, "held_app_tps": statistics.median,
+    "blocker_held_s": statistics.median,
 }
 
 
@@ -105,7 +107,7 @@ def _main_table(results: list[dict[str, Any]]) -> list[str]:
     lines = ["| rows | scenario | tool | median s | min–max s | finished | × server-copy | × own idle | rows/s | "
              "app tx/s (baseline) | app p99 ms (baseline) | peak RSS MB |",
              "| ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    order = {"idle": 0, "light": 1, "heavy": 2}
+    order = {"idle": 0, "light": 1, "heavy": 2, "blocked": 3}
     for r in sorted(results, key=lambda r: (r["rows"], order[r["scenario"]], r["tool"],
                                             r.get("stream_osc_source") or "")):
         spread = f"{_fmt(r['seconds_min'])}–{_fmt(r['seconds_max'])}" if r["seconds_min"] is not None else "–"
@@ -137,6 +139,25 @@ def _stream_osc_table(results: list[dict[str, Any]]) -> list[str]:
                      f"{latency} | {_fmt(r.get('cutover_blocked_ms'))} | {_fmt(r.get('cutover_attempts'))} | "
                      f"{_fmt(r.get('peak_rss_mb'))} |")
     return lines
+
+
+def _held_section(results: list[dict[str, Any]]) -> list[str]:
+    """The `blocked` scenario's runs, if any: what the application saw while the transaction held the table."""
+    if not any(r["scenario"] == "blocked" for r in results):
+        return []
+    lines = ["## A transaction holding the table", "",
+             "Scenario `blocked`: light load while an application transaction that read a few rows stays open on "
+             "the table from the tool's start (its metadata lock makes any lock request on the table wait, and the "
+             "application's statements queue behind such a request).", "",
+             "| rows | tool | median s | transaction held s | app tx/s while held | app p99 ms, worst second while "
+             "held | seconds with no transaction while held |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in sorted((r for r in results if r["scenario"] == "blocked"),
+                    key=lambda r: (r["rows"], r["tool"], r.get("stream_osc_source") or "")):
+        lines.append(f"| {r['rows']:,} | {r['tool']}{_at(r)} | {_fmt(r['seconds_median'])} | "
+                     f"{_fmt(r.get('blocker_held_s'))} | {_fmt(r.get('held_app_tps'))} | "
+                     f"{_fmt(r.get('held_app_p99_ms_worst_second'))} | {_fmt(r.get('held_app_stalled_seconds'))} |")
+    return lines + [""]
 
 
 def _unfinished(runs: list[dict[str, Any]]) -> list[str]:
@@ -204,8 +225,10 @@ def write_markdown(path: Path, invocations: list[dict[str, Any]], runs: list[dic
         "(events applied ÷ drain time); commit→applied is measured by a probe that updates rows outside "
         "sysbench's range every 50 ms once the backlog is drained and polls the new table until each value "
         "appears.", "",
+        *_held_section(results),
         "## Runs that did not finish", "", *_unfinished(runs), "",
     ]
+
     if plots:
         lines += ["## Plots", "", *[f"![{p}]({p})" for p in plots], ""]
     lines += [_kept_analysis(path), ""]

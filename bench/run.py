@@ -5,6 +5,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.blocker import OpenTransaction
 from bench.config import GH_OST_ENV, BenchConfig
 from bench.load import Baseline, SysbenchLoad, measure_baseline
 from bench.streamosc import stream_osc
@@ -79,12 +80,18 @@ class Schedule:
         run = ToolRun(self.endpoints, table, self.config.alter, self.config.limit_for(table.rows), self.config.gh_ost)
         load = self._load(table, rate) if rate else None
         load_error = None
+        blocker: OpenTransaction | None = None
         try:
             if load:
                 time.sleep(WARMUP_S)
             start = load.now() if load else 0.0
+            if scenario == "blocked":
+                blocker = OpenTransaction(self.endpoints.mysql, table.database, table.table,
+                                          self.config.blocker_s).start()
             outcome = TOOL_FUNCS[tool](run)
             end = load.now() if load else 0.0
+            if blocker is not None:
+                outcome.figures.update(blocker.finish())
         finally:
             if load:
                 try:
@@ -100,6 +107,9 @@ class Schedule:
         }
         if load and baseline:
             result.update(load.window(start, end).as_dict())
+            if blocker is not None:   # what the application saw while the transaction held the table
+                held = load.window(blocker.opened - load.started, blocker.closed - load.started)
+                result.update({f"held_{k}": v for k, v in held.as_dict().items()})
             result["app_timeline"] = load.series(start, end)
             result.update({f"baseline_{k}": v for k, v in baseline.window.as_dict().items()})
             result["binlog_row_events_per_s"] = round(baseline.row_events_per_s)

@@ -25,12 +25,16 @@ from migration.worker_process import JoinedWorker, spec_of
 from monitor.cloudwatch import CloudWatchPublisher
 from monitor.metrics import DEFAULT_ADDRESS, MigrationMetrics
 from monitor.progress import Progress
+from core.spec import parse_duration
+from core.endpoints import ConfigError
 
 SPEC_OPTIONS = {
     "copy_workers": int, "apply_workers": int, "chunk_size": int, "batch_size": int, "apply_batch_size": int,
     "partitions": int, "cutover_window_s": float, "cutover_attempts": int, "max_lag_events": int,
     "metadata_schema": str, "max_load": str, "critical_load": str, "cloudwatch_max_load": str, "rds_instance": str,
     "throttle_replicas": str, "max_replica_lag": int,
+    "lock_wait_s": float, "lock_tries": int, "force_kill_blockers_after_s": float, "force_kill_max_rows": int,
+    "cutover_window_schedule": str, "cutover_timezone": str,
 }
 
 
@@ -77,7 +81,32 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-replica-lag", type=int, help="seconds behind at which a --throttle-replicas replica "
                                                             f"holds the work back (default {DEFAULTS.max_replica_lag})")
     parser.add_argument("--metadata-schema", help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
+    parser.add_argument("--lock-wait-timeout", dest="lock_wait_s", type=float,
+                        help="longest one lock request on the table may queue in front of application statements, "
+                             f"seconds (default {DEFAULTS.lock_wait_s}; whole seconds, at least 1, on MySQL)")
+    parser.add_argument("--lock-tries", type=int,
+                        help=f"lock requests per cutover attempt before it backs off (default {DEFAULTS.lock_tries})")
+    parser.add_argument("--force-kill-blockers-after", dest="force_kill_blockers_after_s", type=_duration,
+                        metavar="DURATION", help="kill sessions that held the table up for this long, e.g. 5s "
+                                                 "(default: never; wait for them)")
+    parser.add_argument("--force-kill-max-rows", type=int,
+                        help="never kill a transaction that changed more rows than this "
+                             f"(default {DEFAULTS.force_kill_max_rows})")
+    parser.add_argument("--cutover-window-schedule", metavar="HH:MM-HH:MM[,…]",
+                        help="swap only inside these daily windows, e.g. 02:00-04:00 (the appliers keep the new "
+                             "table in sync meanwhile; `stream-osc cutover` swaps at once); kept for the whole "
+                             "migration")
+    parser.add_argument("--cutover-timezone", help="time zone of --cutover-window-schedule, an IANA name "
+                                                   f"(default {DEFAULTS.cutover_timezone})")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def _duration(text: str) -> float:
+    """argparse type of DURATION options ("5s", "500ms", "2m")."""
+    try:
+        return parse_duration(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> MigrationSpec:

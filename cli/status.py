@@ -6,6 +6,7 @@ with the reason in a companion `*_error` field, never a string in place of a num
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from connectors.health import describe_failure
 from connectors.rest import ConnectClient, ConnectError
 from core import redis_keys
 from core.db import query
+from core.schedule import parse_schedule
 from core.endpoints import Endpoints
 from core.spec import MigrationSpec
 from core.state import FINISHED, Migration, Stage, StateStore, Status
@@ -101,6 +103,8 @@ def status_document(migration: Migration, times: Times, copy: tuple[int, int, in
         "connector_state": None, "connector_error": None,
         "apply_lag_events": None, "apply_lag_error": None,
         "throttled": None, "throttle_reason": None, "throttle_error": None,
+        "blockers": None, "blockers_error": None,
+        "cutover_window": None,
     }
     doc.update(live)
     return doc
@@ -127,12 +131,34 @@ def live_figures(endpoints: Endpoints, migration: Migration) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - status still shows the rest
             figures["apply_lag_error"] = str(exc)
     try:
-        note = redis.Redis.from_url(endpoints.redis_url, socket_timeout=5).get(redis_keys.throttle_note(migration.id))
+        client = redis.Redis.from_url(endpoints.redis_url, socket_timeout=5)
+        note = client.get(redis_keys.throttle_note(migration.id))
         figures["throttled"] = bool(note)
         figures["throttle_reason"] = note.decode() if note else None
+        blockers = client.get(redis_keys.blockers_note(migration.id))
+        figures["blockers"] = json.loads(blockers) if blockers else []
     except redis.RedisError as exc:
-        figures["throttle_error"] = f"Redis: {type(exc).__name__}"
+        figures["throttle_error"] = figures["blockers_error"] = f"Redis: {type(exc).__name__}"
+    if migration.options.get("cutover_window_schedule"):
+        figures["cutover_window"] = window_line(migration)
     return figures
+
+
+def window_line(migration: Migration) -> str:
+    """The migration's cutover windows and whether one is open now."""
+    options = migration.options
+    schedule = parse_schedule(options["cutover_window_schedule"], options.get("cutover_timezone", "UTC"))
+    now = dt.datetime.now(dt.timezone.utc)
+    when = "open now" if schedule.is_open(now) else f"next at {schedule.next_opening(now):%Y-%m-%d %H:%M %Z}"
+    return f"{schedule.describe()}, {when}"
+
+
+def blockers_text(blockers: list[dict[str, Any]] | None) -> str | None:
+    """The sessions the cutover waits for, one phrase each."""
+    if blockers is None:
+        return None
+    return "; ".join(f"connection {b['connection_id']} ({b['user']}@{b['host']}, {b['seconds']:.0f} s): "
+                     f"{b['statement'] or 'idle in transaction'}" for b in blockers) or "none"
 
 
 def running_coordinator(store: StateStore, migration_id: int, status: str) -> tuple[str, float] | None:
@@ -171,6 +197,8 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
         ("throttled", _known(None if doc["throttled"] is None else
                              f"yes: {doc['throttle_reason']}" if doc["throttled"] else "no",
                              doc["throttle_error"])),
+        ("waiting for", _known(blockers_text(doc["blockers"]), doc["blockers_error"])),
+        ("cutover window", doc["cutover_window"]),
         ("validation diffs", doc["validation_diffs"]), ("cutover blocked ms", doc["cutover_blocked_ms"]),
         ("coordinator", None if finished else (
             f"{doc['coordinator']} (heartbeat {doc['coordinator_heartbeat_age_s']:.1f} s ago)"

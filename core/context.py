@@ -91,13 +91,15 @@ class RunContext:
     def wait_while_paused_or_throttled(self, conn: pymysql.connections.Connection) -> bool:
         """Block while paused or over --max-load; False when the worker should stop instead.
 
-        Raises CriticalLoad when a --critical-load threshold is reached.
+        A migration waiting for its manual cutover is still worked on: its appliers keep the new table
+        in sync, so that the cutover, whenever asked, has little to drain. Raises CriticalLoad when a
+        --critical-load threshold is reached.
         """
         while not self.stop.is_set():
             status = self.status(conn)
-            if status not in (Status.RUNNING, Status.PAUSED):
+            if status not in (Status.RUNNING, Status.WAITING, Status.PAUSED):
                 return False
-            if status == Status.RUNNING:
+            if status != Status.PAUSED:
                 reason = self.throttle.reason(conn)
                 self._note_throttle(reason)
                 if reason is None:

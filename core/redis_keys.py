@@ -39,6 +39,11 @@ def throttle_note(migration_id: int) -> str:
     return f"{_base(migration_id)}:throttled"
 
 
+def blockers_note(migration_id: int) -> str:
+    """The sessions a cutover waits for (JSON list), for `status`; expires unless renewed."""
+    return f"{_base(migration_id)}:blockers"
+
+
 def clear_migration(client: redis.Redis, migration_id: int) -> int:
     """Delete every key of the migration (all of them live under its prefix); returns how many."""
     keys = list(client.scan_iter(f"{_base(migration_id)}:*"))

@@ -10,6 +10,7 @@ from core.config_file import config_section
 from core.endpoints import ConfigError
 from core.load import parse_cloudwatch_thresholds, parse_thresholds
 from core.replica_lag import parse_replicas
+from core.schedule import CutoverSchedule, parse_schedule
 
 _TABLE_PART = re.compile(r"`((?:[^`]|``)+)`|([^.`]+)")
 MAX_NAME_CHARS = 64
@@ -99,6 +100,12 @@ class MigrationSpec:
     rds_instance: str = ""           # the DB instance whose CloudWatch metrics --cloudwatch-max-load reads
     throttle_replicas: str = ""      # e.g. "replica-1:3306,replica-2": hold back while one lags max_replica_lag s
     max_replica_lag: int = 5         # seconds (Seconds_Behind_Master) at which a replica holds the work back
+    lock_wait_s: float = 0.5         # longest one lock request may queue in front of application statements
+    lock_tries: int = 5              # lock requests per cutover attempt (and validation snapshot)
+    force_kill_blockers_after_s: float | None = None   # kill sessions holding the table up this long (opt-in)
+    force_kill_max_rows: int = 10_000   # never kill a transaction that changed more rows than this
+    cutover_window_schedule: str = ""   # e.g. "02:00-04:00,13:00-13:30": cut over only inside these windows
+    cutover_timezone: str = "UTC"       # the schedule's time zone (IANA name)
 
     @property
     def qualified_name(self) -> str:
@@ -126,6 +133,8 @@ class MigrationSpec:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1")
         if self.cutover_window_s <= 0:
             raise ConfigError("cutover window must be positive")
+        self.check_lock_options()
+        self.schedule()
         self.load_limits()
         if self.cloudwatch_limits() and not self.rds_instance:
             raise ConfigError("--cloudwatch-max-load needs --rds-instance (the DB instance identifier to watch)")
@@ -133,6 +142,21 @@ class MigrationSpec:
         if self.max_replica_lag < 1:
             raise ConfigError("--max-replica-lag must be at least 1 second")
         return self
+
+    def check_lock_options(self) -> None:
+        """ConfigError on a lock option that cannot be right."""
+        if self.lock_wait_s <= 0:
+            raise ConfigError("--lock-wait-timeout must be positive")
+        if self.lock_tries < 1:
+            raise ConfigError("--lock-tries must be at least 1")
+        if self.force_kill_blockers_after_s is not None and self.force_kill_blockers_after_s < 0:
+            raise ConfigError("--force-kill-blockers-after must not be negative")
+        if self.force_kill_max_rows < 0:
+            raise ConfigError("--force-kill-max-rows must not be negative")
+
+    def schedule(self) -> CutoverSchedule | None:
+        """The cutover windows, or None when the cutover may run at any time; ConfigError if malformed."""
+        return parse_schedule(self.cutover_window_schedule, self.cutover_timezone)
 
     def load_limits(self) -> tuple[dict[str, int], dict[str, int]]:
         """(--max-load, --critical-load) as {status variable: limit}; ConfigError if malformed."""
@@ -170,3 +194,15 @@ def load_migration_file(path: str | Path) -> dict[str, Any]:
 def with_overrides(spec: MigrationSpec, **values: Any) -> MigrationSpec:
     """A copy of the spec with some fields changed."""
     return replace(spec, **values).validate()
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a duration such as "5s", "500ms", "2m", "1h" or "5" (seconds); ConfigError otherwise."""
+    match = _DURATION.match(str(text))
+    if match is None:
+        raise ConfigError(f"invalid duration {text!r}: use a number with ms, s, m or h, e.g. 5s")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]

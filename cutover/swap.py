@@ -25,6 +25,8 @@ from core.db import qualified, query, scalar
 from core.keys import Key
 from core.logs import log_event
 from core.state import check_definition
+from cutover.blockers import Blocker, find_blockers
+from cutover.short_lock import LockNotTaken, lock_tables_briefly
 from streams.events import decode_key
 from streams.fence import FenceReader, FenceTimeout, fence_consumer
 from streams.topics import TopicNames, committed_offsets, partition_count
@@ -41,7 +43,14 @@ PRE_DRAIN_MIN_SHRINK = 0.7    # a pass must leave at most this share of the prev
 
 
 class CutoverAborted(Exception):
-    """This attempt ran out of its window or could not take the lock; the original table is in place."""
+    """This attempt ran out of its window or could not take the lock; the original table is in place.
+
+    `blockers` names the sessions that held the table when that was the reason (no lock was requested).
+    """
+
+    def __init__(self, message: str, blockers: tuple[Blocker, ...] = ()) -> None:
+        super().__init__(message)
+        self.blockers = blockers
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,7 @@ class CutoverResult:
     drained_keys: int
     reason: str = ""
     locked_at: float = 0.0       # wall clock when writes started to wait
+    blockers: tuple[Blocker, ...] = ()   # sessions that held the table, when they stopped the attempt
 
 
 class _Renamer(threading.Thread):
@@ -166,14 +176,34 @@ class Cutover:
             previous_keys = keys
         return start
 
-    def _lock(self, lock_conn: pymysql.connections.Connection, tables: list[str], window_s: float) -> None:
-        """LOCK TABLES … WRITE, waiting at most the window for the metadata locks."""
-        query(lock_conn, "SET SESSION lock_wait_timeout = %s", (max(1, int(window_s)),))
+    def _lock(self, lock_conn: pymysql.connections.Connection, tables: list[str]) -> None:
+        """LOCK TABLES … WRITE, never requested while a session holds the table, each try queueing only
+        --lock-wait-timeout in front of the application (cutover/short_lock.py)."""
+        spec = self.ctx.spec
         try:
-            query(lock_conn, "LOCK TABLES " + ", ".join(f"{t} WRITE" for t in tables))
-        except pymysql.err.OperationalError as exc:
-            raise CutoverAborted(f"could not lock {self.ctx.spec.qualified_name} within {window_s:.1f} s: "
-                                 f"{exc.args[1]}") from None
+            lock_tables_briefly(lock_conn, tables, self.is_mariadb, spec.lock_wait_s, spec.lock_tries,
+                                lambda: find_blockers(lock_conn, spec.database, spec.table, self.is_mariadb))
+        except LockNotTaken as exc:
+            raise CutoverAborted(str(exc), exc.blockers) from None
+
+    def refresh_statistics(self) -> float:
+        """ANALYZE TABLE the new table, so that the optimizer's first plans after the swap use fresh
+        statistics (the copy leaves them stale); returns the seconds it took. Only the new table is
+        analyzed: the application does not use it yet."""
+        spec = self.ctx.spec
+        started = time.monotonic()
+        conn = self.ctx.db()
+        try:
+            rows = query(conn, f"ANALYZE TABLE {qualified(spec.database, spec.new_table)}")
+        finally:
+            conn.close()
+        took = time.monotonic() - started
+        failed = [str(r[3]) for r in rows if str(r[2]).lower() == "error"]
+        if failed:   # statistics are not a correctness matter: the cutover goes on
+            log_event(log, "ANALYZE TABLE failed", logging.WARNING, table=spec.new_table, error="; ".join(failed))
+        else:
+            log_event(log, "statistics refreshed", table=spec.new_table, took_ms=round(took * 1000, 1))
+        return took
 
     def consistent_snapshots(self, window_s: float, sessions: list[pymysql.connections.Connection]) -> float:
         """Open a consistent snapshot in each session at a moment the new table equals the source.
@@ -192,7 +222,7 @@ class Cutover:
                 query(session, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             start = self._catch_up(lock_conn, reader, consumer)
             self._lock(lock_conn, [qualified(spec.database, spec.table), qualified(spec.database, spec.new_table),
-                                   self.fence_table], window_s)
+                                   self.fence_table])
             locked_at = time.monotonic()
             try:
                 _, drained = self._drain(lock_conn, reader, start, f"snap-{uuid.uuid4().hex[:12]}",
@@ -233,7 +263,7 @@ class Cutover:
                 tables.append(qualified(db, spec.old_table))
                 renamer = _Renamer(ctx, timeout_s=max(2, int(window_s) + 2))
             start = self._catch_up(lock_conn, reader, consumer)
-            self._lock(lock_conn, tables, window_s)
+            self._lock(lock_conn, tables)
             locked_at = time.monotonic()
             locked_wall = time.time()
             deadline = locked_at + window_s
@@ -267,7 +297,7 @@ class Cutover:
             self._roll_back(lock_conn, renamer)
             blocked = (time.monotonic() - locked_at) * 1000 if locked_at else 0.0
             log_event(log, "cutover attempt rolled back", logging.WARNING, reason=str(exc))
-            return CutoverResult(False, blocked, 0, str(exc))
+            return CutoverResult(False, blocked, 0, str(exc), blockers=exc.blockers)
         except BaseException:
             # SourceChanged, a cut connection, anything else: no sentry may outlive the attempt
             # (a real original under the old name is never dropped: the sentry is known by its comment).

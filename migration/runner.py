@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime, timezone
 
 import pymysql
 import redis
@@ -14,6 +15,7 @@ from applier.copy import copy_worker
 from core.table import load_pair
 from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectClient, ConnectorState
+from cutover.blocker_wait import BlockerWait
 from cutover.swap import Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError
@@ -37,7 +39,8 @@ from streams.topics import TopicNames, group_lag
 
 log = logging.getLogger("stream_osc.runner")
 
-RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old")
+RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", "cutover", "cutover_window_schedule",
+                     "cutover_timezone")
 MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coordinator before it stops
 CONNECTOR_RESTART_WAIT_S = 10.0    # how long a restart may take to show (the task leaving FAILED)
 CONNECTOR_SETTLE_S = 5.0           # and how long it must then keep running to count as recovered
@@ -349,6 +352,7 @@ class Runner:
         re-reading every range that a write touched meanwhile.
         """
         self._wait_for_lag(ctx, self.spec.max_lag_events)
+        self._wait_for_blockers(ctx, "validate")
         self._stop_appliers()
         sessions: list[pymysql.connections.Connection] | None = [ctx.db() for _ in range(self.spec.copy_workers)]
         try:
@@ -367,11 +371,18 @@ class Runner:
 
     def _cutover(self, ctx: RunContext) -> None:
         cutover = Cutover(ctx, self.info.is_mariadb)
-        for attempt in range(1, self.spec.cutover_attempts + 1):
+        took = cutover.refresh_statistics()
+        self.progress.say(f"cutover: ANALYZE TABLE {self.spec.new_table} took {took * 1000:.0f} ms")
+        attempt = 0
+        while attempt < self.spec.cutover_attempts:
             self._hold_while_paused(ctx)
             if self.appliers is None:
                 self._start_appliers(ctx)
             self._wait_for_lag(ctx, self.spec.max_lag_events)
+            self._wait_for_window(ctx)
+            self._wait_for_blockers(ctx, "cutover")
+            if not self._window_open():   # it closed while sessions held the table
+                continue
             self._stop_appliers()
             result = cutover.attempt(self.spec.cutover_window_s)
             self.metrics.cutover_attempt(result.swapped, result.blocked_ms)
@@ -381,12 +392,49 @@ class Runner:
                 self.progress.say(f"cutover: swapped {self.spec.qualified_name}; application writes were blocked "
                                   f"for {result.blocked_ms:.0f} ms ({result.drained_keys} keys drained under lock)")
                 return
+            if result.blockers:   # no lock was requested: wait for them again, not counted as an attempt
+                self.progress.say(f"cutover: {result.reason}")
+                continue
+            attempt += 1
             backoff = min(2 ** attempt, 30)
             self.progress.say(f"cutover: attempt {attempt} rolled back ({result.reason}); retrying in {backoff} s")
             time.sleep(backoff)
         raise MigrationStopped(f"cutover did not fit the {self.spec.cutover_window_s:.1f} s window in "
                                f"{self.spec.cutover_attempts} attempts; the original table is untouched. Retry with "
                                "`stream-osc cutover` at a quieter time or with a larger --cutover-window")
+
+    def _window_open(self) -> bool:
+        """True when --cutover-window-schedule allows the swap now (or `stream-osc cutover` asked for it)."""
+        schedule = self.spec.schedule()
+        return self.cutover_now or schedule is None or schedule.is_open(datetime.now(timezone.utc))
+
+    def _wait_for_window(self, ctx: RunContext) -> None:
+        """Outside the cutover windows: wait, the appliers keeping the new table in sync, until one opens."""
+        if self._window_open():
+            return
+        schedule = self.spec.schedule()
+        opening = schedule.next_opening(datetime.now(timezone.utc))
+        self.progress.say(f"cutover: waiting for the cutover window {schedule.describe()}, next at "
+                          f"{opening:%Y-%m-%d %H:%M %Z}; the new table is kept in sync meanwhile (`stream-osc "
+                          f"cutover --table {self.spec.qualified_name}` swaps now)")
+        log_event(log, "waiting for cutover window", schedule=schedule.describe(), opens_at=opening.isoformat())
+        while not self._window_open():
+            if self.appliers is not None:
+                self.appliers.raise_if_failed()
+            self._check_health(ctx)
+            self._hold_while_paused(ctx)
+            time.sleep(1.0)
+        self.progress.say(f"cutover: window {schedule.describe()} open")
+
+    def _wait_for_blockers(self, ctx: RunContext, stage: str) -> None:
+        """Wait, with the appliers applying and no lock requested, while sessions hold the table
+        (cutover/blocker_wait.py); health, abort, pause and applier failures are checked meanwhile."""
+        def tick() -> None:
+            if self.appliers is not None:
+                self.appliers.raise_if_failed()
+            self._check_health(ctx)
+            self._hold_while_paused(ctx)
+        BlockerWait(ctx, self.info.is_mariadb).wait(tick, lambda text: self.progress.say(f"{stage}: {text}"))
 
     def _swap_already_done(self) -> bool:
         """After a crash inside cutover: did the RENAME run?"""

@@ -50,6 +50,8 @@ server_id = 1
 log_slave_updates = ON
 binlog_expire_logs_seconds = 604800
 innodb_autoinc_lock_mode = 2
+# information_schema.METADATA_LOCK_INFO: the cutover sees exactly who holds a table before locking it
+plugin_load_add = metadata_lock_info
 innodb_buffer_pool_size = 1G
 max_connections = 500
 

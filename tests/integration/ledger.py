@@ -27,6 +27,7 @@ LEDGER_TABLE_DDL = """CREATE TABLE {name} (
 ) ENGINE=InnoDB"""
 
 COUNTER_SEQ = -1   # the seq of each writer's counter row
+SLOW_WRITE_S = 0.05   # acknowledged writes at least this slow are noted with their time
 
 
 def create_ledger_table(conn: pymysql.connections.Connection, db: str, table: str, rows: int, writers: int) -> None:
@@ -54,6 +55,7 @@ class WriterRecord:
     uncertain_increments: int = 0   # the connection broke before the answer: applied or not
     errors: list[str] = field(default_factory=list)
     writes: int = 0
+    slow: list[tuple[float, float]] = field(default_factory=list)   # (wall-clock start, seconds) of slow writes
 
 
 class LedgerWriter(threading.Thread):
@@ -77,6 +79,7 @@ class LedgerWriter(threading.Thread):
 
     def _one(self, conn: pymysql.connections.Connection) -> pymysql.connections.Connection:
         roll = self.rng.random()
+        started, clock = time.time(), time.monotonic()
         try:
             if roll < 0.5:
                 self.seq += 1
@@ -98,6 +101,9 @@ class LedgerWriter(threading.Thread):
                     query(conn, f"DELETE FROM {self.name_sql} WHERE id = %s", (victim,))
                     self.record.deleted.add(victim)
             self.record.writes += 1
+            took = time.monotonic() - clock
+            if took >= SLOW_WRITE_S:
+                self.record.slow.append((started, took))
         except pymysql.err.MySQLError as exc:
             self.record.errors.append(f"{type(exc).__name__}: {exc}")
             conn.close()
@@ -160,6 +166,12 @@ class Ledger:
                     problems.append(f"writer {w.writer}: inserted row {pk} (seq {seq}) is "
                                     f"{'missing' if pk not in rows else 'wrong: seq ' + str(rows[pk][0])}")
         return problems
+
+    def worst_latency(self, since: float = 0.0, until: float = float("inf")) -> float:
+        """The longest an acknowledged write took among those running at some point between two wall-clock
+        times (0.0 when none took SLOW_WRITE_S)."""
+        return max((took for w in self.writers for start, took in w.record.slow
+                    if start <= until and start + took >= since), default=0.0)
 
     def errors(self) -> list[str]:
         return [e for w in self.writers for e in w.record.errors]

@@ -2,7 +2,7 @@
 
 Each stage is held open by a real obstacle rather than by timing: copy is long enough to be caught
 mid-way, an applier waits on a row lock, a paused migration waits at the start of validation, and
-cutover waits behind a transaction holding the table's metadata lock.
+cutover waits for a transaction holding the table's metadata lock to end.
 """
 from __future__ import annotations
 
@@ -38,11 +38,9 @@ def rows_written(conn) -> int:
     return int(query(conn, "SHOW GLOBAL STATUS LIKE 'Handler_write'")[0][1])
 
 
-def cutover_waits_on_metadata_lock(conn, db: str, table: str) -> bool:
-    """True while a session of the tool waits for the table's metadata lock (its LOCK TABLES or RENAME)."""
-    return bool(scalar(conn, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE LIKE "
-                             "'Waiting for table metadata lock' AND INFO LIKE %s",
-                       (f"%{table}%",)))
+def cutover_waits_for(db: str, table: str, connection_id: int) -> bool:
+    """True while `status` shows the cutover waiting for that session to stop holding the table."""
+    return any(b["connection_id"] == connection_id for b in status_doc(db, table).get("blockers") or [])
 
 
 @pytest.mark.parametrize("stage", ["init", "copy", "apply", "validate", "cutover"])
@@ -54,13 +52,9 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
     StateStore(conn, "stream_osc").ensure_schema()
     if stage == "init":
         query(blocker, "LOCK TABLES stream_osc.chunks READ")
-    elif stage == "cutover":
-        # A transaction that read the table holds its metadata lock from the start: copy, apply and validate
-        # only read the table, but cutover's LOCK TABLES waits behind it and its attempts roll back.
-        query(blocker, "BEGIN")
-        query(blocker, f"SELECT COUNT(*) FROM {DB}.{table} WHERE id < 10")
     earlier = latest_migration_id(conn, DB, table)
-    proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, *OPTIONS, log=cli_log)
+    manual = ["--cutover", "manual"] if stage == "cutover" else []
+    proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, *OPTIONS, *manual, log=cli_log)
     try:
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
         if stage == "init":
@@ -76,10 +70,13 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
                 query(blocker, "ROLLBACK")
                 wait_for(lambda: migration_row(conn, DB, table).stage == "validate", 60, "stage validate")
         else:
-            wait_for(lambda: migration_row(conn, DB, table).stage == "cutover", 120, "stage cutover")
-            wait_for(lambda: cutover_waits_on_metadata_lock(conn, DB, table), 60, "cutover waiting on the lock")
-            # validation could not lock for its snapshot either, and compared the live tables instead
-            assert "validate: no consistent snapshot within the window" in cli_log.read_text()
+            # In sync and waiting for `cutover`; then a transaction that reads the table holds its metadata
+            # lock, and the cutover waits (requesting no lock) for it to end.
+            assert proc.wait(180) == 0
+            query(blocker, "BEGIN")
+            query(blocker, f"SELECT COUNT(*) FROM {DB}.{table} WHERE id < 10")
+            proc = start_cli("cutover", "--table", f"{DB}.{table}", *OPTIONS, log=cli_log)
+            wait_for(lambda: cutover_waits_for(DB, table, blocker.thread_id()), 120, "cutover waiting for the blocker")
         assert migration_row(conn, DB, table).stage == stage
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
@@ -96,6 +93,10 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
 
     result = cli("resume", "--table", f"{DB}.{table}")
     assert result.returncode == 0, result.stderr[-5000:]
+    if stage == "cutover":   # a manual migration stays manual through a crash: its cutover is asked for again
+        assert migration_row(conn, DB, table).status == "waiting" and table_is_original(conn, DB, table)
+        result = cli("cutover", "--table", f"{DB}.{table}")
+        assert result.returncode == 0, result.stderr[-5000:]
 
     final = migration_row(conn, DB, table)
     assert (final.stage, final.status) == ("done", "done")

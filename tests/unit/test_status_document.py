@@ -11,7 +11,7 @@ from cli.status import Times, copy_figures, iso, status_document, status_lines
 from core.state import Migration, Stage, Status
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "status.md"
-JSON_TYPES = {"integer": int, "number": (int, float), "string": str, "boolean": bool, "object": dict,
+JSON_TYPES = {"integer": int, "number": (int, float), "string": str, "boolean": bool, "object": dict, "array": list,
               "null": type(None)}
 
 

@@ -1,0 +1,120 @@
+"""Waiting, without asking for any lock, until no session holds the table; killing the holders when asked to.
+
+While it waits the application is not held up at all (nothing is queued on the table); `status` shows
+who is waiting for whom. With `--force-kill-blockers-after`, a session that has held the table for
+that long while the tool waited is killed (its transaction rolls back), except a transaction that
+changed more rows than `--force-kill-max-rows`: its rollback would take about as long as its changes
+did, and hold the table meanwhile.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Callable
+
+import pymysql
+import redis
+
+from core import redis_keys
+from core.context import RunContext
+from core.db import query
+from core.logs import log_event
+from cutover.blockers import Blocker, find_blockers
+
+log = logging.getLogger("stream_osc.cutover")
+
+POLL_S = 0.5
+NOTE_TTL_S = 10          # the `status` note outlives the last check by this much, then vanishes
+_GONE = (1094,)          # ER_NO_SUCH_THREAD: it ended by itself meanwhile
+
+
+def kill_refusal(blocker: Blocker, max_rows: int) -> str | None:
+    """Why this blocker must not be killed, or None."""
+    if blocker.rows_modified is not None and blocker.rows_modified > max_rows:
+        return (f"its transaction changed {blocker.rows_modified} rows (more than --force-kill-max-rows "
+                f"{max_rows}); rolling it back would hold the table as long")
+    return None
+
+
+class BlockerWait:
+    """One wait of a migration for the sessions holding its table."""
+
+    def __init__(self, ctx: RunContext, is_mariadb: bool) -> None:
+        self.ctx = ctx
+        self.is_mariadb = is_mariadb
+        self.first_seen: dict[int, float] = {}
+        self.refused: set[int] = set()
+        self.killed: set[int] = set()
+
+    def wait(self, tick: Callable[[], None], say: Callable[[str], None]) -> float:
+        """Return once no session holds the table; the seconds waited. `tick` runs every poll (it may raise
+        to stop the wait: abort, a failed applier, a failed connector)."""
+        spec = self.ctx.spec
+        conn = self.ctx.db()
+        started = time.monotonic()
+        shown: set[int] = set()
+        try:
+            while True:
+                blockers = find_blockers(conn, spec.database, spec.table, self.is_mariadb)
+                now = time.monotonic()
+                self.first_seen = {b.connection_id: self.first_seen.get(b.connection_id, now) for b in blockers}
+                self._publish(blockers)
+                if not blockers:
+                    break
+                new = [b for b in blockers if b.connection_id not in shown]
+                if new:
+                    shown.update(b.connection_id for b in new)
+                    for blocker in new:
+                        say(f"waiting for {blocker.describe()}")
+                    log_event(log, "waiting for sessions holding the table", logging.WARNING,
+                              table=spec.qualified_name, blockers=json.dumps([b.as_dict() for b in blockers]))
+                if spec.force_kill_blockers_after_s is not None:
+                    self._kill_overdue(conn, blockers, now, say)
+                tick()
+                time.sleep(POLL_S)
+        finally:
+            conn.close()
+        waited = time.monotonic() - started
+        if shown:
+            say(f"no session holds {spec.qualified_name} any more (waited {waited:.1f} s)")
+            log_event(log, "table no longer held", table=spec.qualified_name, waited_s=round(waited, 1))
+        return waited
+
+    def _kill_overdue(self, conn: pymysql.connections.Connection, blockers: list[Blocker], now: float,
+                      say: Callable[[str], None]) -> None:
+        spec = self.ctx.spec
+        for blocker in blockers:
+            held_up_s = now - self.first_seen[blocker.connection_id]
+            if held_up_s < spec.force_kill_blockers_after_s or blocker.connection_id in self.killed | self.refused:
+                continue
+            refusal = kill_refusal(blocker, spec.force_kill_max_rows)
+            if refusal is not None:
+                self.refused.add(blocker.connection_id)
+                say(f"not killing connection {blocker.connection_id}: {refusal}")
+                log_event(log, "blocker not killed", logging.WARNING, reason=refusal, **blocker.as_dict())
+                continue
+            try:
+                query(conn, "KILL CONNECTION %s", (blocker.connection_id,))   # ends it; its transaction rolls back
+            except pymysql.err.MySQLError as exc:
+                if exc.args[0] not in _GONE:
+                    self.refused.add(blocker.connection_id)
+                    say(f"could not kill connection {blocker.connection_id}: {exc.args[-1]}")
+                    log_event(log, "blocker kill failed", logging.ERROR, error=str(exc), **blocker.as_dict())
+                continue
+            self.killed.add(blocker.connection_id)
+            say(f"killed {blocker.describe()} (it held the migration up for {held_up_s:.1f} s)")
+            log_event(log, "killed blocking connection", logging.WARNING, held_up_s=round(held_up_s, 1),
+                      **blocker.as_dict())
+
+    def _publish(self, blockers: list[Blocker]) -> None:
+        """Tell `status` who holds the table (best effort: a display only)."""
+        key = redis_keys.blockers_note(self.ctx.migration.id)
+        try:
+            if blockers:
+                self.ctx.shared_redis().set(key, json.dumps([b.as_dict() for b in blockers]), ex=NOTE_TTL_S)
+            else:
+                self.ctx.shared_redis().delete(key)
+        except redis.RedisError:
+            pass
+

@@ -1,0 +1,18 @@
+"""The benchmark's "blocked" scenario: chosen explicitly, run under the light load, reported in its own section."""
+from bench.config import parse_args
+from bench.report import _held_section
+
+
+def test_blocked_runs_only_when_asked_and_under_the_light_load():
+    default = parse_args([], "python -m bench")
+    assert "blocked" not in default.scenarios
+    config = parse_args(["--scenarios", "blocked", "--blocker-seconds", "10", "--light-rate", "150"], "python -m bench")
+    assert (config.scenarios, config.blocker_s, config.rate("blocked")) == (("blocked",), 10.0, 150)
+
+
+def test_the_held_table_section_shows_what_the_application_saw_while_held():
+    assert _held_section([{"scenario": "light", "tool": "stream-osc", "rows": 1000}]) == []
+    lines = _held_section([{"scenario": "blocked", "tool": "stream-osc", "rows": 100_000, "seconds_median": 41.0,
+                            "blocker_held_s": 25.0, "held_app_tps": 248.0, "held_app_p99_ms_worst_second": 312.0,
+                            "held_app_stalled_seconds": 0}])
+    assert "| 100,000 | stream-osc | 41.0 | 25.0 | 248 | 312 | 0 |" in lines
