@@ -12,10 +12,10 @@ from core import redis_keys
 
 
 def next_boundary(conn: pymysql.connections.Connection, table: str, pk: PrimaryKey, start: Key | None,
-                  end: Key | None, rows: int) -> Key | None:
-    """The key `rows` rows after `start` within [start, end), walking the primary key's index; None if
-    fewer remain. The server orders and compares the keys (its collations), never Python."""
-    where, params = pk.in_range(start, end)
+                  end: Key | None, rows: int, last: Key | None = None) -> Key | None:
+    """The key `rows` rows after `start` within [start, end) (and up to `last`), walking the primary key's
+    index; None if fewer remain. The server orders and compares the keys (its collations), never Python."""
+    where, params = pk.in_range(start, end, last)
     found = query(conn, f"SELECT {pk.column_list()} FROM {table} WHERE {where} ORDER BY {pk.column_list()} "
                         "LIMIT 1 OFFSET %s", (*params, rows))
     return tuple(found[0]) if found else None

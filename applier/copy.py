@@ -24,7 +24,9 @@ COPY_ROUNDS = 10   # batches that meet a refusal: each round re-reads the source
 
 def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,
                hi: Key | None, last: bool) -> int:
-    """Copy the keys [lo, hi) and advance the chunk's durable position to `hi` in the same transaction.
+    """Copy the keys [lo, hi) up to the largest key at init (the plan's last chunk is open-ended: keys
+    written since, such as rows the application keeps moving to new keys, arrive as changes and must not
+    race the copy) and advance the chunk's durable position to `hi` in the same transaction.
 
     A plain INSERT: a row the new table refuses is never hidden or allowed to delete another
     (invariants 6 and 9). The refusal is then decided by the server (applier/conflicts.py): rules the
@@ -45,7 +47,7 @@ def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no:
                 hi: Key | None, last: bool, probe: Probe | None) -> int:
     """One transaction of copy_batch; with a probe, the way is cleared (or refused) before the insert."""
     pair, store = ctx.pair, ctx.store(conn)
-    where, params = pair.pk.in_range(lo, hi)
+    where, params = pair.pk.in_range(lo, hi, ctx.migration.copy_until)
     conn.begin()
     try:
         if probe is not None:
@@ -80,7 +82,8 @@ def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: Chu
             return copied
         if not queue.renew(chunk_no):
             raise LeaseLost(f"lease of chunk {chunk_no} expired")
-        boundary = next_boundary(conn, ctx.pair.source_name, ctx.pair.pk, position, chunk.end, ctx.spec.batch_size)
+        boundary = next_boundary(conn, ctx.pair.source_name, ctx.pair.pk, position, chunk.end, ctx.spec.batch_size,
+                                 ctx.migration.copy_until)
         done = boundary is None
         hi = chunk.end if done else boundary
         copied += copy_batch(conn, ctx, chunk_no, position, hi, last=done)

@@ -153,11 +153,11 @@ class PrimaryKey:
     def flat(keys: Iterable[Key]) -> list[Any]:
         return [value for key in keys for value in key]
 
-    def in_range(self, start: Key | None, end: Key | None) -> tuple[str, list[Any]]:
-        """SQL and parameters for `start <= key < end` in index order; None bounds are open."""
+    def in_range(self, start: Key | None, end: Key | None, last: Key | None = None) -> tuple[str, list[Any]]:
+        """SQL and parameters for `start <= key < end` (and `key <= last`) in index order; None bounds are open."""
         parts: list[str] = []
         params: list[Any] = []
-        for bound, strict, first in ((start, ">", ">="), (end, "<", "<")):
+        for bound, strict, first in ((start, ">", ">="), (end, "<", "<"), (last, "<", "<=")):
             if bound is None:
                 continue
             sql, values = self._compare(bound, strict, first)

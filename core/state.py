@@ -89,6 +89,11 @@ class Migration:
     def group_id(self) -> str:
         return f"{self.prefix}.appliers"
 
+    @property
+    def copy_until(self) -> Key | None:
+        """The largest key at init: the bulk copy covers keys up to it (None: no bound recorded)."""
+        return load_key(self.options.get(COPY_UNTIL_OPTION))
+
 
 # columns added after the first release of the metadata schema: name -> definition
 LATER_COLUMNS = {"coordinator": "VARCHAR(200) NULL", "heartbeat_at": "TIMESTAMP(6) NULL", "pk_columns": "TEXT NULL"}
@@ -105,6 +110,8 @@ POSITIONS_AS_KEYS = ("start_key = CONCAT('[', start_pk, ']'), "
 
 # The source's definition recorded at init, in the migration's options (absent in migrations started earlier).
 DEFINITION_OPTION = "source_definition"
+# The largest key at init (JSON, core/keys.py): the copy stops there; later keys arrive as changes.
+COPY_UNTIL_OPTION = "copy_until"
 
 _CHUNK_COLUMNS = "chunk_no, start_key, end_key, next_key, rows_copied, done"
 _COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, COALESCE(pk_columns, JSON_ARRAY(pk_column)), error, "

@@ -22,11 +22,11 @@ from migration.checks import (PreflightError, check_load_thresholds, check_privi
                               check_session_binlog_formats, check_table)
 from migration.teardown import Metadata, tear_down
 from core.db import ServerInfo, qualified, query
-from core.keys import KeyColumn, PrimaryKey, primary_key
+from core.keys import KeyColumn, PrimaryKey, dump_key, primary_key
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
-from core.state import DEFINITION_OPTION, Migration, Stage, StateStore, table_definition
+from core.state import COPY_UNTIL_OPTION, DEFINITION_OPTION, Migration, Stage, StateStore, table_definition
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
 from streams.topics import TopicNames, create_change_topic
 
@@ -163,9 +163,13 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
         new_table_created = True
         store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
         start_capture(conn, endpoints, spec, info, migration)
-        ranges = key_ranges(conn, qualified(spec.database, spec.table), pk, None, None, spec.chunk_size)
+        source = qualified(spec.database, spec.table)
+        top = query(conn, f"SELECT {pk.column_list()} FROM {source} ORDER BY "
+                          f"{', '.join(c.ident + ' DESC' for c in pk.columns)} LIMIT 1")
+        ranges = key_ranges(conn, source, pk, None, None, spec.chunk_size) if top else []
         store.add_chunks(migration.id, ranges)
-        store.enter_stage(migration.id, Stage.COPY)
+        options = {**store.get(migration.id).options, COPY_UNTIL_OPTION: dump_key(tuple(top[0])) if top else None}
+        store.enter_stage(migration.id, Stage.COPY, options=options)
         log_event(log, "capture running; copy planned", migration=migration.id, chunks=len(ranges))
         return store.get(migration.id)
     except BaseException:
