@@ -40,7 +40,7 @@ def test_rows_moved_above_the_top_during_the_copy_are_applied_not_copied(endpoin
     finally:
         app.close()
     assert len(moves) == 20
-    assert query(conn, f"SELECT COALESCE(SUM(rows_copied), 0) FROM stream_osc.chunks c JOIN stream_osc.migrations m "
+    assert query(conn, "SELECT COALESCE(SUM(rows_copied), 0) FROM stream_osc.chunks c JOIN stream_osc.migrations m "
                        "ON m.id = c.migration_id WHERE m.db = %s AND m.tbl = 'moved' AND m.id = "
                        "(SELECT MAX(id) FROM stream_osc.migrations WHERE db = %s AND tbl = 'moved')",
                  (DB, DB))[0][0] == 1000   # nothing above the top at init was copied
