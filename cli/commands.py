@@ -52,9 +52,9 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--apply-workers", type=int,
                         help=f"parallel change appliers (default {DEFAULTS.apply_workers})")
     parser.add_argument("--chunk-size", type=int,
-                        help=f"primary-key values per copy chunk (default {DEFAULTS.chunk_size})")
+                        help=f"rows per copy chunk (default {DEFAULTS.chunk_size})")
     parser.add_argument("--batch-size", type=int,
-                        help=f"primary-key values per copy statement (default {DEFAULTS.batch_size})")
+                        help=f"rows per copy statement (default {DEFAULTS.batch_size})")
     parser.add_argument("--apply-batch-size", type=int,
                         help=f"change events per apply batch (default {DEFAULTS.apply_batch_size})")
     parser.add_argument("--partitions", type=int,

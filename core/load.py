@@ -27,28 +27,27 @@ class CriticalLoad(Exception):
 
 def parse_thresholds(text: str, option: str) -> dict[str, int]:
     """`Threads_running=25,Innodb_row_lock_current_waits=10` -> {name: limit}; ConfigError if malformed."""
-    thresholds: dict[str, int] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        match = THRESHOLD.match(item)
-        if match is None:
-            raise ConfigError(f"{option}: {item!r} is not STATUS_VARIABLE=NUMBER (e.g. Threads_running=25)")
-        thresholds[match.group(1)] = int(match.group(2))
-    return thresholds
+    return {name: int(limit) for name, limit in _pairs(text, option, THRESHOLD,
+                                                       "STATUS_VARIABLE=NUMBER (e.g. Threads_running=25)")}
 
 
 def parse_cloudwatch_thresholds(text: str) -> dict[str, float]:
     """`CPUUtilization=80,AuroraReplicaLagMaximum=1000` -> {AWS/RDS metric: limit}; ConfigError if malformed."""
-    thresholds: dict[str, float] = {}
+    return {name: float(limit) for name, limit in _pairs(text, CLOUDWATCH_OPTION, CLOUDWATCH_THRESHOLD,
+                                                         "METRIC=NUMBER (e.g. CPUUtilization=80)")}
+
+
+def _pairs(text: str, option: str, pattern: re.Pattern[str], form: str) -> list[tuple[str, str]]:
+    """The NAME=LIMIT items of a comma-separated option value, each matched by `pattern`."""
+    pairs = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
-        match = CLOUDWATCH_THRESHOLD.match(item)
+        match = pattern.match(item)
         if match is None:
-            raise ConfigError(f"{CLOUDWATCH_OPTION}: {item!r} is not METRIC=NUMBER (e.g. CPUUtilization=80)")
-        thresholds[match.group(1)] = float(match.group(2))
-    return thresholds
+            raise ConfigError(f"{option}: {item!r} is not {form}")
+        pairs.append((match.group(1), match.group(2)))
+    return pairs
 
 
 def read_status(conn: pymysql.connections.Connection, names: list[str]) -> dict[str, int]:

@@ -8,7 +8,6 @@ import datetime as dt
 import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError
-from moto import mock_aws
 
 from core.state import Stage
 from monitor.cloudwatch import CloudWatchPublisher, CloudWatchUnavailable, datums
@@ -16,15 +15,6 @@ from monitor.metrics import MigrationMetrics
 
 TABLE = "shop.orders"
 NAMESPACE = "StreamOsc/Test"
-
-
-@pytest.fixture
-def aws(monkeypatch):
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "eu-west-1"}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        yield boto3.client("cloudwatch", region_name="eu-west-1")
 
 
 def fed_metrics() -> MigrationMetrics:

@@ -3,10 +3,8 @@ limit, goes on below it, reads CloudWatch at most every 30 s, keeps its last ans
 a malformed limit, a missing instance or an instance without datapoints is one clear error up front."""
 from __future__ import annotations
 
-import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError
-from moto import mock_aws
 
 from core.cloudwatch_load import READ_EVERY_S, CloudWatchLoad
 from core.endpoints import ConfigError
@@ -22,15 +20,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def aws(monkeypatch):
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "eu-west-1"}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        yield boto3.client("cloudwatch", region_name="eu-west-1")
 
 
 def rds_metric(client, metric: str, value: float, instance: str = INSTANCE) -> None:
