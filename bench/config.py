@@ -58,7 +58,7 @@ def _csv(allowed: tuple[str, ...]):
     return parse
 
 
-def _rows(text: str) -> int:
+def row_count(text: str) -> int:
     """Row counts like 5000000, 5M or 50k."""
     factor = {"k": 1_000, "m": 1_000_000}.get(text[-1:].lower(), 1)
     try:
@@ -76,7 +76,7 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
         prog="python -m bench",
         description="Run the same ALTER with every tool, interleaved, idle and under sysbench write load; "
                     "write docs/benchmarks.{md,json} and plots.")
-    parser.add_argument("--rows", type=_rows, default=5_000_000, help="table size, e.g. 1M (default 5M)")
+    parser.add_argument("--rows", type=row_count, default=5_000_000, help="table size, e.g. 1M (default 5M)")
     parser.add_argument("--scaling", action="store_true",
                         help="run the sizes 1M, 5M and 20M instead of --rows (stream-osc and server-copy only, "
                              "unless --tools is given)")

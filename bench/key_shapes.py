@@ -13,7 +13,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from bench.config import _rows
+from bench.config import row_count
 from core.db import connect, qualified, query
 from core.spec import MigrationSpec
 from migration.runner import Runner
@@ -93,7 +93,7 @@ def migrate_seconds(endpoints, shape: KeyShape) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.key_shapes", description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=_rows, default=1_000_000, help="rows per table (default 1M)")
+    parser.add_argument("--rows", type=row_count, default=1_000_000, help="rows per table (default 1M)")
     parser.add_argument("--repetitions", type=int, default=2)
     args = parser.parse_args(argv)
     endpoints = StackConfig().endpoints(None)
