@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -62,17 +63,24 @@ class KeyColumn:
 
     @property
     def comparison(self) -> str:
-        """How the server compares and orders this column's values: two key columns with the same
-        comparison select the same rows for the same key range, under any width or signedness."""
+        """How the server compares, orders and stores this column's key values: two key columns with the
+        same comparison hold the same value for a row and select the same rows for a key range. Integer
+        widths and signedness, string lengths and VARBINARY lengths may differ; a DECIMAL scale, a
+        fractional-seconds precision or a BINARY length may not (the server would round or pad the key)."""
         kind = self.data_type
         if kind in INTEGER_TYPES:
             return "integer"
         if kind in DECIMAL_TYPES:
-            return "decimal"
+            scale = re.search(r",\s*(\d+)\)", self.column_type)
+            return f"decimal scale {scale.group(1) if scale else 0}"
         if kind in STRING_TYPES:
             return f"text {self.collation}"
+        if kind == "binary":
+            return f"binary({self.octet_length})"
         if kind in BINARY_TYPES:
             return "bytes"
+        if kind in ("datetime", "timestamp", "time"):
+            return f"{kind}({self.datetime_precision or 0})"
         return kind
 
     def from_change(self, value: Any) -> Any:
@@ -127,10 +135,6 @@ class PrimaryKey:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
-
-    @property
-    def is_single_integer(self) -> bool:
-        return len(self.columns) == 1 and self.columns[0].data_type in INTEGER_TYPES
 
     def column_list(self, table: str | None = None) -> str:
         """`a`, `b` (qualified by `table` if given): for SELECT lists and ORDER BY in index order."""

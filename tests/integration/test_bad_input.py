@@ -62,6 +62,19 @@ def test_an_alter_that_changes_how_the_key_compares_is_refused(endpoints, conn, 
     assert_refused(endpoints, capsys, "cipk", change, shown)
 
 
+@pytest.mark.parametrize("key, change", [
+    ("k DECIMAL(12,4) NOT NULL", "MODIFY k DECIMAL(12,2) NOT NULL"),
+    ("k DATETIME(6) NOT NULL", "MODIFY k DATETIME NOT NULL"),
+    ("k VARBINARY(16) NOT NULL", "MODIFY k BINARY(20) NOT NULL"),
+])
+def test_an_alter_that_would_round_or_pad_the_key_is_refused(endpoints, conn, capsys, key, change):
+    """The server rounds 10:00:00.4 to 10:00:00 and pads bytes without an error: a change key would then
+    match no row of the new table."""
+    query(conn, f"DROP TABLE IF EXISTS {DB}.lossypk")
+    query(conn, f"CREATE TABLE {DB}.lossypk ({key}, v INT, PRIMARY KEY (k))")
+    assert_refused(endpoints, capsys, "lossypk", change, "the ALTER changes how primary-key column k compares")
+
+
 def test_an_alter_widening_an_integer_key_is_accepted(endpoints, conn, capsys):
     create_sample_table(conn, DB, "widenpk", rows=10)
     code, err = run_migrate(capsys, "widenpk", "MODIFY id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT", "--dry-run")
