@@ -21,7 +21,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from core.db import qualified, query, quote_ident
+from core.db import qualified, query, query_count, quote_ident
 from core.endpoints import MySQLAddress
 from core.spec import MigrationSpec
 from migration.runner import Runner
@@ -58,7 +58,7 @@ def recase(key: Key, rng: random.Random) -> Key:
         changed = text.replace("e", "é", 1) if "e" in text else text.replace("é", "e", 1)
     else:
         changed = text[:-1] if text.endswith(" ") else text + " "
-    return (changed,)
+    return (changed if changed != text else text.swapcase(),)   # always other bytes: the UPDATE must touch it
 
 
 def uuid_key(w: int, n: int) -> Key:
@@ -130,19 +130,26 @@ class KeyWriter(threading.Thread):
         finally:
             conn.close()
 
+    def write(self, conn: pymysql.connections.Connection, sql: str, params: tuple) -> None:
+        """Run one statement of the application; it must touch exactly its one row (the row the record
+        says is there): a row the tool lost or duplicated would show here too, not only at the end."""
+        touched = query_count(conn, sql, params)
+        if touched != 1:
+            self.record.errors.append(f"{sql.split()[0]} {params!r} touched {touched} rows, the record says 1")
+
     def one(self, conn: pymysql.connections.Connection) -> None:
         rows, roll = self.record.rows, self.rng.random()
         slot = self.rng.choice(list(rows))
         key, counter = rows[slot]
         values = ", ".join(["%s"] * (len(key) + 2))
         if roll < 0.35:
-            query(conn, f"UPDATE {self.table} SET counter = counter + 1 WHERE {self.where}", key)
+            self.write(conn, f"UPDATE {self.table} SET counter = counter + 1 WHERE {self.where}", key)
             rows[slot] = (key, counter + 1)
         elif roll < 0.55:                                    # a key change: the row moves to a new slot
             new_slot, self.record.next_slot = self.record.next_slot, self.record.next_slot + 1
             new_key = self.shape.make_key(self.writer, new_slot)
             sets = ", ".join(f"{quote_ident(c)} = %s" for c in self.shape.key_columns)
-            query(conn, f"UPDATE {self.table} SET {sets} WHERE {self.where}", (*new_key, *key))
+            self.write(conn, f"UPDATE {self.table} SET {sets} WHERE {self.where}", (*new_key, *key))
             del rows[slot]
             rows[new_slot] = (new_key, counter)
         elif roll < 0.7:                                     # same row under the collation, other bytes
@@ -150,22 +157,22 @@ class KeyWriter(threading.Thread):
             if other is None:
                 return
             sets = ", ".join(f"{quote_ident(c)} = %s" for c in self.shape.key_columns)
-            query(conn, f"UPDATE {self.table} SET {sets} WHERE {self.where}", (*other, *key))
+            self.write(conn, f"UPDATE {self.table} SET {sets} WHERE {self.where}", (*other, *key))
             rows[slot] = (other, counter)
         elif roll < 0.8:                                     # delete, then insert the key again (maybe recased)
-            query(conn, f"DELETE FROM {self.table} WHERE {self.where}", key)
+            self.write(conn, f"DELETE FROM {self.table} WHERE {self.where}", key)
             del rows[slot]
             again = self.shape.variant(key, self.rng) or key
-            query(conn, f"INSERT INTO {self.table} ({self.columns}, counter, note) VALUES ({values})",
+            self.write(conn, f"INSERT INTO {self.table} ({self.columns}, counter, note) VALUES ({values})",
                   (*again, 0, f"again {slot}"))
             rows[slot] = (again, 0)
         elif roll < 0.9:
-            query(conn, f"DELETE FROM {self.table} WHERE {self.where}", key)
+            self.write(conn, f"DELETE FROM {self.table} WHERE {self.where}", key)
             del rows[slot]
         else:
             new_slot, self.record.next_slot = self.record.next_slot, self.record.next_slot + 1
             new_key = self.shape.make_key(self.writer, new_slot)
-            query(conn, f"INSERT INTO {self.table} ({self.columns}, counter, note) VALUES ({values})",
+            self.write(conn, f"INSERT INTO {self.table} ({self.columns}, counter, note) VALUES ({values})",
                   (*new_key, 0, f"again {new_slot}"))
             rows[new_slot] = (new_key, 0)
 
