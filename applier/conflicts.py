@@ -33,6 +33,7 @@ from core.db import qualified, query, query_count, quote_ident
 T = TypeVar("T")
 
 SAMPLE = 5   # rows shown in an error
+ROUNDS = 10   # writes that meet a refusal: each round re-reads the source and decides again
 # A value the new column refuses in strict mode: NULL into NOT NULL (1048, 1263), out of range (1264,
 # 1690), truncated or wrong (1265, 1292, 1366), too long (1406), CHECK failed (MariaDB 4025, MySQL 3819).
 VALUE_REFUSED = frozenset({1048, 1263, 1264, 1265, 1292, 1366, 1406, 1690, 3819, 4025})

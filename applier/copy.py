@@ -6,7 +6,7 @@ import logging
 import pymysql
 
 from applier.chunks import ChunkQueue, next_boundary
-from applier.conflicts import Probe, with_refusals_resolved
+from applier.conflicts import ROUNDS, Probe, with_refusals_resolved
 from core.context import RunContext
 from core.db import query
 from core.keys import Key, dump_key
@@ -19,7 +19,6 @@ class LeaseLost(Exception):
     """Another worker took over this chunk."""
 
 
-COPY_ROUNDS = 10   # batches that meet a refusal: each round re-reads the source and decides again
 
 
 def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,
@@ -40,7 +39,7 @@ def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: 
             raise LeaseLost(f"chunk {chunk_no} moved on without us")
 
     return with_refusals_resolved(conn, ctx.pair, lambda probe: _copy_batch(conn, ctx, chunk_no, lo, hi, last, probe),
-                                  during_apply=False, rounds=COPY_ROUNDS, before_probe=still_ours)
+                                  during_apply=False, rounds=ROUNDS, before_probe=still_ours)
 
 
 def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,

@@ -10,14 +10,13 @@ from typing import TypeVar
 
 import pymysql
 
-from applier.conflicts import Probe, primary_key_race, with_refusals_resolved
+from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
 from core.keys import Key
 from core.table import TablePair
 from core.db import query, query_count
 
 T = TypeVar("T")
 RETRYABLE = {1205, 1213}   # lock wait timeout, deadlock
-CAREFUL_ROUNDS = 10        # writes that meet a refusal: each round re-reads the source and decides again
 PK_RACE_RETRIES = 5        # a concurrent re-copy of the same key (an applier and a validation repair)
 
 
@@ -49,7 +48,7 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Col
         return 0, 0
     distinct = list(dict.fromkeys(keys))   # exact duplicates only: equality under a collation is the server's
     return with_refusals_resolved(conn, pair, lambda probe: _write_racing(conn, pair, distinct, in_transaction, probe),
-                                  during_apply=True, rounds=CAREFUL_ROUNDS)
+                                  during_apply=True, rounds=ROUNDS)
 
 
 def _write_racing(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key], in_transaction: bool,

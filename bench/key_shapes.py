@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from bench.config import row_count
 from core.db import connect, qualified, query
-from core.spec import MigrationSpec
+from core.spec import MigrationSpec, helper_table_name
 from migration.runner import Runner
 from monitor.progress import Progress
 from stack.config import StackConfig
@@ -43,8 +43,9 @@ SHAPES = (
 
 def fill(conn, shape: KeyShape, rows: int) -> None:
     table = qualified(DB, f"keys_{shape.name}")
-    for suffix in ("", "_osc_new", "_osc_old", "_copy"):
-        query(conn, f"DROP TABLE IF EXISTS {qualified(DB, f'keys_{shape.name}{suffix}')}")
+    name = f"keys_{shape.name}"
+    for leftover in (name, helper_table_name(name, "new"), helper_table_name(name, "old"), f"{name}_copy"):
+        query(conn, f"DROP TABLE IF EXISTS {qualified(DB, leftover)}")
     query(conn, f"CREATE TABLE {table} ({shape.key_ddl}, {COLUMNS}) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
     numbers = qualified(DB, f"seq_1_to_{rows}")
     query(conn, f"INSERT INTO {table} SELECT {shape.key_values}, {VALUES} FROM {numbers}")

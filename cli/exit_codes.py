@@ -1,7 +1,7 @@
 """The exit codes of `stream-osc`, one per outcome a script or scheduler must tell apart."""
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, unique
 
 from core.load import CriticalLoad
 from core.state import SourceChanged
@@ -9,6 +9,7 @@ from cutover.validate import ValidationFailed
 from migration.runner import MigrationStopped
 
 
+@unique
 class ExitCode(IntEnum):
     """What the process's exit status means (documented in the README and `stream-osc --help`)."""
 

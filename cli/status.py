@@ -16,11 +16,12 @@ from connectors.health import describe_failure
 from connectors.rest import ConnectClient, ConnectError
 from core import redis_keys
 from core.db import query
+from cutover.blockers import Blocker
 from core.schedule import parse_schedule
 from core.endpoints import Endpoints
 from core.spec import MigrationSpec
 from core.state import FINISHED, Migration, Stage, StateStore, Status
-from migration.lease import is_dead_here, live_coordinator
+from migration.lease import live_coordinator
 from migration.settings import settings_of
 from monitor.progress import copy_fraction
 from streams.topics import TopicNames, group_lag
@@ -157,17 +158,13 @@ def blockers_text(blockers: list[dict[str, Any]] | None) -> str | None:
     """The sessions the cutover waits for, one phrase each."""
     if blockers is None:
         return None
-    return "; ".join(f"connection {b['connection_id']} ({b['user']}@{b['host']}, {b['seconds']:.0f} s): "
-                     f"{b['statement'] or 'idle in transaction'}" for b in blockers) or "none"
+    return "; ".join(Blocker(**b).describe() for b in blockers) or "none"
 
 
 def running_coordinator(store: StateStore, migration_id: int, status: str) -> tuple[str, float] | None:
     """(owner, heartbeat age) of the process coordinating an unfinished migration; None if none is alive
     (one that ran on this host and is gone counts as dead at once, without waiting for its heartbeat to age)."""
-    if status in FINISHED:
-        return None
-    live = live_coordinator(store, migration_id)
-    return None if live is None or is_dead_here(live[0]) else live
+    return None if status in FINISHED else live_coordinator(store, migration_id)
 
 
 def read_status(endpoints: Endpoints, store: StateStore, migration: Migration) -> dict[str, Any]:

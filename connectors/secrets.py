@@ -58,12 +58,16 @@ def write_connector_secret(endpoints: Endpoints, connector: str) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.fchmod(fd, 0o600)   # an older file of that name keeps its mode otherwise
-        os.write(fd, f"{PASSWORD_KEY}={properties_value(endpoints.mysql.password)}\n".encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
+        try:
+            os.fchmod(fd, 0o600)   # an older file of that name keeps its mode otherwise
+            os.write(fd, f"{PASSWORD_KEY}={properties_value(endpoints.mysql.password)}\n".encode("ascii"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)   # no copy of the password outlives a failed write
+        raise
 
 
 def remove_connector_secret(endpoints: Endpoints, connector: str) -> None:

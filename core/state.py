@@ -1,6 +1,7 @@
 """Durable migration state in the metadata schema: the migration row, its chunks, its fence table."""
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -89,7 +90,7 @@ class Migration:
     def group_id(self) -> str:
         return f"{self.prefix}.appliers"
 
-    @property
+    @functools.cached_property
     def copy_until(self) -> Key | None:
         """The largest key at init: the bulk copy covers keys up to it (None: no bound recorded)."""
         return load_key(self.options.get(COPY_UNTIL_OPTION))
@@ -295,17 +296,17 @@ class StateStore:
 
     def chunks(self, migration_id: int) -> list[Chunk]:
         """Every chunk of the migration's copy plan, in key order."""
-        return [self.chunk(migration_id, row) for row in query(
+        return [self.chunk(row) for row in query(
             self.conn, f"SELECT {_CHUNK_COLUMNS} FROM {self.t('chunks')} WHERE migration_id=%s ORDER BY chunk_no",
             (migration_id,))]
 
     def find_chunk(self, migration_id: int, chunk_no: int) -> Chunk:
         rows = query(self.conn, f"SELECT {_CHUNK_COLUMNS} FROM {self.t('chunks')} WHERE migration_id=%s "
                                 "AND chunk_no=%s", (migration_id, chunk_no))
-        return self.chunk(migration_id, rows[0])
+        return self.chunk(rows[0])
 
     @staticmethod
-    def chunk(migration_id: int, row: tuple) -> Chunk:
+    def chunk(row: tuple) -> Chunk:
         number, start, end, next_key, rows, done = row
         return Chunk(number, load_key(start), load_key(end), load_key(next_key), int(rows), bool(done))
 

@@ -26,7 +26,7 @@ from applier.recopy import recopy_keys, with_retry
 from core.table import TablePair
 from core.context import RunContext, WorkStopped
 from core.db import query, quote_ident
-from core.keys import Key, PrimaryKey, show_key
+from core.keys import BINARY_TYPES, INTEGER_TYPES, STRING_TYPES, Key, PrimaryKey, show_key
 from core.logs import log_event
 
 log = logging.getLogger("stream_osc.validate")
@@ -34,9 +34,8 @@ log = logging.getLogger("stream_osc.validate")
 ROUNDS = 5                 # re-copies a row may need before a difference that stays is a failure
 MAX_ROUNDS = 4 * ROUNDS    # repair rounds of one range (two rows that keep replacing each other take 2 per strike)
 
-_INTEGERS = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
-_TEXTS = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
-_BLOBS = {"varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+_TEXTS = STRING_TYPES | {"enum", "set"}
+_BLOBS = BINARY_TYPES - {"binary"}
 _CHARSET = re.compile(r"^[A-Za-z0-9_]+$")
 
 
@@ -71,7 +70,7 @@ def in_target_type(expr: str, col: ColumnType) -> str:
     '1.50', a FLOAT prints 6 digits), on the source it converts the value as the copy's INSERT does.
     """
     kind = col.data_type.lower()
-    if kind in _INTEGERS:
+    if kind in INTEGER_TYPES:
         return f"CAST({expr} AS {'UNSIGNED' if 'unsigned' in col.column_type.lower() else 'SIGNED'})"
     if kind == "bit":
         return f"CAST({expr} AS UNSIGNED)"
