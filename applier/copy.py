@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pymysql
 
@@ -11,14 +12,13 @@ from core.context import RunContext
 from core.db import query
 from core.keys import Key, dump_key
 from core.logs import log_event
+from core.pacing import BatchSizer
 
 log = logging.getLogger("stream_osc.copy")
 
 
 class LeaseLost(Exception):
     """Another worker took over this chunk."""
-
-
 
 
 def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,
@@ -71,21 +71,30 @@ def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no:
         raise
 
 
-def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: ChunkQueue, chunk_no: int) -> int:
-    """Copy one chunk from its last committed batch onward; returns rows copied now."""
+def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: ChunkQueue, chunk_no: int,
+               sizer: BatchSizer) -> int:
+    """Copy one chunk from its last committed batch onward, in batches sized by `sizer`, each run while
+    holding one of the places the application's latency allows (core/yielding.py); returns rows copied now."""
     chunk = ctx.store(conn).find_chunk(ctx.migration.id, chunk_no)
     position, done = chunk.next, chunk.done
     copied = 0
     while not done:
         if not ctx.wait_while_paused_or_throttled(conn):
             return copied
-        if not queue.renew(chunk_no):
-            raise LeaseLost(f"lease of chunk {chunk_no} expired")
-        boundary = next_boundary(conn, ctx.pair.source_name, ctx.pair.pk, position, chunk.end, ctx.spec.batch_size,
-                                 ctx.migration.copy_until)
-        done = boundary is None
-        hi = chunk.end if done else boundary
-        copied += copy_batch(conn, ctx, chunk_no, position, hi, last=done)
+        with ctx.yielding.turn(ctx.stop.is_set) as allowed:
+            if not allowed:
+                return copied
+            if not queue.renew(chunk_no):
+                raise LeaseLost(f"lease of chunk {chunk_no} expired")
+            sizer.restart(ctx.spec.batch_size, ctx.spec.target_batch_s())
+            began = time.monotonic()
+            boundary = next_boundary(conn, ctx.pair.source_name, ctx.pair.pk, position, chunk.end, sizer.rows(),
+                                     ctx.migration.copy_until)
+            done = boundary is None
+            hi = chunk.end if done else boundary
+            rows = copy_batch(conn, ctx, chunk_no, position, hi, last=done)
+            sizer.observe(rows, time.monotonic() - began, ctx.yielding.time_scale)
+        copied += rows
         position = hi
     queue.finish(chunk_no)
     return copied
@@ -95,6 +104,7 @@ def copy_worker(ctx: RunContext, worker_no: int) -> None:
     """Claim and copy chunks until none is pending or the run stops."""
     conn = ctx.db(autocommit=True)
     queue = ChunkQueue(ctx.redis(), ctx.migration.id)
+    sizer = BatchSizer(ctx.spec.batch_size, ctx.spec.target_batch_s())
     try:
         while not ctx.stop.is_set():
             if not ctx.wait_while_paused_or_throttled(conn):
@@ -106,7 +116,7 @@ def copy_worker(ctx: RunContext, worker_no: int) -> None:
                 ctx.stop.wait(0.5)  # the rest is leased by other workers; a dead one's lease expires
                 continue
             try:
-                rows = copy_chunk(conn, ctx, queue, chunk_no)
+                rows = copy_chunk(conn, ctx, queue, chunk_no, sizer)
                 log_event(log, "chunk copied", worker=worker_no, chunk=chunk_no, rows=rows)
             except LeaseLost as exc:
                 log_event(log, "chunk given up", logging.WARNING, worker=worker_no, reason=str(exc))

@@ -30,6 +30,7 @@ from core.endpoints import ConfigError
 
 SPEC_OPTIONS = {
     "copy_workers": int, "apply_workers": int, "chunk_size": int, "batch_size": int, "apply_batch_size": int,
+    "target_batch_time": str, "max_app_latency": str,
     "partitions": int, "cutover_window_s": float, "cutover_attempts": int, "max_lag_events": int,
     "metadata_schema": str, "max_load": str, "critical_load": str, "cloudwatch_max_load": str, "rds_instance": str,
     "throttle_replicas": str, "max_replica_lag": int,
@@ -54,7 +55,14 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunk-size", type=int,
                         help=f"rows per copy chunk (default {DEFAULTS.chunk_size})")
     parser.add_argument("--batch-size", type=int,
-                        help=f"rows per copy statement (default {DEFAULTS.batch_size})")
+                        help=f"rows of the first copy statement of each worker (default {DEFAULTS.batch_size}); "
+                             "later ones are sized by --target-batch-time")
+    parser.add_argument("--target-batch-time", metavar="DURATION",
+                        help="how long one copy statement should run, e.g. 250ms (default "
+                             f"{DEFAULTS.target_batch_time}; 0: every statement copies --batch-size rows)")
+    parser.add_argument("--max-app-latency", metavar="DURATION|auto|off",
+                        help="application write latency above which copy and validation run fewer and shorter "
+                             "statements, e.g. 10ms (default auto: twice the latency measured before the copy)")
     parser.add_argument("--apply-batch-size", type=int,
                         help=f"change events per apply batch (default {DEFAULTS.apply_batch_size})")
     parser.add_argument("--partitions", type=int,

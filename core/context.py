@@ -18,6 +18,7 @@ from core import redis_keys
 from core.cloudwatch_load import CloudWatchLoad
 from core.load import NOTE_TTL_S, LoadThrottle
 from core.replica_lag import ReplicaLag
+from core.yielding import Yielding, never_yielding
 
 
 def throttle_sources(spec: MigrationSpec, endpoints: Endpoints) -> list[Callable[[], str | None]]:
@@ -44,6 +45,7 @@ class RunContext:
     pair: TablePair
     stop: threading.Event = field(default_factory=threading.Event)
     _status_cache: tuple[float, str] = (0.0, Status.RUNNING)
+    yielding: Yielding = field(default_factory=lambda: never_yielding(1))
     throttle: LoadThrottle = field(init=False)
     _shared_redis: redis.Redis | None = None
     _throttle_noted: bool = False
@@ -101,7 +103,7 @@ class RunContext:
                 return False
             if status != Status.PAUSED:
                 reason = self.throttle.reason(conn)
-                self._note_throttle(reason)
+                self._note_throttle(reason or self.yielding.reason())
                 if reason is None:
                     return True
             self.stop.wait(0.5)

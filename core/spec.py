@@ -84,7 +84,9 @@ class MigrationSpec:
     copy_workers: int = 4
     apply_workers: int = 2
     chunk_size: int = 100_000
-    batch_size: int = 5_000
+    batch_size: int = 5_000          # rows of the first copy batch; later ones are sized by target_batch_time
+    target_batch_time: str = "250ms"  # how long one copy batch should run ("0": every batch is batch_size rows)
+    max_app_latency: str = "auto"     # application write latency above which copy and validation yield
     apply_batch_size: int = 2_000
     partitions: int = 8
     cutover: str = "auto"            # auto | manual
@@ -134,6 +136,8 @@ class MigrationSpec:
         if self.cutover_window_s <= 0:
             raise ConfigError("cutover window must be positive")
         self.check_lock_options()
+        self.target_batch_s()
+        self.app_latency_target()
         self.schedule()
         self.load_limits()
         if self.cloudwatch_limits() and not self.rds_instance:
@@ -153,6 +157,28 @@ class MigrationSpec:
             raise ConfigError("--force-kill-blockers-after must not be negative")
         if self.force_kill_max_rows < 0:
             raise ConfigError("--force-kill-max-rows must not be negative")
+
+    def target_batch_s(self) -> float:
+        """--target-batch-time in seconds (0: batches of --batch-size rows); ConfigError if malformed."""
+        try:
+            return parse_duration(self.target_batch_time)
+        except ConfigError:
+            raise ConfigError(f"--target-batch-time: {self.target_batch_time!r} is not a duration such as 250ms "
+                              "(0 keeps every batch at --batch-size rows)") from None
+
+    def app_latency_target(self) -> float | str | None:
+        """--max-app-latency as milliseconds, "auto" or None (off); ConfigError if malformed."""
+        value = self.max_app_latency.strip().lower()
+        if value in ("auto", "off"):
+            return None if value == "off" else "auto"
+        try:
+            milliseconds = parse_duration(value) * 1000
+        except ConfigError:
+            milliseconds = 0.0
+        if milliseconds <= 0:
+            raise ConfigError(f"--max-app-latency: {self.max_app_latency!r} is not auto, off or a positive "
+                              "duration such as 10ms")
+        return milliseconds
 
     def schedule(self) -> CutoverSchedule | None:
         """The cutover windows, or None when the cutover may run at any time; ConfigError if malformed."""

@@ -241,14 +241,17 @@ def validate_range(ctx: RunContext, hasher: RowHasher, lo: Key | None, hi: Key |
     try:
         if not ctx.wait_while_paused_or_throttled(conn):
             raise WorkStopped(f"validation of {ctx.spec.qualified_name} stopped")
-        if snapshots is None:
-            diff = differing_keys(conn, hasher, lo, hi).keys
-        else:
-            session = snapshots.get()
-            try:
-                diff = differing_keys(session, hasher, lo, hi).keys
-            finally:
-                snapshots.put(session)
+        with ctx.yielding.turn(ctx.stop.is_set) as allowed:
+            if not allowed:
+                raise WorkStopped(f"validation of {ctx.spec.qualified_name} stopped")
+            if snapshots is None:
+                diff = differing_keys(conn, hasher, lo, hi).keys
+            else:
+                session = snapshots.get()
+                try:
+                    diff = differing_keys(session, hasher, lo, hi).keys
+                finally:
+                    snapshots.put(session)
         return repair_range(conn, hasher, lo, hi, diff, ctx.spec.qualified_name)
     finally:
         conn.close()

@@ -19,6 +19,7 @@ from cutover.blocker_wait import BlockerWait
 from cutover.swap import Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError
+from core.app_latency import LatencyProbe
 from core.context import RunContext, throttle_sources
 from core.load import LoadThrottle
 from core.db import ServerInfo, connect
@@ -32,6 +33,7 @@ from core.spec import MigrationSpec, with_overrides
 from core.state import WORKING_STAGES, Migration, SourceChanged, Stage, StateStore, Status, check_definition
 from migration.transient import MAX_TRANSIENT_FAILURES, is_transient, retrying_transient
 from migration.workers import WorkerGroup
+from core.yielding import Yielding
 from monitor.metrics import MigrationMetrics
 from monitor.progress import Progress, copy_fraction
 from core import redis_keys
@@ -81,6 +83,8 @@ class Runner:
         self.connector_restarts = 0
         self.settings: dict[str, object] = {}   # applied `stream-osc set` values
         self.restart_copy = False               # the copy workers restart to take new settings
+        self.yielding = Yielding(spec.copy_workers, spec.app_latency_target())
+        self.probe: LatencyProbe | None = None
 
     # entry ---------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -88,6 +92,8 @@ class Runner:
         try:
             return self._run()
         finally:
+            if self.probe is not None:
+                self.probe.stop()
             self.lease.stop(self.conn)
             bind_fields(migration=None)   # a later run in this process names its own
 
@@ -123,6 +129,7 @@ class Runner:
                                                      if k in migration.options})
             self.settings = settings_of(migration)
             self.spec = with_settings(self.spec, migration)
+            self.yielding.configure(self.spec.copy_workers, self.spec.app_latency_target())
             self.progress.say(f"resuming migration {migration.id} of {self.spec.qualified_name} "
                               f"at stage {migration.stage}")
             if migration.status != Status.RUNNING:
@@ -133,6 +140,30 @@ class Runner:
         """From the moment the migration has an id: hold its lease and name it on every log line."""
         bind_fields(migration=migration.id)
         self.lease.start(migration.id)
+        self._start_probe(migration.id)
+
+    def _start_probe(self, migration_id: int) -> None:
+        """Sample the application's write latency from now on: init takes long enough for the baseline, which
+        the copy's workers (here and in joined `worker` processes) then yield against."""
+        if self.probe is not None:
+            return
+        try:   # resumed: yield against the baseline taken before the copy began, not one taken during it
+            known = redis.Redis.from_url(self.endpoints.redis_url, socket_timeout=5).get(
+                redis_keys.app_latency_baseline(migration_id))
+        except redis.RedisError:
+            known = None
+        if known is not None:
+            self.yielding.set_baseline(float(known))
+
+        def share(baseline_ms: float) -> None:
+            try:
+                redis.Redis.from_url(self.endpoints.redis_url, socket_timeout=5).set(
+                    redis_keys.app_latency_baseline(migration_id), f"{baseline_ms:.3f}")
+            except redis.RedisError as exc:   # joined workers then measure their own
+                log_event(log, "application latency baseline not shared", logging.WARNING, reason=str(exc))
+
+        self.probe = LatencyProbe(lambda: connect(self.endpoints.mysql), self.spec.metadata_schema, self.yielding,
+                                  share).start()
 
     def _run_stages_retrying(self, migration_id: int) -> int:
         """Run the stages; after a passing failure (a service restarting, a cut connection) wait and resume
@@ -200,7 +231,7 @@ class Runner:
         if not pair.target_columns:
             raise PreflightError(f"table {self.spec.database}.{self.spec.new_table} of migration {migration.id} is "
                                  f"missing; run `stream-osc abort --table {self.spec.qualified_name}` and start again")
-        return RunContext(self.endpoints, self.spec, migration, pair)
+        return RunContext(self.endpoints, self.spec, migration, pair, yielding=self.yielding)
 
     def _observe(self, migration: Migration) -> None:
         """Name the migration and its stage in the metrics."""
@@ -515,6 +546,7 @@ class Runner:
         if not changed:
             return
         ctx.spec = self.spec
+        self.yielding.configure(self.spec.copy_workers, self.spec.app_latency_target())
         ctx.throttle = LoadThrottle(*self.spec.load_limits(), throttle_sources(self.spec, self.endpoints))
         log_event(log, "settings changed", **changed)
         self.progress.say("settings changed: " + ", ".join(f"{name}={value}" for name, value in changed.items()))

@@ -22,6 +22,8 @@ SETTABLE = {
     "max-replica-lag": "max_replica_lag",
     "max-lag": "max_lag_events",
     "batch-size": "batch_size",
+    "target-batch-time": "target_batch_time",
+    "max-app-latency": "max_app_latency",
     "apply-batch-size": "apply_batch_size",
     "copy-workers": "copy_workers",
     "apply-workers": "apply_workers",

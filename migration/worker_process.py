@@ -12,11 +12,14 @@ import time
 from collections.abc import Callable
 
 import pymysql
+import redis
 
 from applier.apply import apply_worker
 from applier.copy import copy_worker
 from core.table import load_pair
 from migration.checks import PreflightError
+from core import redis_keys
+from core.app_latency import LatencyProbe
 from core.context import RunContext
 from core.db import connect, qualified
 from core.endpoints import Endpoints
@@ -26,6 +29,7 @@ from core.spec import MigrationSpec
 from core.state import FINISHED, SWAPPED_STAGES, WORKING_STAGES, Migration, Stage, StateStore
 from migration.transient import retrying_transient
 from migration.workers import WorkerGroup
+from core.yielding import Yielding, never_yielding
 from monitor.progress import Progress
 
 log = logging.getLogger("stream_osc.worker")
@@ -112,8 +116,9 @@ class JoinedWorker:
         """Run one kind of worker while `still(migration)` holds (or until the threads end by themselves)."""
         spec = spec_of(migration, self.copy_workers, self.apply_workers)
         pair = load_pair(self.conn, spec.database, spec.table, spec.new_table, spec.alter)
-        ctx = RunContext(self.endpoints, spec, migration, pair)
         count = spec.copy_workers if kind == "copy" else spec.apply_workers
+        yielding, probe = self._yielding(spec, migration) if kind == "copy" else (never_yielding(count), None)
+        ctx = RunContext(self.endpoints, spec, migration, pair, yielding=yielding)
         log_event(log, "workers joined", migration=migration.id, kind=kind, count=count, stage=migration.stage)
         group = WorkerGroup(ctx, target, count, kind).start()
         try:
@@ -124,8 +129,25 @@ class JoinedWorker:
                     break
         finally:
             group.stop()
+            if probe is not None:
+                probe.stop()
         if group.errors and not self._ended_by_swap(group.errors[0]):
             raise group.errors[0]
+
+    def _yielding(self, spec: MigrationSpec, migration: Migration) -> tuple[Yielding, LatencyProbe]:
+        """This process's copy workers yield to the application's latency, against the baseline the
+        coordinator measured before the copy (measured here only when it is not known: a baseline taken
+        while the copy runs would be too high)."""
+        yielding = Yielding(spec.copy_workers, spec.app_latency_target())
+        try:
+            shared = redis.Redis.from_url(self.endpoints.redis_url, socket_timeout=5).get(
+                redis_keys.app_latency_baseline(migration.id))
+        except redis.RedisError:
+            shared = None
+        if shared is not None:
+            yielding.set_baseline(float(shared))
+        probe = LatencyProbe(lambda: connect(self.endpoints.mysql), spec.metadata_schema, yielding).start()
+        return yielding, probe
 
     def _ended_by_swap(self, error: BaseException) -> bool:
         """An applier error that only means the tables were swapped meanwhile."""

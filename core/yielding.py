@@ -1,0 +1,141 @@
+"""Yield to the application: fewer concurrent copy and validation statements, and shorter ones, while
+the application feels the work.
+
+What the application feels is measured the way it feels it (core/app_latency.py: the commit latency
+of a tiny write, ten times a second). Once a second the worst-but-one of those samples is compared
+with the target: above it, the concurrency and the batch time are halved at once (down to one worker
+and a quarter of the target batch time); well below it, one worker and a quarter more batch time come
+back per second. This is the additive-increase / multiplicative-decrease rule of congestion control: the
+work backs off as fast as the application suffers and returns slowly.
+
+The target is `--max-app-latency`: a duration, `off`, or `auto` (the default): twice what the samples
+showed before the copy started, and at least AUTO_FLOOR_MS, so that the noise of an idle server does
+not hold the work back.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+AUTO_FACTOR = 2.0
+AUTO_FLOOR_MS = 2.0
+BASELINE_SAMPLES = 20       # two seconds of samples before the copy starts
+RECOVER_BELOW = 0.6         # share of the target under which work is added back
+MIN_TIME_SCALE = 0.25
+WINDOW = 10                 # samples judged together: one second
+WINDOW_S = 1.0              # ... or fewer, when they take that long
+
+
+def window_latency(samples: list[float]) -> float:
+    """The worst-but-one sample of a full window: one outlier (a checkpoint, a pause elsewhere) is not a
+    trend. A window cut short by slow samples is judged by its worst: those were the slow ones."""
+    ordered = sorted(samples)
+    return ordered[-2] if len(ordered) > WINDOW // 2 else ordered[-1]
+
+
+class Yielding:
+    """How many copy/validation statements may run at once, and how long each should take, right now."""
+
+    def __init__(self, workers: int, target: float | str | None) -> None:
+        """`target`: milliseconds, "auto" (from the baseline), or None (never yield)."""
+        self.workers = workers
+        self.mode = target
+        self.target_ms: float | None = target if isinstance(target, float) else None
+        self.baseline_ms: float | None = None
+        self.allowed = workers
+        self.time_scale = 1.0
+        self.last_window_ms: float | None = None
+        self._baseline: list[float] = []
+        self._window: list[float] = []
+        self._window_began: float | None = None
+        self._running = 0
+        self._changed = threading.Condition()
+
+    # measurement ---------------------------------------------------------------------------------
+    def set_baseline(self, baseline_ms: float) -> None:
+        """The application's latency before the work started (measured here, or by the coordinator)."""
+        self.baseline_ms = baseline_ms
+        if self.mode == "auto":
+            self.target_ms = max(AUTO_FACTOR * baseline_ms, AUTO_FLOOR_MS)
+
+    def sample(self, latency_ms: float, now: float | None = None) -> float | None:
+        """Take one probe sample; returns the baseline the moment it is established (else None)."""
+        now = time.monotonic() if now is None else now
+        established = None
+        with self._changed:
+            if self.baseline_ms is None and self.mode == "auto":
+                self._baseline.append(latency_ms)
+                if len(self._baseline) >= BASELINE_SAMPLES:
+                    established = window_latency(self._baseline)
+                    self.set_baseline(established)
+                    self._window_began = now
+                return established
+            self._window.append(latency_ms)
+            if self._window_began is None:
+                self._window_began = now
+            if len(self._window) >= WINDOW or now - self._window_began >= WINDOW_S:
+                self._judge(window_latency(self._window))
+                self._window, self._window_began = [], now
+        return established
+
+    def _judge(self, latency_ms: float) -> None:
+        self.last_window_ms = latency_ms
+        if self.target_ms is None:
+            return
+        if latency_ms > self.target_ms:
+            self.allowed = max(1, self.allowed // 2)
+            self.time_scale = max(MIN_TIME_SCALE, self.time_scale / 2)
+        elif latency_ms < RECOVER_BELOW * self.target_ms:
+            self.allowed = min(self.workers, self.allowed + 1)
+            self.time_scale = min(1.0, self.time_scale * 1.25)
+        self._changed.notify_all()
+
+    def configure(self, workers: int, target: float | str | None) -> None:
+        """New settings (`stream-osc set copy-workers=… max-app-latency=…`); the baseline is kept."""
+        with self._changed:
+            self.workers, self.mode = workers, target
+            self.target_ms = target if isinstance(target, float) else None
+            if target == "auto" and self.baseline_ms is not None:
+                self.set_baseline(self.baseline_ms)
+            self.allowed = workers if self.target_ms is None else min(max(self.allowed, 1), workers)
+            if self.target_ms is None:
+                self.time_scale = 1.0
+            self._changed.notify_all()
+
+    # use -----------------------------------------------------------------------------------------
+    def yielding(self) -> bool:
+        return self.allowed < self.workers or self.time_scale < 1.0
+
+    def reason(self) -> str | None:
+        """Why the work runs below its settings, for `status` and the metrics; None when it does not."""
+        if not self.yielding() or self.target_ms is None:
+            return None
+        seen = f"{self.last_window_ms:.1f} ms" if self.last_window_ms is not None else "high"
+        return (f"application write latency {seen} over {self.target_ms:.1f} ms (--max-app-latency): "
+                f"{self.allowed} of {self.workers} workers, batches of {self.time_scale:.0%} of the target time")
+
+    @contextmanager
+    def turn(self, stopped: Callable[[], bool]) -> Iterator[bool]:
+        """Hold one of the `allowed` places while a statement runs; yields False (without a place) when
+        `stopped()` became true while waiting."""
+        with self._changed:
+            while self._running >= self.allowed and not stopped():
+                self._changed.wait(0.5)
+            if stopped():
+                yield False
+                return
+            self._running += 1
+        try:
+            yield True
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
+
+
+def never_yielding(workers: int) -> Yielding:
+    """For work that must not be held back by the latency of others (and for tests of other parts)."""
+    return Yielding(workers, None)
+

@@ -1,0 +1,77 @@
+"""Copy yields to the application: while a tiny write of the application kind takes longer than
+--max-app-latency, the copy runs one statement at a time (and says so in `status`), then returns to its
+workers; every acknowledged write of the unthrottled writers is in the final table."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from core.app_latency import PROBE_TABLE
+from core.db import qualified, query
+from core.spec import MigrationSpec, helper_table_name
+from tests.integration.helpers import db_conn, latest_migration_id, leftovers, start_cli, status_doc, wait_for
+from tests.integration.ledger import Ledger, create_ledger_table
+
+pytestmark = pytest.mark.integration
+
+DB = "yielding"
+ROWS = 100_000
+HOLD_S = 0.3     # each hold of the probe row: six times the target below
+METADATA = MigrationSpec.metadata_schema
+
+
+class SlowApplicationWrites:
+    """Makes the application's kind of write slow where the tool measures it: the probe row is held by a
+    transaction again and again, so each probe write waits HOLD_S."""
+
+    def __init__(self, endpoints) -> None:
+        self.conn = db_conn(endpoints)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._hold, daemon=True)
+        table = qualified(METADATA, PROBE_TABLE)
+        query(self.conn, f"CREATE DATABASE IF NOT EXISTS {METADATA}")
+        query(self.conn, f"CREATE TABLE IF NOT EXISTS {table} (id TINYINT NOT NULL PRIMARY KEY, n BIGINT NOT NULL)")
+        query(self.conn, f"INSERT IGNORE INTO {table} VALUES (1, 0)")
+        self.table = table
+
+    def _hold(self) -> None:
+        while not self.stop.is_set():
+            self.conn.begin()
+            query(self.conn, f"SELECT n FROM {self.table} WHERE id = 1 FOR UPDATE")
+            self.stop.wait(HOLD_S)
+            self.conn.commit()
+            self.stop.wait(0.02)
+
+    def __enter__(self) -> "SlowApplicationWrites":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.conn.close()
+
+
+def test_copy_runs_one_statement_at_a_time_while_application_writes_are_slow(endpoints, cli_log):
+    table = "orders"
+    conn = db_conn(endpoints)
+    create_ledger_table(conn, DB, table, rows=ROWS, writers=2)
+    earlier = latest_migration_id(conn, DB, table)
+    with Ledger(endpoints.mysql, DB, table, writers=2, seed=13) as ledger:
+        with SlowApplicationWrites(endpoints):
+            proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note INT NULL",
+                             "--max-app-latency", "50ms", "--copy-workers", "4", "--chunk-size", "5000",
+                             "--batch-size", "500", "--target-batch-time", "0", log=cli_log)
+            try:
+                wait_for(lambda: latest_migration_id(conn, DB, table) > earlier, 60, "the migration row")
+                wait_for(lambda: "1 of 4 workers" in (status_doc(DB, table)["throttle_reason"] or ""), 120,
+                         "status to show the copy yielding to the application")
+            except BaseException:
+                proc.kill()
+                raise
+        assert proc.wait(300) == 0, cli_log.read_text()[-3000:]
+        ledger.wait_for_writes(50)
+    assert ledger.missing(conn) == []
+    assert leftovers(endpoints, DB, table) == [f"table {DB}.{helper_table_name(table, 'old')}"]
+    assert "application write latency" in cli_log.read_text()

@@ -1,0 +1,158 @@
+"""Copy and validation yield to the application's latency (core/yielding.py) with batches sized by time
+(core/pacing.py): pure logic, fed with samples."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from core.endpoints import ConfigError
+from core.pacing import MAX_ROWS, MIN_ROWS, BatchSizer
+from core.spec import MigrationSpec
+from core.yielding import AUTO_FLOOR_MS, BASELINE_SAMPLES, WINDOW, Yielding
+
+
+def feed(yielding: Yielding, latency_ms: float, windows: int = 1, start: float = 0.0) -> float:
+    """Give `windows` full windows of samples of `latency_ms`, 0.1 s apart; returns the time reached."""
+    now = start
+    for _ in range(windows * WINDOW):
+        now += 0.1
+        yielding.sample(latency_ms, now)
+    return now
+
+
+def test_a_slow_batch_makes_the_next_one_smaller_at_once():
+    sizer = BatchSizer(start_rows=5_000, target_s=0.25)
+    sizer.observe(rows=5_000, seconds=1.0)
+    assert sizer.rows() == 1_250
+
+
+def test_a_fast_batch_grows_the_next_one_only_gradually():
+    sizer = BatchSizer(start_rows=1_000, target_s=0.25)
+    sizer.observe(rows=1_000, seconds=0.01)          # would ideally be 25,000 rows
+    assert sizer.rows() == 1_500
+
+
+def test_batch_sizes_stay_within_bounds():
+    sizer = BatchSizer(start_rows=MAX_ROWS, target_s=0.25)
+    sizer.observe(rows=MAX_ROWS, seconds=0.001)
+    assert sizer.rows() == MAX_ROWS
+    sizer.observe(rows=MAX_ROWS, seconds=10_000)
+    assert sizer.rows() == MIN_ROWS
+
+
+def test_a_range_tail_does_not_resize_the_batch():
+    sizer = BatchSizer(start_rows=5_000, target_s=0.25)
+    sizer.observe(rows=10, seconds=2.0)              # the last few rows of a range: says nothing about speed
+    assert sizer.rows() == 5_000
+
+
+def test_target_zero_keeps_batches_at_the_row_count():
+    sizer = BatchSizer(start_rows=5_000, target_s=0.0)
+    sizer.observe(rows=5_000, seconds=30.0)
+    assert sizer.rows() == 5_000
+
+
+def test_yielding_shortens_the_batch_target():
+    sizer = BatchSizer(start_rows=4_000, target_s=0.5)
+    sizer.observe(rows=4_000, seconds=0.5, time_scale=0.25)
+    assert sizer.rows() == 1_000
+
+
+def test_auto_target_is_twice_the_baseline_with_a_floor():
+    yielding = Yielding(4, "auto")
+    for _ in range(BASELINE_SAMPLES):
+        yielding.sample(5.0, 0.0)
+    assert yielding.baseline_ms == 5.0 and yielding.target_ms == 10.0
+    quiet = Yielding(4, "auto")
+    for _ in range(BASELINE_SAMPLES):
+        quiet.sample(0.2, 0.0)
+    assert quiet.target_ms == AUTO_FLOOR_MS
+
+
+def test_work_halves_while_the_application_suffers_and_returns_one_worker_at_a_time():
+    yielding = Yielding(8, 10.0)
+    now = feed(yielding, 50.0)
+    assert (yielding.allowed, yielding.time_scale) == (4, 0.5)
+    now = feed(yielding, 50.0, windows=3, start=now)
+    assert yielding.allowed == 1 and yielding.time_scale == 0.25
+    assert "1 of 8 workers" in yielding.reason() and "--max-app-latency" in yielding.reason()
+    now = feed(yielding, 8.0, start=now)              # under the target but not well under: hold
+    assert yielding.allowed == 1
+    now = feed(yielding, 2.0, windows=2, start=now)
+    assert yielding.allowed == 3
+    feed(yielding, 2.0, windows=10, start=now)
+    assert yielding.allowed == 8 and yielding.time_scale == 1.0 and yielding.reason() is None
+
+
+def test_one_slow_outlier_in_a_window_does_not_hold_the_work_back():
+    yielding = Yielding(4, 10.0)
+    for i in range(WINDOW):
+        yielding.sample(500.0 if i == 3 else 1.0, 0.1 * (i + 1))
+    assert yielding.allowed == 4
+
+
+def test_a_sample_that_took_seconds_is_judged_without_waiting_for_a_full_window():
+    yielding = Yielding(4, 10.0)
+    yielding.sample(1.0, 0.1)
+    yielding.sample(3_000.0, 3.1)       # the probe waited three seconds: the window is judged now
+    assert yielding.allowed == 2
+
+
+def test_off_never_yields():
+    yielding = Yielding(4, None)
+    feed(yielding, 10_000.0, windows=5)
+    assert yielding.allowed == 4 and yielding.reason() is None
+
+
+def test_only_the_allowed_number_of_statements_run_at_once():
+    yielding = Yielding(4, 10.0)
+    feed(yielding, 50.0, windows=2)
+    assert yielding.allowed == 1
+    inside, most, lock, release = [0], [0], threading.Lock(), threading.Event()
+
+    def statement() -> None:
+        with yielding.turn(lambda: False) as allowed:
+            assert allowed
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            release.wait(0.05)
+            with lock:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=statement) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert most[0] == 1
+
+
+def test_a_stopped_run_leaves_the_wait_for_a_turn():
+    yielding = Yielding(2, 10.0)
+    feed(yielding, 50.0, windows=2)
+    with yielding.turn(lambda: False):
+        with yielding.turn(lambda: True) as allowed:
+            assert allowed is False
+
+
+def test_new_settings_keep_the_baseline():
+    yielding = Yielding(4, "auto")
+    yielding.set_baseline(3.0)
+    yielding.configure(8, "auto")
+    assert yielding.target_ms == 6.0 and yielding.workers == 8
+    yielding.configure(8, None)
+    assert yielding.allowed == 8 and yielding.reason() is None
+
+
+@pytest.mark.parametrize("text, expected", [("auto", "auto"), ("off", None), ("10ms", 10.0), ("0.5s", 500.0)])
+def test_max_app_latency_values(text, expected):
+    assert MigrationSpec("d", "t", "ADD x INT", max_app_latency=text).validate().app_latency_target() == expected
+
+
+@pytest.mark.parametrize("field, text", [("max_app_latency", "fast"), ("max_app_latency", "0ms"),
+                                         ("target_batch_time", "soon")])
+def test_bad_pacing_options_are_refused(field, text):
+    with pytest.raises(ConfigError, match=field.replace("_", "-")):
+        MigrationSpec("d", "t", "ADD x INT", **{field: text}).validate()
