@@ -94,7 +94,7 @@ def _write_report(config: BenchConfig, invocations: list[dict[str, Any]], runs: 
     """benchmarks.json, the plots and benchmarks.md from the recorded runs."""
     json_path, md_path = config.out_dir / "benchmarks.json", config.out_dir / "benchmarks.md"
     write_json(json_path, invocations, runs)
-    plots = [p for p in (timeline_plot(config.out_dir, runs),
+    plots = [p for p in (timeline_plot(config.out_dir, runs, invocations),
                          scaling_plot(config.out_dir, summarise(runs, invocations))) if p]
     write_markdown(md_path, invocations, runs, plots)
     _say(f"wrote {json_path} and {md_path}")

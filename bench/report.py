@@ -99,10 +99,6 @@ def _fmt(value: Any, suffix: str = "") -> str:
     return f"{value:,}{suffix}" if isinstance(value, int) else f"{value}{suffix}"
 
 
-def _at(r: dict[str, Any]) -> str:
-    return f" (at {r['stream_osc_source']})" if r.get("stream_osc_source") else ""
-
-
 def _main_table(results: list[dict[str, Any]]) -> list[str]:
     lines = ["| rows | scenario | tool | median s | min–max s | finished | × server-copy | × own idle | rows/s | "
              "app tx/s (baseline) | app p99 ms (baseline) | peak RSS MB |",
@@ -116,7 +112,7 @@ def _main_table(results: list[dict[str, Any]]) -> list[str]:
                else "–")
         p99 = (f"{_fmt(r.get('app_p99_ms'))} ({_fmt(r.get('baseline_app_p99_ms'))})" if r.get("app_p99_ms")
                else "–")
-        lines.append(f"| {r['rows']:,} | {r['scenario']} | {r['tool']}{_at(r)} | {_fmt(r['seconds_median'])} | "
+        lines.append(f"| {r['rows']:,} | {r['scenario']} | {r['tool']} | {_fmt(r['seconds_median'])} | "
                      f"{spread} | "
                      f"{finished} | {_fmt(r.get('ratio_to_server_copy'))} | {_fmt(r.get('ratio_to_own_idle'))} | "
                      f"{_fmt(r.get('rows_per_s'))} | {app} | {p99} | {_fmt(r.get('peak_rss_mb'))} |")
@@ -134,7 +130,7 @@ def _stream_osc_table(results: list[dict[str, Any]]) -> list[str]:
                     if r.get("apply_capacity_events_per_s") else "– (no backlog to drain)")
         latency = (f"{_fmt(r.get('apply_latency_ms_p50'))} / {_fmt(r.get('apply_latency_ms_p99'))} "
                    f"({_fmt(r.get('apply_latency_probes'))})" if r.get("apply_latency_probes") else "–")
-        lines.append(f"| {r['rows']:,} | {r['scenario']}{_at(r)} | {_fmt(r.get('copy_seconds'))} | "
+        lines.append(f"| {r['rows']:,} | {r['scenario']} | {_fmt(r.get('copy_seconds'))} | "
                      f"{_fmt(r.get('copy_rows_per_s'))} | {_fmt(r.get('binlog_row_events_per_s'))} | {capacity} | "
                      f"{latency} | {_fmt(r.get('cutover_blocked_ms'))} | {_fmt(r.get('cutover_attempts'))} | "
                      f"{_fmt(r.get('peak_rss_mb'))} |")
@@ -154,7 +150,7 @@ def _held_section(results: list[dict[str, Any]]) -> list[str]:
              "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in sorted((r for r in results if r["scenario"] == "blocked"),
                     key=lambda r: (r["rows"], r["tool"], r.get("stream_osc_source") or "")):
-        lines.append(f"| {r['rows']:,} | {r['tool']}{_at(r)} | {_fmt(r['seconds_median'])} | "
+        lines.append(f"| {r['rows']:,} | {r['tool']} | {_fmt(r['seconds_median'])} | "
                      f"{_fmt(r.get('blocker_held_s'))} | {_fmt(r.get('held_app_tps'))} | "
                      f"{_fmt(r.get('held_app_p99_ms_worst_second'))} | {_fmt(r.get('held_app_stalled_seconds'))} |")
     return lines + [""]
@@ -204,16 +200,45 @@ def _buffer_pool_line(meta: dict[str, Any]) -> list[str]:
             "machine's memory (`buffer_pool_mb` of each run in the JSON)"]
 
 
+def latest_source(invocations: list[dict[str, Any]]) -> str | None:
+    """The stream-osc commit the newest invocation measured: the report's main tables show its runs only."""
+    return invocations[-1].get("stream_osc_source") if invocations else None
+
+
+def _history(results: list[dict[str, Any]], invocations: list[dict[str, Any]], latest: str | None) -> list[str]:
+    """Earlier commits' results and invocations, newest first, apart from the current figures."""
+    earlier = [r for r in results if r["stream_osc_source"] != latest]
+    if not earlier:
+        return []
+    order = list(dict.fromkeys(m.get("stream_osc_source") for m in reversed(invocations)))
+    lines = ["## Earlier commits", "",
+             "Kept for comparison; each row is marked with the stream-osc commit it measured. Ratios compare "
+             "tools measured side by side in the same repetition only.", ""]
+    for source in order:
+        group = [r for r in earlier if r["stream_osc_source"] == source]
+        if group:
+            lines += [f"### At {source}", "",
+                      *[line for meta in invocations if meta.get("stream_osc_source") == source
+                        for line in _invocation(meta)],
+                      *_main_table(group), ""]
+    return lines
+
+
 def write_markdown(path: Path, invocations: list[dict[str, Any]], runs: list[dict[str, Any]],
                    plots: list[str]) -> None:
-    """docs/benchmarks.md: how it was run, the tables, what did not finish, the plots, the analysis."""
-    results = summarise(runs, invocations)
+    """docs/benchmarks.md: how the newest commit's figures were produced, its tables, what did not finish, the
+    plots, the analysis, then earlier commits' figures."""
+    all_results = summarise(runs, invocations)
+    latest = latest_source(invocations)
+    results = [r for r in all_results if r["stream_osc_source"] == latest]
+    current = [i for i, meta in enumerate(invocations) if meta.get("stream_osc_source") == latest]
     lines = [
         "# Benchmarks", "",
         "Generated by `python -m bench` (`make bench`); the section between the analysis markers is kept "
-        "across runs. Raw runs, timelines and the summary are in `benchmarks.json`.", "",
+        "across runs. Raw runs, timelines and the summary are in `benchmarks.json`. The tables show the "
+        f"newest commit measured ({latest}); earlier commits' figures follow the analysis.", "",
         "## How these figures were produced", "",
-        *[line for meta in invocations for line in _invocation(meta)],
+        *[line for i in current for line in _invocation(invocations[i])],
         "Columns: `× server-copy` is the median over repetitions of the tool's time divided by the server-side "
         "copy's time in the same repetition and scenario. `app p99` is the median over the run's seconds of "
         "sysbench's per-second 99th-percentile latency (rate mode, so queueing behind a blocked table counts); "
@@ -226,10 +251,10 @@ def write_markdown(path: Path, invocations: list[dict[str, Any]], runs: list[dic
         "sysbench's range every 50 ms once the backlog is drained and polls the new table until each value "
         "appears.", "",
         *_held_section(results),
-        "## Runs that did not finish", "", *_unfinished(runs), "",
+        "## Runs that did not finish", "", *_unfinished([r for r in runs if r.get("invocation", 0) in current]), "",
     ]
 
     if plots:
         lines += ["## Plots", "", *[f"![{p}]({p})" for p in plots], ""]
-    lines += [_kept_analysis(path), ""]
+    lines += [_kept_analysis(path), "", *_history(all_results, invocations, latest)]
     path.write_text("\n".join(lines))

@@ -1,0 +1,35 @@
+"""The benchmark report shows the newest commit's runs in its main tables and keeps earlier commits apart."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.plot import TOOL_COLOURS, tool_colour
+from bench.report import write_markdown
+
+META = {"command": "python -m bench", "date": "d", "machine": "m", "server": "s", "sizes": [1000], "alter": "a",
+        "light_rate": 1, "heavy_rate": 2, "load_threads": 1, "baseline_s": 1.0, "repetitions": 1,
+        "time_limit_s": 1.0}
+
+
+def run(tool: str, seconds: float, invocation: int) -> dict:
+    return {"tool": tool, "scenario": "idle", "rows": 1000, "repetition": 0, "finished": True, "seconds": seconds,
+            "load_tx_per_s": 0, "invocation": invocation}
+
+
+def test_main_tables_show_only_the_newest_commit_and_earlier_ones_follow(tmp_path: Path):
+    invocations = [{**META, "stream_osc_source": "old1111"}, {**META, "stream_osc_source": "new2222"}]
+    runs = [run("stream-osc", 99.0, 0), run("server-copy", 33.0, 0),
+            run("stream-osc", 12.0, 1), run("server-copy", 10.0, 1)]
+    path = tmp_path / "benchmarks.md"
+    write_markdown(path, invocations, runs, plots=[])
+    text = path.read_text()
+    current, earlier = text.split("## Earlier commits")
+    assert "| 1,000 | idle | stream-osc | 12.0 |" in current and "99.0" not in current
+    assert "### At old1111" in earlier and "| 1,000 | idle | stream-osc | 99.0 |" in earlier
+    assert "12.0" not in earlier
+
+
+def test_every_tool_keeps_its_colour():
+    assert len(set(TOOL_COLOURS.values())) == len(TOOL_COLOURS)
+    assert tool_colour("stream-osc") == TOOL_COLOURS["stream-osc"]
+    assert tool_colour("unknown") not in TOOL_COLOURS.values()
