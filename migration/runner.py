@@ -16,7 +16,7 @@ from core.table import load_pair
 from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectClient, ConnectorState
 from cutover.blocker_wait import BlockerWait
-from cutover.swap import Cutover, CutoverAborted
+from cutover.swap import CoordinatorReplaced, Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError
 from core.context import RunContext, throttle_sources
@@ -384,7 +384,10 @@ class Runner:
             if not self._window_open():   # it closed while sessions held the table
                 continue
             self._stop_appliers()
-            result = cutover.attempt(self.spec.cutover_window_s)
+            try:
+                result = cutover.attempt(self.spec.cutover_window_s, self.lease.owner)
+            except CoordinatorReplaced as exc:
+                raise MigrationStopped(f"{exc}; that process continues the migration") from None
             self.metrics.cutover_attempt(result.swapped, result.blocked_ms)
             if result.swapped:
                 self._enter_stage(ctx.migration.id, Stage.CLEANUP, cutover_blocked_ms=int(result.blocked_ms),
