@@ -127,7 +127,7 @@ def live_figures(endpoints: Endpoints, migration: Migration) -> dict[str, Any]:
     if migration.stage in LAG_STAGES:
         names = TopicNames(migration.prefix, migration.database, migration.table)
         try:
-            figures["apply_lag_events"] = group_lag(endpoints.kafka_bootstrap, migration.group_id, names.changes,
+            figures["apply_lag_events"] = group_lag(endpoints.kafka, migration.group_id, names.changes,
                                                     int(migration.options.get("partitions", 8)))
         except Exception as exc:  # noqa: BLE001 - status still shows the rest
             figures["apply_lag_error"] = str(exc)

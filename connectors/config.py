@@ -5,7 +5,8 @@ import re
 import zlib
 
 from connectors.secrets import ENV_PROVIDER, FILE_PROVIDER
-from core.endpoints import MySQLAddress
+from connectors.kafka_clients import connector_client_settings
+from core.endpoints import KafkaAddress, MySQLAddress
 from streams.topics import TopicNames
 
 CONNECTOR_CLASSES = {
@@ -75,11 +76,13 @@ def table_pattern(database: str, table: str) -> str:
     return f"(?-i){java_literal(database)}\\.{java_literal(table)}"
 
 
-def connector_config(flavor: str, mysql: MySQLAddress, password_reference: str, kafka_bootstrap: str,
-                     names: TopicNames, fence_table: tuple[str, str]) -> dict[str, str]:
+def connector_config(flavor: str, mysql: MySQLAddress, password_reference: str, kafka: KafkaAddress,
+                     names: TopicNames, fence_table: tuple[str, str], kafka_jaas_reference: str = "") -> dict[str, str]:
     """Full connector config: capture `db.table` and the fence table, route both into the change topic.
 
-    The password is a config provider reference (connectors/secrets.py), resolved by the Connect worker.
+    The password and the Kafka login are config provider references (connectors/secrets.py), resolved by
+    the Connect worker; the Kafka client properties reach the connector's own clients translated
+    (connectors/kafka_clients.py).
     """
     config = dict(BASE_SETTINGS)
     config.update({
@@ -91,7 +94,7 @@ def connector_config(flavor: str, mysql: MySQLAddress, password_reference: str, 
         "database.server.id": server_id_for(names.prefix),
         "topic.prefix": names.prefix,
         "table.include.list": f"{table_pattern(names.database, names.table)},{table_pattern(*fence_table)}",
-        "schema.history.internal.kafka.bootstrap.servers": kafka_bootstrap,
+        "schema.history.internal.kafka.bootstrap.servers": kafka.bootstrap,
         "schema.history.internal.kafka.topic": names.schema_history,
         # The table's changes and the fence rows go into one change topic, keys unchanged. The fences are
         # keyed so that each partition gets one: seeing a partition's fence proves every earlier change of
@@ -103,6 +106,7 @@ def connector_config(flavor: str, mysql: MySQLAddress, password_reference: str, 
         "transforms.route.topic.replacement": names.changes,
         "transforms.route.key.enforce.uniqueness": "false",
     })
+    config.update(connector_client_settings(kafka.settings(), kafka_jaas_reference))
     if flavor == "mysql":
         config["database.ssl.mode"] = "preferred"
     return config

@@ -1,6 +1,7 @@
 """Endpoints of the services a migration talks to: MySQL/MariaDB, Kafka, Kafka Connect, Redis."""
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 from urllib.parse import unquote, urlparse
 
 from core.config_file import ConfigError, config_section
+from core.kafka_properties import describe, read_kafka_properties
 
 ENV_KEYS = {
     "mysql_dsn": "STREAM_OSC_MYSQL_DSN",
@@ -23,6 +25,14 @@ CONNECTOR_SECRET_KEYS = {
     "connector_password": "STREAM_OSC_CONNECTOR_PASSWORD",
     "connector_secrets_dir": "STREAM_OSC_CONNECTOR_SECRETS_DIR",
 }
+
+# Kafka client properties (SASL/TLS) for the tool's clients, and how the connector's clients find the SASL
+# login (docs/connectivity.md): a properties file, and a config provider reference for the JAAS line.
+KAFKA_CLIENT_KEYS = {
+    "kafka_properties": "STREAM_OSC_KAFKA_PROPERTIES",
+    "connector_kafka_jaas": "STREAM_OSC_CONNECTOR_KAFKA_JAAS",
+}
+OPTIONAL_KEYS = {**CONNECTOR_SECRET_KEYS, **KAFKA_CLIENT_KEYS}
 
 # ${provider:path:key} or ${provider:key}, as Kafka's ConfigTransformer reads it
 PROVIDER_REFERENCE = re.compile(r"\$\{[A-Za-z0-9_.-]+:[^}]+\}")
@@ -73,6 +83,23 @@ def parse_mysql_dsn(dsn: str) -> MySQLAddress:
 
 
 @dataclass(frozen=True)
+class KafkaAddress:
+    """Bootstrap servers and the client properties (SASL/TLS) every Kafka client of the tool starts from."""
+
+    bootstrap: str
+    properties: tuple[tuple[str, str], ...] = ()
+
+    def __repr__(self) -> str:  # never show a secret
+        return f"KafkaAddress({self.bootstrap}; {describe(dict(self.properties))})"
+
+    def __str__(self) -> str:
+        return self.bootstrap
+
+    def settings(self) -> dict[str, str]:
+        return dict(self.properties)
+
+
+@dataclass(frozen=True)
 class Endpoints:
     """The four services: the caller's defaults, overridden by a config file, then by env vars."""
 
@@ -82,10 +109,17 @@ class Endpoints:
     redis_url: str
     connector_password: str = ""      # a config provider reference, e.g. ${file:/etc/connect/db.properties:password}
     connector_secrets_dir: str = ""   # a folder the Connect worker reads; the tool writes the password there
+    kafka_properties: str = ""        # a Kafka client properties file (SASL/TLS; core/kafka_properties.py)
+    connector_kafka_jaas: str = ""    # a config provider reference resolving to the connector clients' JAAS line
 
     @property
     def mysql(self) -> MySQLAddress:
         return parse_mysql_dsn(self.mysql_dsn)
+
+    @functools.cached_property
+    def kafka(self) -> KafkaAddress:
+        properties = read_kafka_properties(self.kafka_properties) if self.kafka_properties else {}
+        return KafkaAddress(self.kafka_bootstrap, tuple(sorted(properties.items())))
 
     def __repr__(self) -> str:
         return (f"Endpoints(mysql={self.mysql.where()}, kafka={self.kafka_bootstrap}, "
@@ -101,7 +135,7 @@ class Endpoints:
         """
         environ = os.environ if environ is None else environ
         defaults = defaults or {}
-        keys = {**ENV_KEYS, **CONNECTOR_SECRET_KEYS}
+        keys = {**ENV_KEYS, **OPTIONAL_KEYS}
         values = {key: defaults[var] for key, var in keys.items() if var in defaults}
         path = config_file or environ.get("STREAM_OSC_CONFIG")
         if path:
@@ -118,12 +152,17 @@ class Endpoints:
             raise ConfigError(f"no address for: {', '.join(missing)}")
         endpoints = cls(**values)
         parse_mysql_dsn(endpoints.mysql_dsn)  # a malformed DSN is refused here, not at first use
+        _ = endpoints.kafka  # so is an unreadable Kafka properties file
         check_connector_secret_settings(endpoints)
         return endpoints
 
 
 def check_connector_secret_settings(endpoints: Endpoints) -> None:
     """Refuse a connector password that is not a provider reference (never echoing it) or an unusable folder."""
+    if endpoints.connector_kafka_jaas and not PROVIDER_REFERENCE.fullmatch(endpoints.connector_kafka_jaas):
+        raise ConfigError("STREAM_OSC_CONNECTOR_KAFKA_JAAS (connector_kafka_jaas) must be a Kafka Connect config "
+                          "provider reference such as ${file:/etc/kafka-connect/secrets/kafka.properties:jaas}, "
+                          "not the JAAS line itself: it holds the Kafka password")
     if endpoints.connector_password and not PROVIDER_REFERENCE.fullmatch(endpoints.connector_password):
         raise ConfigError("STREAM_OSC_CONNECTOR_PASSWORD (connector_password) must be a Kafka Connect config "
                           "provider reference such as ${file:/etc/kafka-connect/secrets/db.properties:password} "

@@ -131,7 +131,7 @@ class Cutover:
         self.is_mariadb = is_mariadb
         spec = ctx.spec
         self.names = TopicNames(ctx.migration.prefix, spec.database, spec.table)
-        self.partitions = partition_count(ctx.endpoints.kafka_bootstrap, self.names.changes)
+        self.partitions = partition_count(ctx.endpoints.kafka, self.names.changes)
         self.fence_table = qualified(spec.metadata_schema, ctx.migration.fence_table)
         self.migrations_table = qualified(spec.metadata_schema, "migrations")
 
@@ -223,7 +223,7 @@ class Cutover:
         The applier group must be stopped (its committed offsets are the start).
         """
         spec, ctx = self.ctx.spec, self.ctx
-        consumer = fence_consumer(ctx.endpoints.kafka_bootstrap, ctx.migration.group_id)
+        consumer = fence_consumer(ctx.endpoints.kafka, ctx.migration.group_id)
         reader = FenceReader(consumer, self.names.changes, self.partitions)
         lock_conn = ctx.db()
         try:
@@ -268,7 +268,7 @@ class Cutover:
         stopped (its committed offsets are the start)."""
         spec, ctx = self.ctx.spec, self.ctx
         db = spec.database
-        consumer = fence_consumer(ctx.endpoints.kafka_bootstrap, ctx.migration.group_id)
+        consumer = fence_consumer(ctx.endpoints.kafka, ctx.migration.group_id)
         reader = FenceReader(consumer, self.names.changes, self.partitions)
         lock_conn = ctx.db()
         renamer: _Renamer | None = None

@@ -26,7 +26,7 @@ class PreflightError(Exception):
 
 def check_services(endpoints: Endpoints, flavor: str) -> None:
     """Kafka, Connect (with the right Debezium plugin) and Redis answer."""
-    check_reachable(endpoints.kafka_bootstrap)
+    check_reachable(endpoints.kafka)
     connect = ConnectClient(endpoints.connect_url)
     connect.check_reachable()
     if not connect.has_plugin(CONNECTOR_CLASSES[flavor]):

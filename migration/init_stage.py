@@ -16,8 +16,10 @@ import pymysql
 
 from applier.chunks import key_ranges
 from connectors.config import connector_config
+from connectors.kafka_clients import untranslated
 from connectors.rest import ConnectClient, ConnectError
-from connectors.secrets import password_reference, require_connector_secret, write_connector_secret
+from connectors.secrets import (kafka_jaas_reference, password_reference, require_connector_secret,
+                                write_connector_secret)
 from migration.checks import (PreflightError, check_load_thresholds, check_privileges, check_server, check_services,
                               check_session_binlog_formats, check_table)
 from migration.teardown import Metadata, tear_down
@@ -99,16 +101,21 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
                   info: ServerInfo, migration: Migration) -> None:
     """Topic, connector, and proof that capture runs (a fence seen in every partition) before any copy."""
     names = TopicNames(migration.prefix, spec.database, spec.table)
-    create_change_topic(endpoints.kafka_bootstrap, names.changes, spec.partitions)
+    create_change_topic(endpoints.kafka, names.changes, spec.partitions)
     connect = ConnectClient(endpoints.connect_url)
     fence_table = (spec.metadata_schema, migration.fence_table)
     write_connector_secret(endpoints, migration.connector)
+    left_out = untranslated(endpoints.kafka.settings())
+    if left_out:   # the worker's own settings must cover them (docs/connectivity.md)
+        log_event(log, "Kafka client properties not handed to the connector's clients", logging.WARNING,
+                  properties=", ".join(left_out))
     connect.create(migration.connector, connector_config(info.flavor, endpoints.mysql,
                                                          password_reference(endpoints, migration.connector),
-                                                         endpoints.kafka_bootstrap, names, fence_table))
+                                                         endpoints.kafka, names, fence_table,
+                                                         kafka_jaas_reference(endpoints, migration.connector)))
     connect.wait_running(migration.connector, timeout=START_TIMEOUT_S)
     store = StateStore(conn, spec.metadata_schema)
-    consumer = fence_consumer(endpoints.kafka_bootstrap, migration.group_id)
+    consumer = fence_consumer(endpoints.kafka, migration.group_id)
     reader = FenceReader(consumer, names.changes, spec.partitions)
     stamped: list[str] = []
     deadline = time.monotonic() + START_TIMEOUT_S

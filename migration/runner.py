@@ -308,7 +308,7 @@ class Runner:
 
     def _lag(self, ctx: RunContext) -> int:
         names = TopicNames(ctx.migration.prefix, self.spec.database, self.spec.table)
-        return group_lag(self.endpoints.kafka_bootstrap, ctx.migration.group_id, names.changes, self.spec.partitions)
+        return group_lag(self.endpoints.kafka, ctx.migration.group_id, names.changes, self.spec.partitions)
 
     def _wait_for_lag(self, ctx: RunContext, limit: int) -> int:
         """Apply until the group's lag is at most `limit` events."""

@@ -71,7 +71,7 @@ def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, s
     """Remove the connector (and the password file it read), topics, fence table and Redis keys of a migration."""
     ConnectClient(endpoints.connect_url).remove(migration.connector)
     remove_connector_secret(endpoints, migration.connector)
-    delete_topics(endpoints.kafka_bootstrap, TopicNames(migration.prefix, spec.database, spec.table).all())
+    delete_topics(endpoints.kafka, TopicNames(migration.prefix, spec.database, spec.table).all())
     query(conn, f"DROP TABLE IF EXISTS {qualified(spec.metadata_schema, migration.fence_table)}")
     redis_keys.clear_migration(redis.Redis.from_url(endpoints.redis_url), migration.id)
 
