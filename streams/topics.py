@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -81,23 +82,30 @@ def admin(kafka: KafkaAddress, **settings: object) -> AdminClient:
 
 
 def check_reachable(kafka: KafkaAddress, timeout: float = 10.0) -> None:
-    """Raise KafkaRefused when the broker refuses the login or TLS, KafkaUnreachable when none answers."""
+    """Raise KafkaRefused as soon as the broker refuses the login or TLS, KafkaUnreachable when none answers.
+
+    librdkafka reports a refused login only to the error callback, served by poll(); the metadata request
+    itself just times out. So the request is retried in short steps, polling in between.
+    """
     refusals: list[str] = []
 
     def note(error: KafkaError) -> None:
         if error.code() in REFUSAL_CODES:
             refusals.append(REFUSAL_CODES[error.code()])
-    try:
-        admin(kafka, error_cb=note).list_topics(timeout=timeout)
-        return
-    except KafkaException as exc:
-        code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
-        if code in REFUSAL_CODES:
-            refusals.append(REFUSAL_CODES[code])
-    if refusals:
-        raise KafkaRefused(f"Kafka at {kafka.bootstrap} {refusals[0]}; the client properties come from "
-                           "STREAM_OSC_KAFKA_PROPERTIES (docs/connectivity.md)")
-    raise KafkaUnreachable(f"Kafka at {kafka.bootstrap} is unreachable (no broker answered within {timeout:.0f} s)")
+    client = admin(kafka, error_cb=note)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.list_topics(timeout=max(min(1.0, deadline - time.monotonic()), 0.1))
+            return
+        except KafkaException:
+            client.poll(0)
+        if refusals:
+            raise KafkaRefused(f"Kafka at {kafka.bootstrap} {refusals[0]}; the client properties come from "
+                               "STREAM_OSC_KAFKA_PROPERTIES (docs/connectivity.md)")
+        if time.monotonic() >= deadline:
+            raise KafkaUnreachable(f"Kafka at {kafka.bootstrap} is unreachable (no broker answered within "
+                                   f"{timeout:.0f} s)")
 
 
 def existing_topics(kafka: KafkaAddress) -> set[str]:
