@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pymysql
 
 from applier.chunks import key_ranges
-from connectors.config import connector_config
+from connectors.config import DatabaseAccess, connector_config
 from connectors.kafka_clients import untranslated
 from connectors.rest import ConnectClient, ConnectError
 from connectors.secrets import (kafka_jaas_reference, password_reference, require_connector_secret,
@@ -97,6 +97,12 @@ def wait_for_recorded_position(connect: ConnectClient, name: str, timeout: float
                        "(check offset.flush.interval.ms of the Connect worker)")
 
 
+def connector_access(endpoints: Endpoints) -> DatabaseAccess:
+    """The database as the Connect workers reach and trust it."""
+    return DatabaseAccess(*endpoints.connector_database, endpoints.connector_ssl_truststore,
+                          endpoints.connector_ssl_truststore_password)
+
+
 def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
                   info: ServerInfo, migration: Migration) -> None:
     """Topic, connector, and proof that capture runs (a fence seen in every partition) before any copy."""
@@ -112,7 +118,8 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
     connect.create(migration.connector, connector_config(info.flavor, endpoints.mysql,
                                                          password_reference(endpoints, migration.connector),
                                                          endpoints.kafka, names, fence_table,
-                                                         kafka_jaas_reference(endpoints, migration.connector)))
+                                                         kafka_jaas_reference(endpoints, migration.connector),
+                                                         connector_access(endpoints)))
     connect.wait_running(migration.connector, timeout=START_TIMEOUT_S)
     store = StateStore(conn, spec.metadata_schema)
     consumer = fence_consumer(endpoints.kafka, migration.group_id)
