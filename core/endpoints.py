@@ -39,7 +39,14 @@ CONNECTOR_DATABASE_KEYS = {
     "connector_ssl_truststore": "STREAM_OSC_CONNECTOR_SSL_TRUSTSTORE",
     "connector_ssl_truststore_password": "STREAM_OSC_CONNECTOR_SSL_TRUSTSTORE_PASSWORD",
 }
-OPTIONAL_KEYS = {**CONNECTOR_SECRET_KEYS, **KAFKA_CLIENT_KEYS, **CONNECTOR_DATABASE_KEYS}
+# Basic auth and TLS of the Kafka Connect REST API (the password from the environment or a file, never the URL).
+CONNECT_AUTH_KEYS = {
+    "connect_user": "STREAM_OSC_CONNECT_USER",
+    "connect_password": "STREAM_OSC_CONNECT_PASSWORD",
+    "connect_password_file": "STREAM_OSC_CONNECT_PASSWORD_FILE",
+    "connect_ca": "STREAM_OSC_CONNECT_CA",
+}
+OPTIONAL_KEYS = {**CONNECTOR_SECRET_KEYS, **KAFKA_CLIENT_KEYS, **CONNECTOR_DATABASE_KEYS, **CONNECT_AUTH_KEYS}
 
 # ${provider:path:key} or ${provider:key}, as Kafka's ConfigTransformer reads it
 PROVIDER_REFERENCE = re.compile(r"\$\{[A-Za-z0-9_.-]+:[^}]+\}")
@@ -138,6 +145,19 @@ class KafkaAddress:
 
 
 @dataclass(frozen=True)
+class ConnectAccess:
+    """How the tool authenticates to Kafka Connect's REST API and verifies its certificate."""
+
+    url: str
+    user: str = ""
+    password: str = ""
+    ca: str = ""    # PEM file of the CA of an https:// URL (else the system's CAs)
+
+    def __repr__(self) -> str:  # never show the password
+        return f"ConnectAccess({self.url}, user={self.user or None}, ca={self.ca or None})"
+
+
+@dataclass(frozen=True)
 class Endpoints:
     """The four services: the caller's defaults, overridden by a config file, then by env vars."""
 
@@ -152,10 +172,25 @@ class Endpoints:
     connector_database_host: str = ""  # host[:port] of the database as the Connect workers reach it
     connector_ssl_truststore: str = ""  # JKS/PKCS12 file on the workers holding the database's CA
     connector_ssl_truststore_password: str = ""   # a config provider reference to its password
+    connect_user: str = ""            # Kafka Connect REST basic auth
+    connect_password: str = ""
+    connect_password_file: str = ""   # a file whose first line is the password
+    connect_ca: str = ""              # CA (PEM) of an https:// Connect URL
 
     @property
     def mysql(self) -> MySQLAddress:
         return parse_mysql_dsn(self.mysql_dsn)
+
+    @functools.cached_property
+    def connect(self) -> ConnectAccess:
+        password = self.connect_password
+        if self.connect_password_file:
+            try:
+                password = Path(self.connect_password_file).read_text(encoding="utf-8").partition("\n")[0]
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"cannot read STREAM_OSC_CONNECT_PASSWORD_FILE {self.connect_password_file}: "
+                                  f"{getattr(exc, 'strerror', None) or type(exc).__name__}") from None
+        return ConnectAccess(self.connect_url, self.connect_user, password, self.connect_ca)
 
     @property
     def connector_database(self) -> tuple[str, int]:
@@ -206,8 +241,22 @@ class Endpoints:
         parse_mysql_dsn(endpoints.mysql_dsn)  # a malformed DSN is refused here, not at first use
         _ = endpoints.kafka  # so is an unreadable Kafka properties file
         check_connector_database(endpoints)
+        check_connect_access(endpoints)
         check_connector_secret_settings(endpoints)
         return endpoints
+
+
+def check_connect_access(endpoints: Endpoints) -> None:
+    """Refuse credentials in the Connect URL (they would be in every message), half a login, an unreadable CA."""
+    if urlparse(endpoints.connect_url).password is not None or "@" in urlparse(endpoints.connect_url).netloc:
+        raise ConfigError("STREAM_OSC_CONNECT_URL must not hold credentials; give them as STREAM_OSC_CONNECT_USER "
+                          "and STREAM_OSC_CONNECT_PASSWORD or STREAM_OSC_CONNECT_PASSWORD_FILE")
+    access = endpoints.connect
+    if bool(access.user) != bool(access.password):
+        raise ConfigError("Kafka Connect basic auth needs both STREAM_OSC_CONNECT_USER and a password "
+                          "(STREAM_OSC_CONNECT_PASSWORD or STREAM_OSC_CONNECT_PASSWORD_FILE)")
+    if access.ca and not os.access(access.ca, os.R_OK):
+        raise ConfigError(f"STREAM_OSC_CONNECT_CA {access.ca} is not a readable file")
 
 
 def check_connector_database(endpoints: Endpoints) -> None:

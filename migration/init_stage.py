@@ -17,7 +17,7 @@ import pymysql
 from applier.chunks import key_ranges
 from connectors.config import DatabaseAccess, connector_config
 from connectors.kafka_clients import untranslated
-from connectors.rest import ConnectClient, ConnectError
+from connectors.rest import ConnectClient, ConnectError, connect_client
 from connectors.secrets import (kafka_jaas_reference, password_reference, require_connector_secret,
                                 write_connector_secret)
 from migration.checks import (PreflightError, check_load_thresholds, check_privileges, check_server, check_services,
@@ -108,7 +108,7 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
     """Topic, connector, and proof that capture runs (a fence seen in every partition) before any copy."""
     names = TopicNames(migration.prefix, spec.database, spec.table)
     create_change_topic(endpoints.kafka, names.changes, spec.partitions)
-    connect = ConnectClient(endpoints.connect_url)
+    connect = connect_client(endpoints)
     fence_table = (spec.metadata_schema, migration.fence_table)
     write_connector_secret(endpoints, migration.connector)
     left_out = untranslated(endpoints.kafka.settings())

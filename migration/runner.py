@@ -14,7 +14,7 @@ from applier.conflicts import ConstraintViolated
 from applier.copy import copy_worker
 from core.table import load_pair
 from connectors.health import binlog_gone, describe_failure
-from connectors.rest import ConnectClient, ConnectorState
+from connectors.rest import ConnectorState, connect_client
 from cutover.blocker_wait import BlockerWait
 from cutover.swap import CoordinatorReplaced, Cutover, CutoverAborted
 from cutover.validate import validate
@@ -73,7 +73,7 @@ class Runner:
         self.conn = connect(endpoints.mysql)
         self.info = ServerInfo.read(self.conn)
         self.store = StateStore(self.conn, spec.metadata_schema)
-        self.connect = ConnectClient(endpoints.connect_url)
+        self.connect = connect_client(endpoints)
         self.appliers: WorkerGroup | None = None
         self.last_health_check = 0.0
         self.throttled = False
