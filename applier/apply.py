@@ -24,7 +24,7 @@ APPLY_WAIT_S = 0.05
 
 def applier_consumer(ctx: RunContext, client_id: str) -> Consumer:
     """A member of the migration's applier group, reading the change topic from its start."""
-    return Consumer(consumer_config(ctx.endpoints.kafka_bootstrap, **{
+    return Consumer(consumer_config(ctx.endpoints.kafka, **{
         "group.id": ctx.migration.group_id,
         "client.id": client_id,
         "enable.auto.commit": False,

@@ -88,7 +88,7 @@ class Observer:
         lag = None
         if migration.stage in ("apply", "validate", "cutover"):
             names = TopicNames(migration.prefix, self.table.database, self.table.table)
-            lag = group_lag(self.endpoints.kafka_bootstrap, migration.group_id, names.changes,
+            lag = group_lag(self.endpoints.kafka, migration.group_id, names.changes,
                             int(migration.options.get("partitions", 8)))
             if migration.stage != "apply" or lag <= STEADY_LAG:
                 self.steady.set()

@@ -19,7 +19,7 @@ import pymysql
 from bench.credentials import client_option_file
 from bench.table import BenchTable
 from core.db import connect, qualified, query, scalar
-from core.endpoints import CONNECTOR_SECRET_KEYS, ENV_KEYS, Endpoints
+from core.endpoints import ENV_KEYS, OPTIONAL_KEYS, Endpoints
 
 
 @dataclass
@@ -194,7 +194,7 @@ def stream_osc_command(run: ToolRun) -> tuple[list[str], dict[str, str]]:
     script = Path(sys.executable).with_name("stream-osc")
     binary = str(script) if script.exists() else shutil.which("stream-osc") or "stream-osc"
     env = dict(os.environ)
-    env.update({var: getattr(run.endpoints, key) for key, var in {**ENV_KEYS, **CONNECTOR_SECRET_KEYS}.items()
+    env.update({var: getattr(run.endpoints, key) for key, var in {**ENV_KEYS, **OPTIONAL_KEYS}.items()
                 if getattr(run.endpoints, key)})
     table = f"{run.table.database}.{run.table.table}"
     return [binary, "--log-level", "INFO", "migrate", "--table", table, "--alter", run.alter,

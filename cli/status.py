@@ -13,7 +13,7 @@ from typing import Any
 import redis
 
 from connectors.health import describe_failure
-from connectors.rest import ConnectClient, ConnectError
+from connectors.rest import ConnectError, connect_client
 from core import redis_keys
 from core.db import query
 from cutover.blockers import Blocker
@@ -118,7 +118,7 @@ def live_figures(endpoints: Endpoints, migration: Migration) -> dict[str, Any]:
         return figures
     table = f"{migration.database}.{migration.table}"
     try:
-        state = ConnectClient(endpoints.connect_url).state(migration.connector)
+        state = connect_client(endpoints).state(migration.connector)
         figures["connector_state"] = "MISSING" if state is None else ("FAILED" if state.failed else state.connector)
         if state is not None and state.failed:
             figures["connector_error"] = describe_failure(migration.connector, state, table)
@@ -127,7 +127,7 @@ def live_figures(endpoints: Endpoints, migration: Migration) -> dict[str, Any]:
     if migration.stage in LAG_STAGES:
         names = TopicNames(migration.prefix, migration.database, migration.table)
         try:
-            figures["apply_lag_events"] = group_lag(endpoints.kafka_bootstrap, migration.group_id, names.changes,
+            figures["apply_lag_events"] = group_lag(endpoints.kafka, migration.group_id, names.changes,
                                                     int(migration.options.get("partitions", 8)))
         except Exception as exc:  # noqa: BLE001 - status still shows the rest
             figures["apply_lag_error"] = str(exc)

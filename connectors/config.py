@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import re
 import zlib
+from dataclasses import dataclass
 
 from connectors.secrets import ENV_PROVIDER, FILE_PROVIDER
-from core.endpoints import MySQLAddress
+from connectors.kafka_clients import connector_client_settings
+from core.endpoints import KafkaAddress, MySQLAddress
 from streams.topics import TopicNames
 
 CONNECTOR_CLASSES = {
@@ -75,23 +77,57 @@ def table_pattern(database: str, table: str) -> str:
     return f"(?-i){java_literal(database)}\\.{java_literal(table)}"
 
 
-def connector_config(flavor: str, mysql: MySQLAddress, password_reference: str, kafka_bootstrap: str,
-                     names: TopicNames, fence_table: tuple[str, str]) -> dict[str, str]:
+# The DSN's ssl-mode as each connector names it (Debezium's MariaDB connector uses MariaDB Connector/J's names).
+SSL_MODES = {
+    "mariadb": {"disabled": "disable", "preferred": "disable", "required": "trust", "verify-ca": "verify-ca",
+                "verify-identity": "verify-full"},   # (it has no "preferred")
+    "mysql": {"disabled": "disabled", "preferred": "preferred", "required": "required", "verify-ca": "verify_ca",
+              "verify-identity": "verify_identity"},
+}
+
+
+@dataclass(frozen=True)
+class DatabaseAccess:
+    """How the connector reaches and trusts the database, where it differs from the tool's DSN."""
+
+    host: str
+    port: int
+    truststore: str = ""                 # JKS/PKCS12 file on the workers
+    truststore_password_reference: str = ""
+
+
+def database_settings(flavor: str, mysql: MySQLAddress, access: DatabaseAccess | None) -> dict[str, str]:
+    """Address and TLS of the connector's database connections: the DSN's, unless `access` says otherwise."""
+    access = access or DatabaseAccess(mysql.host, mysql.port)
+    settings = {"database.hostname": access.host, "database.port": str(access.port),
+                "database.ssl.mode": SSL_MODES[flavor][mysql.ssl_mode]}
+    if access.truststore:
+        settings["database.ssl.truststore"] = access.truststore
+        if access.truststore_password_reference:
+            settings["database.ssl.truststore.password"] = access.truststore_password_reference
+    return settings
+
+
+def connector_config(flavor: str, mysql: MySQLAddress, password_reference: str, kafka: KafkaAddress,
+                     names: TopicNames, fence_table: tuple[str, str], kafka_jaas_reference: str = "",
+                     access: DatabaseAccess | None = None) -> dict[str, str]:
     """Full connector config: capture `db.table` and the fence table, route both into the change topic.
 
-    The password is a config provider reference (connectors/secrets.py), resolved by the Connect worker.
+    `access` is the database as the workers reach it (default: the DSN's host and port).
+    The password and the Kafka login are config provider references (connectors/secrets.py), resolved by
+    the Connect worker; the Kafka client properties reach the connector's own clients translated
+    (connectors/kafka_clients.py).
     """
     config = dict(BASE_SETTINGS)
     config.update({
         "connector.class": CONNECTOR_CLASSES[flavor],
-        "database.hostname": mysql.host,
-        "database.port": str(mysql.port),
+        **database_settings(flavor, mysql, access),
         "database.user": mysql.user,
         "database.password": password_reference,
         "database.server.id": server_id_for(names.prefix),
         "topic.prefix": names.prefix,
         "table.include.list": f"{table_pattern(names.database, names.table)},{table_pattern(*fence_table)}",
-        "schema.history.internal.kafka.bootstrap.servers": kafka_bootstrap,
+        "schema.history.internal.kafka.bootstrap.servers": kafka.bootstrap,
         "schema.history.internal.kafka.topic": names.schema_history,
         # The table's changes and the fence rows go into one change topic, keys unchanged. The fences are
         # keyed so that each partition gets one: seeing a partition's fence proves every earlier change of
@@ -103,7 +139,6 @@ def connector_config(flavor: str, mysql: MySQLAddress, password_reference: str, 
         "transforms.route.topic.replacement": names.changes,
         "transforms.route.key.enforce.uniqueness": "false",
     })
-    if flavor == "mysql":
-        config["database.ssl.mode"] = "preferred"
+    config.update(connector_client_settings(kafka.settings(), kafka_jaas_reference))
     return config
 

@@ -1,12 +1,16 @@
 """Kafka Connect REST client: register, wait, status, offsets, removal."""
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
+
+from core.endpoints import ConnectAccess, Endpoints
 
 
 class ConnectError(Exception):
@@ -40,25 +44,37 @@ class ConnectorState:
         return (self.trace or "").strip().splitlines()[0] if self.trace else ""
 
 
-class ConnectClient:
-    """Thin client over the Connect REST API."""
+def connect_client(endpoints: Endpoints) -> "ConnectClient":
+    """The client of the endpoints' Kafka Connect, with its basic auth and CA."""
+    return ConnectClient(endpoints.connect_url, access=endpoints.connect)
 
-    def __init__(self, url: str, timeout: float = 15.0) -> None:
+
+class ConnectClient:
+    """Thin client over the Connect REST API (basic auth and https with a CA when `access` gives them)."""
+
+    def __init__(self, url: str, timeout: float = 15.0, access: ConnectAccess | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if access is not None and access.user:
+            login = base64.b64encode(f"{access.user}:{access.password}".encode()).decode()
+            self.headers["Authorization"] = f"Basic {login}"
+        self.tls = ssl.create_default_context(cafile=access.ca or None) if access is not None and access.ca else None
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
               ok_missing: bool = False) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+        req = urllib.request.Request(f"{self.url}{path}", data=data, method=method, headers=self.headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self.tls) as resp:
                 raw = resp.read()
                 return json.loads(raw) if raw else None
         except urllib.error.HTTPError as exc:
             if exc.code == 404 and ok_missing:
                 return None
+            if exc.code in (401, 403):   # the body is left out: a proxy may echo the request
+                raise ConnectError(f"Kafka Connect at {self.url} refused the request ({exc.code}): check "
+                                   "STREAM_OSC_CONNECT_USER and its password (docs/connectivity.md)") from None
             detail = exc.read().decode(errors="replace")[:500]
             try:
                 detail = json.loads(detail).get("message", detail)
@@ -68,6 +84,9 @@ class ConnectClient:
                                f"to {method} {path}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                raise ConnectError(f"Kafka Connect at {self.url}: its TLS certificate was not accepted "
+                                   f"({reason.verify_message}); give its CA as STREAM_OSC_CONNECT_CA") from None
             raise ConnectUnreachable(f"Kafka Connect at {self.url} is unreachable ({reason})") from None
 
     def check_reachable(self) -> None:

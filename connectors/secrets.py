@@ -17,10 +17,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from connectors.kafka_clients import jaas_line, needs_login
 from core.config_file import ConfigError
 from core.endpoints import Endpoints
 
 PASSWORD_KEY = "database.password"
+KAFKA_JAAS_KEY = "kafka.sasl.jaas.config"   # the Kafka login of the connector's own clients
 
 FILE_PROVIDER = "org.apache.kafka.common.config.provider.FileConfigProvider"
 ENV_PROVIDER = "org.apache.kafka.common.config.provider.EnvVarConfigProvider"
@@ -33,8 +35,13 @@ def require_connector_secret(endpoints: Endpoints) -> None:
                           "connector config: set STREAM_OSC_CONNECTOR_PASSWORD to a config provider reference "
                           "(e.g. ${file:/etc/kafka-connect/secrets/db.properties:password}) or "
                           "STREAM_OSC_CONNECTOR_SECRETS_DIR to a folder the Connect workers read (docs/secrets.md)")
+    if KAFKA_JAAS_KEY in secrets_to_write(endpoints) and not endpoints.connector_secrets_dir:
+        raise ConfigError("no way to give the connector's Kafka clients their SASL login without writing the Kafka "
+                          "password into the connector config: set STREAM_OSC_CONNECTOR_KAFKA_JAAS to a config "
+                          "provider reference resolving to the JAAS line, or STREAM_OSC_CONNECTOR_SECRETS_DIR to a "
+                          "folder the Connect workers read (docs/connectivity.md)")
     folder = endpoints.connector_secrets_dir
-    if not endpoints.connector_password and not os.access(folder, os.W_OK | os.X_OK):
+    if secrets_to_write(endpoints) and not os.access(folder, os.W_OK | os.X_OK):
         raise ConfigError(f"STREAM_OSC_CONNECTOR_SECRETS_DIR {folder} is not a folder this process can write to")
 
 
@@ -50,9 +57,26 @@ def password_reference(endpoints: Endpoints, connector: str) -> str:
     return f"${{file:{secret_file(endpoints.connector_secrets_dir, connector)}:{PASSWORD_KEY}}}"
 
 
+def kafka_jaas_reference(endpoints: Endpoints, connector: str) -> str:
+    """What the connector config carries as its Kafka clients' `sasl.jaas.config` (when they log in)."""
+    if endpoints.connector_kafka_jaas:
+        return endpoints.connector_kafka_jaas
+    return f"${{file:{secret_file(endpoints.connector_secrets_dir, connector)}:{KAFKA_JAAS_KEY}}}"
+
+
+def secrets_to_write(endpoints: Endpoints) -> dict[str, str]:
+    """The secrets the tool must put in the connector's secret file: those the operator gave no reference for."""
+    entries = {} if endpoints.connector_password else {PASSWORD_KEY: endpoints.mysql.password}
+    properties = endpoints.kafka.settings()
+    if needs_login(properties) and not endpoints.connector_kafka_jaas:
+        entries[KAFKA_JAAS_KEY] = jaas_line(properties)
+    return entries
+
+
 def write_connector_secret(endpoints: Endpoints, connector: str) -> None:
-    """Write the password where the reference points, readable by its owner only (nothing with a reference)."""
-    if endpoints.connector_password:
+    """Write the secrets where the references point, readable by the owner only (nothing with references)."""
+    entries = secrets_to_write(endpoints)
+    if not entries:
         return
     path = secret_file(endpoints.connector_secrets_dir, connector)
     temporary = path.with_name(f".{path.name}.tmp")
@@ -60,7 +84,8 @@ def write_connector_secret(endpoints: Endpoints, connector: str) -> None:
     try:
         try:
             os.fchmod(fd, 0o600)   # an older file of that name keeps its mode otherwise
-            os.write(fd, f"{PASSWORD_KEY}={properties_value(endpoints.mysql.password)}\n".encode("ascii"))
+            lines = "".join(f"{key}={properties_value(value)}\n" for key, value in entries.items())
+            os.write(fd, lines.encode("ascii"))
             os.fsync(fd)
         finally:
             os.close(fd)

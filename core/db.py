@@ -1,6 +1,7 @@
 """Database connections and server facts (MariaDB vs MySQL)."""
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -18,20 +19,54 @@ class DatabaseUnreachable(Exception):
 
 def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = True,
             read_timeout: float | None = None) -> pymysql.connections.Connection:
-    """Open a connection; errors name host:port, never the password."""
+    """Open a connection (over TLS as the DSN asks); errors name host:port, never the password."""
     try:
         conn = pymysql.connect(
             host=addr.host, port=addr.port, user=addr.user, password=addr.password,
             database=database, autocommit=autocommit, charset="utf8mb4",
-            connect_timeout=10, read_timeout=read_timeout,
+            connect_timeout=10, read_timeout=read_timeout, ssl=tls_context(addr),
+            ssl_disabled=addr.ssl_mode == "disabled",
         )
     except pymysql.err.OperationalError as exc:
-        code = exc.args[0] if exc.args else "?"
-        raise DatabaseUnreachable(
-            f"cannot connect to MySQL at {addr.where()} as {addr.user!r} (error {code})") from None
+        raise DatabaseUnreachable(f"cannot connect to MySQL at {addr.where()} as {addr.user!r} "
+                                  f"({connect_failure(exc, addr)})") from None
+    required = addr.ssl_mode not in ("disabled", "preferred")
+    if required and not query(conn, "SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1]:
+        conn.close()   # PyMySQL before 1.2 falls back to plain text when the server offers no TLS
+        raise DatabaseUnreachable(f"MySQL at {addr.where()} offered no TLS, and the DSN asks for ssl-mode="
+                                  f"{addr.ssl_mode}")
     for statement in SESSION_SETUP:
         query(conn, statement)
     return conn
+
+
+def tls_context(addr: MySQLAddress) -> ssl.SSLContext | None:
+    """The TLS context of the DSN's ssl-mode: required encrypts only; verify-ca checks the server's
+    certificate against ssl-ca (or the system's CAs); verify-identity also checks that it names the host.
+    None for disabled and preferred (PyMySQL then encrypts when the server offers TLS, unchecked)."""
+    if addr.ssl_mode in ("disabled", "preferred"):
+        return None
+    context = ssl.create_default_context(cafile=addr.ssl_ca or None)
+    context.check_hostname = addr.ssl_mode == "verify-identity"
+    if addr.ssl_mode == "required":
+        context.verify_mode = ssl.CERT_NONE
+    if addr.ssl_cert:
+        context.load_cert_chain(addr.ssl_cert, addr.ssl_key)
+    return context
+
+
+def connect_failure(exc: pymysql.err.OperationalError, addr: MySQLAddress) -> str:
+    """Why a connection failed, in words (the server's and PyMySQL's texts are left out: one may echo input)."""
+    code = exc.args[0] if exc.args else "?"
+    if isinstance(exc.__cause__ or exc.__context__, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY" in str(exc):
+        return (f"error {code}: the server's TLS certificate was not accepted: not signed by ssl-ca"
+                + (", or not issued for this host name" if addr.ssl_mode == "verify-identity" else ""))
+    if isinstance(exc.__cause__ or exc.__context__, ssl.SSLError):
+        return f"error {code}: the TLS handshake failed"
+    if code == 1045:
+        hint = "; if the user requires TLS, set ssl-mode (docs/connectivity.md)" if addr.ssl_mode == "disabled" else ""
+        return f"error 1045: access denied: wrong user name or password{hint}"
+    return f"error {code}"
 
 
 # Every session of the tool:

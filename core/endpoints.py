@@ -1,14 +1,16 @@
 """Endpoints of the services a migration talks to: MySQL/MariaDB, Kafka, Kafka Connect, Redis."""
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from core.config_file import ConfigError, config_section
+from core.kafka_properties import describe, read_kafka_properties
 
 ENV_KEYS = {
     "mysql_dsn": "STREAM_OSC_MYSQL_DSN",
@@ -24,20 +26,51 @@ CONNECTOR_SECRET_KEYS = {
     "connector_secrets_dir": "STREAM_OSC_CONNECTOR_SECRETS_DIR",
 }
 
+# Kafka client properties (SASL/TLS) for the tool's clients, and how the connector's clients find the SASL
+# login (docs/connectivity.md): a properties file, and a config provider reference for the JAAS line.
+KAFKA_CLIENT_KEYS = {
+    "kafka_properties": "STREAM_OSC_KAFKA_PROPERTIES",
+    "connector_kafka_jaas": "STREAM_OSC_CONNECTOR_KAFKA_JAAS",
+}
+# How the connector reaches the database when its view differs from the tool's (a worker in a container cannot
+# reach the tool's 127.0.0.1), and the Java truststore its TLS checks the server with (docs/connectivity.md).
+CONNECTOR_DATABASE_KEYS = {
+    "connector_database_host": "STREAM_OSC_CONNECTOR_DATABASE_HOST",
+    "connector_ssl_truststore": "STREAM_OSC_CONNECTOR_SSL_TRUSTSTORE",
+    "connector_ssl_truststore_password": "STREAM_OSC_CONNECTOR_SSL_TRUSTSTORE_PASSWORD",
+}
+# Basic auth and TLS of the Kafka Connect REST API (the password from the environment or a file, never the URL).
+CONNECT_AUTH_KEYS = {
+    "connect_user": "STREAM_OSC_CONNECT_USER",
+    "connect_password": "STREAM_OSC_CONNECT_PASSWORD",
+    "connect_password_file": "STREAM_OSC_CONNECT_PASSWORD_FILE",
+    "connect_ca": "STREAM_OSC_CONNECT_CA",
+}
+OPTIONAL_KEYS = {**CONNECTOR_SECRET_KEYS, **KAFKA_CLIENT_KEYS, **CONNECTOR_DATABASE_KEYS, **CONNECT_AUTH_KEYS}
+
 # ${provider:path:key} or ${provider:key}, as Kafka's ConfigTransformer reads it
 PROVIDER_REFERENCE = re.compile(r"\$\{[A-Za-z0-9_.-]+:[^}]+\}")
 
 DSN_SHAPE = "mysql://user:password@host:port/"
 
+# TLS of the tool's database sessions, as MySQL's clients name the modes (docs/connectivity.md)
+# (preferred, the default: TLS when the server offers it, its certificate unchecked, as PyMySQL does)
+SSL_MODES = ("disabled", "preferred", "required", "verify-ca", "verify-identity")
+DSN_OPTIONS = ("ssl-mode", "ssl-ca", "ssl-cert", "ssl-key")
+
 
 @dataclass(frozen=True)
 class MySQLAddress:
-    """Parsed `mysql://user:password@host:port/` DSN."""
+    """Parsed `mysql://user:password@host:port/?ssl-mode=…&ssl-ca=…&ssl-cert=…&ssl-key=…` DSN."""
 
     host: str
     port: int
     user: str
     password: str
+    ssl_mode: str = "preferred"
+    ssl_ca: str = ""       # PEM file of the CA that signed the server's certificate (else the system's CAs)
+    ssl_cert: str = ""     # PEM client certificate and key, for servers that require one (REQUIRE X509)
+    ssl_key: str = ""
 
     def __repr__(self) -> str:  # never show the password
         return f"MySQLAddress({self.user}@{self.host}:{self.port})"
@@ -69,7 +102,59 @@ def parse_mysql_dsn(dsn: str) -> MySQLAddress:
                           f"{DSN_SHAPE} (nothing of the DSN is shown: a misplaced part may be the password)")
     user, _, password = credentials.partition(":") if at else ("", "", "")
     return MySQLAddress(host=host, port=int(port_text or 3306), user=unquote(user or "root"),
-                        password=unquote(password))
+                        password=unquote(password), **tls_options(location))
+
+
+def tls_options(location: str) -> dict[str, str]:
+    """The TLS options of the DSN's query (after the '@', so never part of the password)."""
+    _, question, query_text = location.partition("?")
+    given = {key: values[-1] for key, values in parse_qs(query_text.partition("#")[0], keep_blank_values=True).items()}
+    unknown = sorted(set(given) - set(DSN_OPTIONS))
+    if unknown:
+        raise ConfigError(f"STREAM_OSC_MYSQL_DSN: unknown option {', '.join(unknown)}; known: {', '.join(DSN_OPTIONS)}")
+    mode = given.get("ssl-mode") or ("verify-identity" if given.get("ssl-ca") else "preferred")
+    if mode not in SSL_MODES:
+        raise ConfigError(f"STREAM_OSC_MYSQL_DSN: ssl-mode must be one of {', '.join(SSL_MODES)}")
+    if bool(given.get("ssl-cert")) != bool(given.get("ssl-key")):
+        raise ConfigError("STREAM_OSC_MYSQL_DSN: ssl-cert and ssl-key go together")
+    if mode in ("disabled", "preferred") and any(given.get(k) for k in ("ssl-ca", "ssl-cert", "ssl-key")):
+        raise ConfigError(f"STREAM_OSC_MYSQL_DSN: ssl-mode={mode} with TLS files given (they need required, "
+                          "verify-ca or verify-identity)")
+    for key in ("ssl-ca", "ssl-cert", "ssl-key"):
+        if given.get(key) and not os.access(given[key], os.R_OK):
+            raise ConfigError(f"STREAM_OSC_MYSQL_DSN: {key} {given[key]} is not a readable file")
+    return {"ssl_mode": mode, "ssl_ca": given.get("ssl-ca", ""), "ssl_cert": given.get("ssl-cert", ""),
+            "ssl_key": given.get("ssl-key", "")}
+
+
+@dataclass(frozen=True)
+class KafkaAddress:
+    """Bootstrap servers and the client properties (SASL/TLS) every Kafka client of the tool starts from."""
+
+    bootstrap: str
+    properties: tuple[tuple[str, str], ...] = ()
+
+    def __repr__(self) -> str:  # never show a secret
+        return f"KafkaAddress({self.bootstrap}; {describe(dict(self.properties))})"
+
+    def __str__(self) -> str:
+        return self.bootstrap
+
+    def settings(self) -> dict[str, str]:
+        return dict(self.properties)
+
+
+@dataclass(frozen=True)
+class ConnectAccess:
+    """How the tool authenticates to Kafka Connect's REST API and verifies its certificate."""
+
+    url: str
+    user: str = ""
+    password: str = ""
+    ca: str = ""    # PEM file of the CA of an https:// URL (else the system's CAs)
+
+    def __repr__(self) -> str:  # never show the password
+        return f"ConnectAccess({self.url}, user={self.user or None}, ca={self.ca or None})"
 
 
 @dataclass(frozen=True)
@@ -82,10 +167,46 @@ class Endpoints:
     redis_url: str
     connector_password: str = ""      # a config provider reference, e.g. ${file:/etc/connect/db.properties:password}
     connector_secrets_dir: str = ""   # a folder the Connect worker reads; the tool writes the password there
+    kafka_properties: str = ""        # a Kafka client properties file (SASL/TLS; core/kafka_properties.py)
+    connector_kafka_jaas: str = ""    # a config provider reference resolving to the connector clients' JAAS line
+    connector_database_host: str = ""  # host[:port] of the database as the Connect workers reach it
+    connector_ssl_truststore: str = ""  # JKS/PKCS12 file on the workers holding the database's CA
+    connector_ssl_truststore_password: str = ""   # a config provider reference to its password
+    connect_user: str = ""            # Kafka Connect REST basic auth
+    connect_password: str = ""
+    connect_password_file: str = ""   # a file whose first line is the password
+    connect_ca: str = ""              # CA (PEM) of an https:// Connect URL
 
     @property
     def mysql(self) -> MySQLAddress:
         return parse_mysql_dsn(self.mysql_dsn)
+
+    @functools.cached_property
+    def connect(self) -> ConnectAccess:
+        password = self.connect_password
+        if self.connect_password_file:
+            try:
+                password = Path(self.connect_password_file).read_text(encoding="utf-8").partition("\n")[0]
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"cannot read STREAM_OSC_CONNECT_PASSWORD_FILE {self.connect_password_file}: "
+                                  f"{getattr(exc, 'strerror', None) or type(exc).__name__}") from None
+        return ConnectAccess(self.connect_url, self.connect_user, password, self.connect_ca)
+
+    @property
+    def connector_database(self) -> tuple[str, int]:
+        """(host, port) of the database as the Connect workers reach it: the tool's unless set apart."""
+        mysql = self.mysql
+        if not self.connector_database_host:
+            return mysql.host, mysql.port
+        host, colon, port = self.connector_database_host.rpartition(":")
+        if not colon or "]" in port:   # no port given (or an IPv6 literal without one)
+            return self.connector_database_host.strip("[]"), mysql.port
+        return host.strip("[]"), int(port)
+
+    @functools.cached_property
+    def kafka(self) -> KafkaAddress:
+        properties = read_kafka_properties(self.kafka_properties) if self.kafka_properties else {}
+        return KafkaAddress(self.kafka_bootstrap, tuple(sorted(properties.items())))
 
     def __repr__(self) -> str:
         return (f"Endpoints(mysql={self.mysql.where()}, kafka={self.kafka_bootstrap}, "
@@ -101,7 +222,7 @@ class Endpoints:
         """
         environ = os.environ if environ is None else environ
         defaults = defaults or {}
-        keys = {**ENV_KEYS, **CONNECTOR_SECRET_KEYS}
+        keys = {**ENV_KEYS, **OPTIONAL_KEYS}
         values = {key: defaults[var] for key, var in keys.items() if var in defaults}
         path = config_file or environ.get("STREAM_OSC_CONFIG")
         if path:
@@ -118,12 +239,46 @@ class Endpoints:
             raise ConfigError(f"no address for: {', '.join(missing)}")
         endpoints = cls(**values)
         parse_mysql_dsn(endpoints.mysql_dsn)  # a malformed DSN is refused here, not at first use
+        _ = endpoints.kafka  # so is an unreadable Kafka properties file
+        check_connector_database(endpoints)
+        check_connect_access(endpoints)
         check_connector_secret_settings(endpoints)
         return endpoints
 
 
+def check_connect_access(endpoints: Endpoints) -> None:
+    """Refuse credentials in the Connect URL (they would be in every message), half a login, an unreadable CA."""
+    if urlparse(endpoints.connect_url).password is not None or "@" in urlparse(endpoints.connect_url).netloc:
+        raise ConfigError("STREAM_OSC_CONNECT_URL must not hold credentials; give them as STREAM_OSC_CONNECT_USER "
+                          "and STREAM_OSC_CONNECT_PASSWORD or STREAM_OSC_CONNECT_PASSWORD_FILE")
+    access = endpoints.connect
+    if bool(access.user) != bool(access.password):
+        raise ConfigError("Kafka Connect basic auth needs both STREAM_OSC_CONNECT_USER and a password "
+                          "(STREAM_OSC_CONNECT_PASSWORD or STREAM_OSC_CONNECT_PASSWORD_FILE)")
+    if access.ca and not os.access(access.ca, os.R_OK):
+        raise ConfigError(f"STREAM_OSC_CONNECT_CA {access.ca} is not a readable file")
+
+
+def check_connector_database(endpoints: Endpoints) -> None:
+    """Refuse a malformed connector-side database address or a truststore password given in clear."""
+    host, colon, port = endpoints.connector_database_host.rpartition(":")
+    if endpoints.connector_database_host and colon and "]" not in port and not (
+            host and port.isdigit() and 0 < int(port) < 65536):
+        raise ConfigError(f"STREAM_OSC_CONNECTOR_DATABASE_HOST (connector_database_host) must be host or host:port "
+                          f"(port 1-65535): {endpoints.connector_database_host}")
+    password = endpoints.connector_ssl_truststore_password
+    if password and not PROVIDER_REFERENCE.fullmatch(password):
+        raise ConfigError("STREAM_OSC_CONNECTOR_SSL_TRUSTSTORE_PASSWORD (connector_ssl_truststore_password) must be "
+                          "a Kafka Connect config provider reference such as ${env:TRUSTSTORE_PASSWORD}, not the "
+                          "password itself")
+
+
 def check_connector_secret_settings(endpoints: Endpoints) -> None:
     """Refuse a connector password that is not a provider reference (never echoing it) or an unusable folder."""
+    if endpoints.connector_kafka_jaas and not PROVIDER_REFERENCE.fullmatch(endpoints.connector_kafka_jaas):
+        raise ConfigError("STREAM_OSC_CONNECTOR_KAFKA_JAAS (connector_kafka_jaas) must be a Kafka Connect config "
+                          "provider reference such as ${file:/etc/kafka-connect/secrets/kafka.properties:jaas}, "
+                          "not the JAAS line itself: it holds the Kafka password")
     if endpoints.connector_password and not PROVIDER_REFERENCE.fullmatch(endpoints.connector_password):
         raise ConfigError("STREAM_OSC_CONNECTOR_PASSWORD (connector_password) must be a Kafka Connect config "
                           "provider reference such as ${file:/etc/kafka-connect/secrets/db.properties:password} "

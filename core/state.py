@@ -251,6 +251,11 @@ class StateStore:
         return bool(query_count(self.conn, f"UPDATE {self.t('migrations')} SET heartbeat_at=NOW(6) "
                                            "WHERE id=%s AND coordinator=%s", (migration_id, owner)))
 
+    def coordinator(self, migration_id: int) -> str | None:
+        """Who holds the migration's lease now, however old its heartbeat (read by the cutover under its lock)."""
+        rows = query(self.conn, f"SELECT coordinator FROM {self.t('migrations')} WHERE id=%s", (migration_id,))
+        return rows[0][0] if rows else None
+
     def release_coordinator(self, migration_id: int, owner: str) -> None:
         query(self.conn, f"UPDATE {self.t('migrations')} SET coordinator=NULL WHERE id=%s AND coordinator=%s",
               (migration_id, owner))

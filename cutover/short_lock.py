@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import pymysql
 
@@ -44,9 +44,10 @@ def try_seconds(wait_s: float, is_mariadb: bool) -> float:
     return wait_s if is_mariadb else float(max(1, math.ceil(wait_s)))
 
 
-def lock_statement(tables: list[str], wait_s: float, is_mariadb: bool) -> str:
-    """The LOCK TABLES … WRITE of one try, bounded to `wait_s` where the server can bound it per statement."""
-    lock = "LOCK TABLES " + ", ".join(f"{t} WRITE" for t in tables)
+def lock_statement(tables: list[str], wait_s: float, is_mariadb: bool, read_tables: Sequence[str] = ()) -> str:
+    """The LOCK TABLES … WRITE (and `read_tables` … READ) of one try, bounded to `wait_s` where the server can
+    bound it per statement."""
+    lock = "LOCK TABLES " + ", ".join([f"{t} WRITE" for t in tables] + [f"{t} READ" for t in read_tables])
     return f"SET STATEMENT max_statement_time={wait_s:.3f} FOR {lock}" if is_mariadb else lock
 
 
@@ -56,14 +57,15 @@ def backoff_s(try_no: int, wait_s: float) -> float:
 
 
 def lock_tables_briefly(conn: pymysql.connections.Connection, tables: list[str], is_mariadb: bool, wait_s: float,
-                        tries: int, blockers_now: Callable[[], list[Blocker]]) -> int:
-    """LOCK TABLES … WRITE in `conn`, each try queueing at most `wait_s`; returns the tries it took.
+                        tries: int, blockers_now: Callable[[], list[Blocker]], read_tables: Sequence[str] = ()) -> int:
+    """LOCK TABLES … WRITE in `conn` (with `read_tables` … READ), each try queueing at most `wait_s`; returns the
+    tries it took.
 
     Raises LockNotTaken when sessions hold the table (before any request is queued) or every try timed out.
     """
     if not is_mariadb:
         query(conn, "SET SESSION lock_wait_timeout = %s", (int(try_seconds(wait_s, is_mariadb)),))
-    sql = lock_statement(tables, wait_s, is_mariadb)
+    sql = lock_statement(tables, wait_s, is_mariadb, read_tables)
     for try_no in range(1, tries + 1):
         blockers = blockers_now()
         if blockers:

@@ -53,6 +53,12 @@ class CutoverAborted(Exception):
         self.blockers = blockers
 
 
+class CoordinatorReplaced(Exception):
+    """Another process took the migration over: this one must not rename (cutover/README.md, "One coordinator")."""
+
+    user_facing = True
+
+
 @dataclass(frozen=True)
 class CutoverResult:
     """What one attempt did."""
@@ -125,8 +131,9 @@ class Cutover:
         self.is_mariadb = is_mariadb
         spec = ctx.spec
         self.names = TopicNames(ctx.migration.prefix, spec.database, spec.table)
-        self.partitions = partition_count(ctx.endpoints.kafka_bootstrap, self.names.changes)
+        self.partitions = partition_count(ctx.endpoints.kafka, self.names.changes)
         self.fence_table = qualified(spec.metadata_schema, ctx.migration.fence_table)
+        self.migrations_table = qualified(spec.metadata_schema, "migrations")
 
     def _drain(self, conn: pymysql.connections.Connection, reader: FenceReader, start: dict[int, int], token: str,
                timeout: float, in_transaction: bool) -> tuple[dict[int, int], int]:
@@ -176,13 +183,15 @@ class Cutover:
             previous_keys = keys
         return start
 
-    def _lock(self, lock_conn: pymysql.connections.Connection, tables: list[str]) -> None:
-        """LOCK TABLES … WRITE, never requested while a session holds the table, each try queueing only
-        --lock-wait-timeout in front of the application (cutover/short_lock.py)."""
+    def _lock(self, lock_conn: pymysql.connections.Connection, tables: list[str],
+              read_tables: list[str] | None = None) -> None:
+        """LOCK TABLES … WRITE (`read_tables` … READ), never requested while a session holds the table, each try
+        queueing only --lock-wait-timeout in front of the application (cutover/short_lock.py)."""
         spec = self.ctx.spec
         try:
             lock_tables_briefly(lock_conn, tables, self.is_mariadb, spec.lock_wait_s, spec.lock_tries,
-                                lambda: find_blockers(lock_conn, spec.database, spec.table, self.is_mariadb))
+                                lambda: find_blockers(lock_conn, spec.database, spec.table, self.is_mariadb),
+                                read_tables or [])
         except LockNotTaken as exc:
             raise CutoverAborted(str(exc), exc.blockers) from None
 
@@ -214,7 +223,7 @@ class Cutover:
         The applier group must be stopped (its committed offsets are the start).
         """
         spec, ctx = self.ctx.spec, self.ctx
-        consumer = fence_consumer(ctx.endpoints.kafka_bootstrap, ctx.migration.group_id)
+        consumer = fence_consumer(ctx.endpoints.kafka, ctx.migration.group_id)
         reader = FenceReader(consumer, self.names.changes, self.partitions)
         lock_conn = ctx.db()
         try:
@@ -241,11 +250,25 @@ class Cutover:
             consumer.close()
             lock_conn.close()
 
-    def attempt(self, window_s: float) -> CutoverResult:
-        """One bounded attempt; the applier group must be stopped (its committed offsets are the start)."""
+    def _prove_lease(self, lock_conn: pymysql.connections.Connection, coordinator: str) -> None:
+        """Raise CoordinatorReplaced unless `coordinator` holds the migration's lease.
+
+        Read in the lock session, which holds the migrations table READ-locked until its UNLOCK: a takeover
+        (an UPDATE of that table) waits until then, so the lease read here is still ours when the RENAME runs.
+        """
+        holder = self.ctx.store(lock_conn).coordinator(self.ctx.migration.id)
+        if holder != coordinator:
+            log_event(log, "cutover fenced: lease taken over", logging.ERROR, coordinator=coordinator, holder=holder)
+            raise CoordinatorReplaced(f"migration {self.ctx.migration.id}: {holder or 'no process'} holds the "
+                                      f"coordinator lease, not this process ({coordinator}); the tables were not "
+                                      "renamed")
+
+    def attempt(self, window_s: float, coordinator: str) -> CutoverResult:
+        """One bounded attempt by `coordinator`, renaming only while it holds the lease; the applier group must be
+        stopped (its committed offsets are the start)."""
         spec, ctx = self.ctx.spec, self.ctx
         db = spec.database
-        consumer = fence_consumer(ctx.endpoints.kafka_bootstrap, ctx.migration.group_id)
+        consumer = fence_consumer(ctx.endpoints.kafka, ctx.migration.group_id)
         reader = FenceReader(consumer, self.names.changes, self.partitions)
         lock_conn = ctx.db()
         renamer: _Renamer | None = None
@@ -263,7 +286,7 @@ class Cutover:
                 tables.append(qualified(db, spec.old_table))
                 renamer = _Renamer(ctx, timeout_s=max(2, int(window_s) + 2))
             start = self._catch_up(lock_conn, reader, consumer)
-            self._lock(lock_conn, tables)
+            self._lock(lock_conn, tables, [self.migrations_table])
             locked_at = time.monotonic()
             locked_wall = time.time()
             deadline = locked_at + window_s
@@ -275,6 +298,7 @@ class Cutover:
                 raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
             self._carry_auto_increment(lock_conn)
             drained_at = time.monotonic()
+            self._prove_lease(lock_conn, coordinator)   # decisive: no takeover can commit until the unlock
             if renamer is not None:
                 self._queue_rename(renamer, deadline)
                 query(lock_conn, f"DROP TABLE {qualified(db, spec.old_table)}")

@@ -7,7 +7,7 @@ import pymysql
 import redis
 
 from connectors.config import CONNECTOR_CLASSES
-from connectors.rest import ConnectClient
+from connectors.rest import connect_client
 from core.db import ServerInfo, query, scalar
 from core.keys import SUPPORTED_TYPES, UNSUPPORTED_TYPES, PrimaryKey, primary_key
 from core.endpoints import Endpoints, redis_where
@@ -26,8 +26,8 @@ class PreflightError(Exception):
 
 def check_services(endpoints: Endpoints, flavor: str) -> None:
     """Kafka, Connect (with the right Debezium plugin) and Redis answer."""
-    check_reachable(endpoints.kafka_bootstrap)
-    connect = ConnectClient(endpoints.connect_url)
+    check_reachable(endpoints.kafka)
+    connect = connect_client(endpoints)
     connect.check_reachable()
     if not connect.has_plugin(CONNECTOR_CLASSES[flavor]):
         raise PreflightError(f"Kafka Connect at {endpoints.connect_url} has no {CONNECTOR_CLASSES[flavor]} plugin")

@@ -15,9 +15,11 @@ from collections.abc import Callable
 import pymysql
 
 from applier.chunks import key_ranges
-from connectors.config import connector_config
-from connectors.rest import ConnectClient, ConnectError
-from connectors.secrets import password_reference, require_connector_secret, write_connector_secret
+from connectors.config import DatabaseAccess, connector_config
+from connectors.kafka_clients import untranslated
+from connectors.rest import ConnectClient, ConnectError, connect_client
+from connectors.secrets import (kafka_jaas_reference, password_reference, require_connector_secret,
+                                write_connector_secret)
 from migration.checks import (PreflightError, check_load_thresholds, check_privileges, check_server, check_services,
                               check_session_binlog_formats, check_table)
 from migration.teardown import Metadata, tear_down
@@ -95,20 +97,32 @@ def wait_for_recorded_position(connect: ConnectClient, name: str, timeout: float
                        "(check offset.flush.interval.ms of the Connect worker)")
 
 
+def connector_access(endpoints: Endpoints) -> DatabaseAccess:
+    """The database as the Connect workers reach and trust it."""
+    return DatabaseAccess(*endpoints.connector_database, endpoints.connector_ssl_truststore,
+                          endpoints.connector_ssl_truststore_password)
+
+
 def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
                   info: ServerInfo, migration: Migration) -> None:
     """Topic, connector, and proof that capture runs (a fence seen in every partition) before any copy."""
     names = TopicNames(migration.prefix, spec.database, spec.table)
-    create_change_topic(endpoints.kafka_bootstrap, names.changes, spec.partitions)
-    connect = ConnectClient(endpoints.connect_url)
+    create_change_topic(endpoints.kafka, names.changes, spec.partitions)
+    connect = connect_client(endpoints)
     fence_table = (spec.metadata_schema, migration.fence_table)
     write_connector_secret(endpoints, migration.connector)
+    left_out = untranslated(endpoints.kafka.settings())
+    if left_out:   # the worker's own settings must cover them (docs/connectivity.md)
+        log_event(log, "Kafka client properties not handed to the connector's clients", logging.WARNING,
+                  properties=", ".join(left_out))
     connect.create(migration.connector, connector_config(info.flavor, endpoints.mysql,
                                                          password_reference(endpoints, migration.connector),
-                                                         endpoints.kafka_bootstrap, names, fence_table))
+                                                         endpoints.kafka, names, fence_table,
+                                                         kafka_jaas_reference(endpoints, migration.connector),
+                                                         connector_access(endpoints)))
     connect.wait_running(migration.connector, timeout=START_TIMEOUT_S)
     store = StateStore(conn, spec.metadata_schema)
-    consumer = fence_consumer(endpoints.kafka_bootstrap, migration.group_id)
+    consumer = fence_consumer(endpoints.kafka, migration.group_id)
     reader = FenceReader(consumer, names.changes, spec.partitions)
     stamped: list[str] = []
     deadline = time.monotonic() + START_TIMEOUT_S

@@ -14,9 +14,9 @@ from applier.conflicts import ConstraintViolated
 from applier.copy import copy_worker
 from core.table import load_pair
 from connectors.health import binlog_gone, describe_failure
-from connectors.rest import ConnectClient, ConnectorState
+from connectors.rest import ConnectorState, connect_client
 from cutover.blocker_wait import BlockerWait
-from cutover.swap import Cutover, CutoverAborted
+from cutover.swap import CoordinatorReplaced, Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError
 from core.app_latency import LatencyProbe
@@ -75,7 +75,7 @@ class Runner:
         self.conn = connect(endpoints.mysql)
         self.info = ServerInfo.read(self.conn)
         self.store = StateStore(self.conn, spec.metadata_schema)
-        self.connect = ConnectClient(endpoints.connect_url)
+        self.connect = connect_client(endpoints)
         self.appliers: WorkerGroup | None = None
         self.last_health_check = 0.0
         self.throttled = False
@@ -339,7 +339,7 @@ class Runner:
 
     def _lag(self, ctx: RunContext) -> int:
         names = TopicNames(ctx.migration.prefix, self.spec.database, self.spec.table)
-        return group_lag(self.endpoints.kafka_bootstrap, ctx.migration.group_id, names.changes, self.spec.partitions)
+        return group_lag(self.endpoints.kafka, ctx.migration.group_id, names.changes, self.spec.partitions)
 
     def _wait_for_lag(self, ctx: RunContext, limit: int) -> int:
         """Apply until the group's lag is at most `limit` events."""
@@ -415,7 +415,10 @@ class Runner:
             if not self._window_open():   # it closed while sessions held the table
                 continue
             self._stop_appliers()
-            result = cutover.attempt(self.spec.cutover_window_s)
+            try:
+                result = cutover.attempt(self.spec.cutover_window_s, self.lease.owner)
+            except CoordinatorReplaced as exc:
+                raise MigrationStopped(f"{exc}; that process continues the migration") from None
             self.metrics.cutover_attempt(result.swapped, result.blocked_ms)
             if result.swapped:
                 self._enter_stage(ctx.migration.id, Stage.CLEANUP, cutover_blocked_ms=int(result.blocked_ms),

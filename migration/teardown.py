@@ -12,7 +12,7 @@ from enum import Enum
 import pymysql
 import redis
 
-from connectors.rest import ConnectClient
+from connectors.rest import connect_client
 from connectors.secrets import remove_connector_secret
 from core import redis_keys
 from core.db import qualified, query, scalar
@@ -69,9 +69,9 @@ def tear_down(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
 def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
                    migration: Migration) -> None:
     """Remove the connector (and the password file it read), topics, fence table and Redis keys of a migration."""
-    ConnectClient(endpoints.connect_url).remove(migration.connector)
+    connect_client(endpoints).remove(migration.connector)
     remove_connector_secret(endpoints, migration.connector)
-    delete_topics(endpoints.kafka_bootstrap, TopicNames(migration.prefix, spec.database, spec.table).all())
+    delete_topics(endpoints.kafka, TopicNames(migration.prefix, spec.database, spec.table).all())
     query(conn, f"DROP TABLE IF EXISTS {qualified(spec.metadata_schema, migration.fence_table)}")
     redis_keys.clear_migration(redis.Redis.from_url(endpoints.redis_url), migration.id)
 

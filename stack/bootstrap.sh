@@ -18,6 +18,7 @@ command -v mvn >/dev/null 2>&1 || need_pkg maven
 need_pkg python3-venv
 need_pkg percona-toolkit
 need_pkg sysbench
+command -v openssl >/dev/null 2>&1 || need_pkg openssl   # the stack's MariaDB TLS certificate
 
 if ((${#missing[@]})); then
     if [[ $(id -u) -ne 0 ]]; then

@@ -21,6 +21,7 @@ PORT_ENV: dict[str, str] = {
     "kafka_port": "STREAM_OSC_STACK_KAFKA_PORT",
     "controller_port": "STREAM_OSC_STACK_CONTROLLER_PORT",
     "connect_port": "STREAM_OSC_STACK_CONNECT_PORT",
+    "kafka_sasl_port": "STREAM_OSC_STACK_KAFKA_SASL_PORT",
 }
 
 
@@ -38,9 +39,12 @@ class StackConfig:
     kafka_port: int = field(default_factory=lambda: _port("KAFKA", 19092))
     controller_port: int = field(default_factory=lambda: _port("CONTROLLER", 19093))
     connect_port: int = field(default_factory=lambda: _port("CONNECT", 18083))
+    kafka_sasl_port: int = field(default_factory=lambda: _port("KAFKA_SASL", 19094))   # SASL_PLAINTEXT, PLAIN
     host: str = "127.0.0.1"
     mysql_user: str = "osc"
     mysql_password: str = "osc-local"
+    kafka_sasl_user: str = "osc-client"          # the one login of the SASL listener (a local test secret)
+    kafka_sasl_password: str = "osc-sasl-local"
     java_heap: str = "1g"
     ready_timeout: float = field(default_factory=lambda: float(os.environ.get("STREAM_OSC_STACK_READY_TIMEOUT", 90)))
     connect_group: str = "stream-osc-connect"

@@ -41,11 +41,14 @@ def render_properties(config: StackConfig) -> str:
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@{h}:{config.controller_port}
-listeners=PLAINTEXT://{h}:{config.kafka_port},CONTROLLER://{h}:{config.controller_port}
-advertised.listeners=PLAINTEXT://{h}:{config.kafka_port}
+listeners=PLAINTEXT://{h}:{config.kafka_port},CONTROLLER://{h}:{config.controller_port},SASL_PLAINTEXT://{h}:{config.kafka_sasl_port}
+advertised.listeners=PLAINTEXT://{h}:{config.kafka_port},SASL_PLAINTEXT://{h}:{config.kafka_sasl_port}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+# a listener that requires a SASL login (PLAIN), for clients configured as against a secured cluster
+listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config={sasl_jaas(config)}
 log.dirs={data_dir(config)}
 num.partitions=1
 default.replication.factor=1
@@ -57,6 +60,12 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 """
+
+
+def sasl_jaas(config: StackConfig) -> str:
+    """The SASL listener's server-side JAAS line: its one user and password."""
+    return (f'org.apache.kafka.common.security.plain.PlainLoginModule required '
+            f'user_{config.kafka_sasl_user}="{config.kafka_sasl_password}";')
 
 
 def new_cluster_id() -> str:
@@ -116,7 +125,8 @@ def _quiet(*_args: object) -> None:
 
 SERVICE = Service(
     name=NAME,
-    ports=lambda config: [(config.kafka_port, NAME), (config.controller_port, "kafka controller")],
+    ports=lambda config: [(config.kafka_port, NAME), (config.controller_port, "kafka controller"),
+                          (config.kafka_sasl_port, "kafka SASL listener")],
     command=command,
     probe=probe,
     prepare=prepare,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pymysql
 
+from stack import tls
 from stack.base import Service, require_binary
 from stack.config import StackConfig
 from stack.process import StackError, tail
@@ -54,6 +55,10 @@ innodb_autoinc_lock_mode = 2
 plugin_load_add = metadata_lock_info
 innodb_buffer_pool_size = 1G
 max_connections = 500
+# TLS offered to clients that ask for it (users created REQUIRE SSL must): a locally made certificate
+ssl_ca = {tls.ca_file(config)}
+ssl_cert = {tls.server_files(config)[0]}
+ssl_key = {tls.server_files(config)[1]}
 
 [client]
 socket = {socket_path(config)}
@@ -77,6 +82,7 @@ def render_bootstrap_sql(config: StackConfig) -> str:
 
 def preflight(config: StackConfig) -> None:
     require_binary("mariadbd", "mariadb-server")
+    require_binary("openssl", "openssl")
     if not data_dir(config).is_dir():
         require_binary("mariadb-install-db", "mariadb-server")
 
@@ -84,6 +90,7 @@ def preflight(config: StackConfig) -> None:
 def prepare(config: StackConfig) -> None:
     """Write the option file; initialise the data directory (and the `osc` users) on first start."""
     home(config).mkdir(parents=True, exist_ok=True)
+    tls.ensure_certificates(config)
     config_file(config).write_text(render_config(config))
     if data_dir(config).is_dir():
         return

@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection
 
 from confluent_kafka import Consumer, TopicPartition
 
+from core.endpoints import KafkaAddress
 from streams.events import FENCE_KEY_COLUMN, decode_key, encode_key, fence_token
 from streams.murmur2 import partition_for
 from streams.topics import consumer_config
@@ -77,7 +78,7 @@ class FenceReader:
         return after_fence
 
 
-def fence_consumer(bootstrap: str, group_id: str) -> Consumer:
+def fence_consumer(kafka: KafkaAddress, group_id: str) -> Consumer:
     """A consumer that reads partitions by assignment (it never joins or commits for the group)."""
-    return Consumer(consumer_config(bootstrap, **{"group.id": group_id, "enable.auto.commit": False,
+    return Consumer(consumer_config(kafka, **{"group.id": group_id, "enable.auto.commit": False,
                                                 "enable.partition.eof": False, "fetch.wait.max.ms": 10}))

@@ -2,16 +2,32 @@
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from core.endpoints import KafkaAddress
 
 
 class KafkaUnreachable(Exception):
     """Kafka did not answer."""
 
     user_facing = True
+
+
+class KafkaRefused(Exception):
+    """Kafka answered but refused the client: its credentials or TLS settings are wrong."""
+
+    user_facing = True
+
+
+# librdkafka errors that no retry cures: the client's login or TLS settings are wrong
+REFUSAL_CODES = {KafkaError._AUTHENTICATION: "refused the client's SASL login (wrong user name, password or mechanism)",
+                 KafkaError._SSL: "failed the TLS handshake (check ssl.ca.location and the broker's certificate)",
+                 KafkaError.SASL_AUTHENTICATION_FAILED: "refused the client's SASL login (wrong user name, password "
+                                                        "or mechanism)"}
 
 
 def topic_safe(name: str) -> str:
@@ -45,55 +61,74 @@ class TopicNames:
         return [self.changes, self.schema_history, self.heartbeat]
 
 
-def client_config(bootstrap: str, **settings: object) -> dict[str, object]:
-    """Settings every Kafka client of stream-osc starts from.
+def client_config(kafka: KafkaAddress, **settings: object) -> dict[str, object]:
+    """Settings every Kafka client of stream-osc starts from: the address, the operator's client properties
+    (SASL/TLS), then the client's own settings.
 
     librdkafka's own log is limited to critical messages: while a broker restarts it would print a
     line per reconnect attempt (20 a second); the failures that matter reach the caller as errors.
     """
-    return {"bootstrap.servers": bootstrap, "log_level": 2, **settings}
+    return {"bootstrap.servers": kafka.bootstrap, "log_level": 2, **kafka.settings(), **settings}
 
 
-def consumer_config(bootstrap: str, **settings: object) -> dict[str, object]:
+def consumer_config(kafka: KafkaAddress, **settings: object) -> dict[str, object]:
     """client_config for a consumer, with its prefetch queue capped: librdkafka's default (64 MiB per
     consumer) made a process's memory grow with the change backlog, not with what it works on."""
-    return client_config(bootstrap, **{"queued.max.messages.kbytes": 8192, **settings})
+    return client_config(kafka, **{"queued.max.messages.kbytes": 8192, **settings})
 
 
-def admin(bootstrap: str) -> AdminClient:
-    return AdminClient(client_config(bootstrap, **{"socket.timeout.ms": 10000}))
+def admin(kafka: KafkaAddress, **settings: object) -> AdminClient:
+    return AdminClient(client_config(kafka, **{"socket.timeout.ms": 10000, **settings}))
 
 
-def check_reachable(bootstrap: str, timeout: float = 10.0) -> None:
-    """Raise KafkaUnreachable naming the address when no broker answers."""
-    try:
-        admin(bootstrap).list_topics(timeout=timeout)
-    except KafkaException:
-        raise KafkaUnreachable(f"Kafka at {bootstrap} is unreachable "
-                               f"(no broker answered within {timeout:.0f} s)") from None
+def check_reachable(kafka: KafkaAddress, timeout: float = 10.0) -> None:
+    """Raise KafkaRefused as soon as the broker refuses the login or TLS, KafkaUnreachable when none answers.
+
+    librdkafka reports a refused login only to the error callback, served by poll(); the metadata request
+    itself just times out. So the request is retried in short steps, polling in between.
+    """
+    refusals: list[str] = []
+
+    def note(error: KafkaError) -> None:
+        if error.code() in REFUSAL_CODES:
+            refusals.append(REFUSAL_CODES[error.code()])
+    client = admin(kafka, error_cb=note)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.list_topics(timeout=max(min(1.0, deadline - time.monotonic()), 0.1))
+            return
+        except KafkaException:
+            client.poll(0)
+        if refusals:
+            raise KafkaRefused(f"Kafka at {kafka.bootstrap} {refusals[0]}; the client properties come from "
+                               "STREAM_OSC_KAFKA_PROPERTIES (docs/connectivity.md)")
+        if time.monotonic() >= deadline:
+            raise KafkaUnreachable(f"Kafka at {kafka.bootstrap} is unreachable (no broker answered within "
+                                   f"{timeout:.0f} s)")
 
 
-def existing_topics(bootstrap: str) -> set[str]:
-    return set(admin(bootstrap).list_topics(timeout=10).topics)
+def existing_topics(kafka: KafkaAddress) -> set[str]:
+    return set(admin(kafka).list_topics(timeout=10).topics)
 
 
-def create_change_topic(bootstrap: str, name: str, partitions: int) -> None:
+def create_change_topic(kafka: KafkaAddress, name: str, partitions: int) -> None:
     """Create the compacted change topic (latest event per key) before the connector starts."""
     topic = NewTopic(name, num_partitions=partitions, replication_factor=-1, config={
         "cleanup.policy": "compact",
         "segment.ms": str(10 * 60 * 1000),
         "min.compaction.lag.ms": "0",
     })
-    client = admin(bootstrap)   # must outlive the futures
+    client = admin(kafka)   # must outlive the futures
     client.create_topics([topic], operation_timeout=30)[name].result()
 
 
-def delete_topics(bootstrap: str, names: list[str]) -> None:
+def delete_topics(kafka: KafkaAddress, names: list[str]) -> None:
     """Delete the topics that exist among `names`."""
-    present = [n for n in names if n in existing_topics(bootstrap)]
+    present = [n for n in names if n in existing_topics(kafka)]
     if not present:
         return
-    client = admin(bootstrap)
+    client = admin(kafka)
     for future in client.delete_topics(present, operation_timeout=30).values():
         try:
             future.result()
@@ -101,8 +136,8 @@ def delete_topics(bootstrap: str, names: list[str]) -> None:
             pass
 
 
-def partition_count(bootstrap: str, name: str) -> int:
-    meta = admin(bootstrap).list_topics(topic=name, timeout=10)
+def partition_count(kafka: KafkaAddress, name: str) -> int:
+    meta = admin(kafka).list_topics(topic=name, timeout=10)
     return len(meta.topics[name].partitions)
 
 
@@ -118,9 +153,9 @@ def committed_offsets(consumer: Consumer, topic: str, partitions: int) -> dict[i
     return {tp.partition: max(tp.offset, 0) for tp in tps}
 
 
-def group_lag(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+def group_lag(kafka: KafkaAddress, group: str, topic: str, partitions: int) -> int:
     """Events in the topic the group has not committed yet."""
-    consumer = Consumer(consumer_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
+    consumer = Consumer(consumer_config(kafka, **{"group.id": group, "enable.auto.commit": False}))
     try:
         ends = end_offsets(consumer, topic, partitions)
         done = committed_offsets(consumer, topic, partitions)

@@ -53,7 +53,7 @@ def leftovers(endpoints: Endpoints, db: str, table: str) -> list[str]:
     marker = f"streamosc_{re.sub('[^A-Za-z0-9_]', '_', table)}_"
     found += [f"connector {c}" for c in ConnectClient(endpoints.connect_url).names()
               if c.startswith(marker.replace("_", "-"))]
-    found += [f"topic {t}" for t in existing_topics(endpoints.kafka_bootstrap) if marker in t]
+    found += [f"topic {t}" for t in existing_topics(endpoints.kafka) if marker in t]
     return found
 
 

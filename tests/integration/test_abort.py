@@ -61,7 +61,7 @@ def test_abort_after_a_swap_the_metadata_missed_says_so_and_finishes_the_cleanup
     row = migration_row(conn, DB, "items")
     assert (row.stage, row.status) == (Stage.DONE, Status.DONE)
     assert not ConnectClient(endpoints.connect_url).exists(migration.connector)
-    assert not set(TopicNames(migration.prefix, DB, "items").all()) & set(existing_topics(endpoints.kafka_bootstrap))
+    assert not set(TopicNames(migration.prefix, DB, "items").all()) & set(existing_topics(endpoints.kafka))
     assert leftovers(endpoints, DB, "items") == [f"table {DB}.items_osc_old"]
     query(conn, f"DROP TABLE {DB}.items, {DB}.items_osc_old")
 

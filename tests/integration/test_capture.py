@@ -36,7 +36,7 @@ def test_insert_update_delete_and_pk_change_reach_the_topic(endpoints):
         query(conn, "UPDATE cap.items SET id = 100 WHERE id = 1")
 
         names = TopicNames(migration.prefix, "cap", "items")
-        assert partition_count(endpoints.kafka_bootstrap, names.changes) == 8
+        assert partition_count(endpoints.kafka, names.changes) == 8
         consumer = Consumer({"bootstrap.servers": endpoints.kafka_bootstrap, "group.id": "cap-test",
                              "enable.auto.commit": False})
         consumer.assign([TopicPartition(names.changes, p, 0) for p in range(8)])

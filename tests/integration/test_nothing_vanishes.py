@@ -176,7 +176,7 @@ def test_ddl_on_the_source_before_the_lock_is_caught_inside_the_cutover_lock(end
     migration = StateStore(conn, spec.metadata_schema).active(DB, table)
     ctx = RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
     with pytest.raises(SourceChanged, match=f"table {DB}.{table} was altered.*column extra added"):
-        Cutover(ctx, ServerInfo.read(conn).is_mariadb).attempt(spec.cutover_window_s)
+        Cutover(ctx, ServerInfo.read(conn).is_mariadb).attempt(spec.cutover_window_s, "test:coordinator")
     columns = [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
                                          "AND TABLE_NAME=%s", (DB, table))]
     assert "extra" in columns and "flag" not in columns                       # not swapped

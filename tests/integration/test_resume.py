@@ -203,7 +203,7 @@ def test_failing_connector_is_restarted_then_stops_the_migration(endpoints):
     table = "brokenhist"
     with waiting_migration(endpoints, table, seed=4) as (conn, migration, connect):
         # Without its schema history the task fails at every start: restarts cannot cure it.
-        delete_topics(endpoints.kafka_bootstrap, [TopicNames(migration.prefix, DB, table).schema_history])
+        delete_topics(endpoints.kafka, [TopicNames(migration.prefix, DB, table).schema_history])
         stop_connector(connect, migration.connector)
         connect.resume(migration.connector)
         wait_for(lambda: connect.state(migration.connector).failed, 120, "the connector task to fail")

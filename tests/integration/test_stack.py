@@ -179,7 +179,7 @@ def test_port_in_use_gives_one_clear_line(tmp_path):
 def test_missing_java_says_how_to_install_it(tmp_path):
     bin_dir = tmp_path / "bin"  # everything the stack needs except java
     bin_dir.mkdir()
-    for tool in ("mariadbd", "mariadb-install-db", "redis-server"):
+    for tool in ("mariadbd", "mariadb-install-db", "redis-server", "openssl"):
         (bin_dir / tool).symlink_to(shutil.which(tool))
     env = side_env(tmp_path / "run", PATH=str(bin_dir))
     env.pop("JAVA_HOME", None)

@@ -2,7 +2,7 @@
 import pytest
 
 from connectors.config import connector_config
-from core.endpoints import ConfigError, Endpoints, parse_mysql_dsn
+from core.endpoints import ConfigError, Endpoints, KafkaAddress, parse_mysql_dsn
 from core.spec import MigrationSpec
 from streams.topics import TopicNames
 
@@ -56,7 +56,7 @@ def test_endpoints_from_config_file_then_env(tmp_path):
 def test_connector_config_captures_exactly_the_table_and_routes_it_with_the_fence():
     names = TopicNames("streamosc_t_ab", "shop", "orders")
     config = connector_config("mariadb", parse_mysql_dsn("mysql://u:pw@h:3306/"), "${file:/s/c.properties:p}",
-                              "k:9092", names, ("stream_osc", "fence_4"))
+                              KafkaAddress("k:9092"), names, ("stream_osc", "fence_4"))
     assert config["connector.class"] == "io.debezium.connector.mariadb.MariaDbConnector"
     assert config["snapshot.mode"] == "no_data" and config["snapshot.locking.mode"] == "none"
     assert config["table.include.list"] == r"(?-i)shop\.orders,(?-i)stream_osc\.fence_4"
@@ -64,6 +64,6 @@ def test_connector_config_captures_exactly_the_table_and_routes_it_with_the_fenc
     assert config["transforms.route.topic.replacement"] == "streamosc_t_ab.shop.orders"
     assert config["database.password"] == "${file:/s/c.properties:p}"
     assert "pw" not in config.values()
-    assert connector_config("mysql", parse_mysql_dsn("mysql://u:pw@h/"), "${env:P}", "k", names,
+    assert connector_config("mysql", parse_mysql_dsn("mysql://u:pw@h/"), "${env:P}", KafkaAddress("k"), names,
                             ("m", "f"))["connector.class"] \
         == "io.debezium.connector.mysql.MySqlConnector"
