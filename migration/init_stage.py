@@ -28,7 +28,7 @@ from core.logs import log_event
 from core.spec import MigrationSpec
 from core.state import COPY_UNTIL_OPTION, DEFINITION_OPTION, Migration, Stage, StateStore, table_definition
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
-from streams.topics import TopicNames, create_change_topic
+from streams.topics import TopicNames, commit_start_offsets, create_change_topic
 
 log = logging.getLogger("stream_osc.init")
 
@@ -97,7 +97,8 @@ def wait_for_recorded_position(connect: ConnectClient, name: str, timeout: float
 
 def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
                   info: ServerInfo, migration: Migration) -> None:
-    """Topic, connector, and proof that capture runs (a fence seen in every partition) before any copy."""
+    """Topic, connector, and proof that capture runs (a fence seen in every partition) before any copy; then the
+    applier group's start offsets committed, so that lag tools see its backlog from the start."""
     names = TopicNames(migration.prefix, spec.database, spec.table)
     create_change_topic(endpoints.kafka_bootstrap, names.changes, spec.partitions)
     connect = ConnectClient(endpoints.connect_url)
@@ -132,6 +133,7 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
     finally:
         consumer.close()
     wait_for_recorded_position(connect, migration.connector, START_TIMEOUT_S)
+    commit_start_offsets(endpoints.kafka_bootstrap, migration.group_id, names.changes, spec.partitions)
 
 
 def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,

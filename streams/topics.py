@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -127,3 +127,22 @@ def group_lag(bootstrap: str, group: str, topic: str, partitions: int) -> int:
         return sum(max(ends[p] - done.get(p, 0), 0) for p in ends)
     finally:
         consumer.close()
+
+
+def commit_start_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> None:
+    """Commit, for the (empty) applier group, the topic's first offset in every partition, consuming nothing.
+
+    The appliers would start there anyway (auto.offset.reset=earliest); committed, the group exists for
+    lag tools from the moment capture starts, its lag the backlog the appliers will start from.
+    """
+    consumer = Consumer(consumer_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
+    try:
+        starts = [TopicPartition(topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10,
+                                                                          cached=False)[0])
+                  for p in range(partitions)]
+    finally:
+        consumer.close()
+    client = admin(bootstrap)   # must outlive the futures
+    request = ConsumerGroupTopicPartitions(group, starts)
+    for future in client.alter_consumer_group_offsets([request], request_timeout=30).values():
+        future.result()
