@@ -51,9 +51,6 @@ class CaptureLagClock:
             self.unseen.popleft()
         self.last_delay = max(now - stamp, 0.0)
 
-    def caught_up_with(self, stamp: float) -> bool:
-        return not self.unseen or self.unseen[0] > stamp
-
     def lag(self, now: float) -> float | None:
         """Seconds capture is behind: the oldest unseen stamp's age, else the last stamp's delay (None: none yet)."""
         if self.unseen and (self.last_delay is None or now - self.unseen[0] > self.last_delay):
@@ -128,20 +125,22 @@ class LagWatch:
 
     def _probe(self, clock: CaptureLagClock, reader: CaptureReader, conn: pymysql.connections.Connection,
                heartbeat: float | None) -> float | None:
-        """Stamp the probe row and wait up to a probe interval for it in the change topic; returns the newest
-        heartbeat send time known."""
+        """Stamp the probe row and read the change topic for a probe interval; returns the newest heartbeat
+        send time known.
+
+        The reading goes on after the stamp is seen: a consumer left unpolled for most of a second was
+        measured to deliver the next record up to a second late (librdkafka), which would read as lag.
+        """
         stamp = time.time()
         write_probe(conn, self.schema, self.migration.fence_table, stamp)
         clock.written(stamp)
         deadline = time.monotonic() + PROBE_EVERY_S
-        while not self._stop.is_set():
-            seen, sent = reader.read(timeout=min(max(deadline - time.monotonic(), 0.0), 0.1))
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            seen, sent = reader.read(timeout=min(max(deadline - time.monotonic(), 0.0), 0.05))
             if seen is not None:
                 clock.seen(seen, time.time())
             if sent is not None:
                 heartbeat = max(heartbeat or sent, sent)
-            if clock.caught_up_with(stamp) or time.monotonic() >= deadline:
-                break
         return heartbeat
 
     def _publish(self, notes: redis.Redis, lag_s: float | None, heartbeat_age_s: float | None) -> None:
