@@ -19,10 +19,10 @@ import redis
 from confluent_kafka import KafkaException
 
 from core import redis_keys
-from core.db import DatabaseUnreachable, connect, query
+from core.db import DatabaseUnreachable, connect, qualified, query
 from core.endpoints import Endpoints
 from core.logs import log_event
-from core.state import Migration
+from core.state import Migration, Status
 from monitor.metrics import LOG_EVERY_S, MigrationMetrics
 from streams.capture_probe import CaptureReader, write_probe
 from streams.topics import TopicNames, group_lag
@@ -99,7 +99,10 @@ class LagWatch:
                         conn = connect(self.endpoints.mysql)
                         query(conn, f"SET SESSION lock_wait_timeout={PROBE_LOCK_WAIT_S}, "
                                     f"SESSION innodb_lock_wait_timeout={PROBE_LOCK_WAIT_S}")
-                    heartbeat = self._probe(clock, reader, conn, heartbeat)
+                    paused = self._paused(conn)
+                    if paused:
+                        clock = CaptureLagClock()   # nothing stamped while paused: measured afresh after it
+                    heartbeat = self._probe(clock, reader, conn, heartbeat, stamp=not paused)
                     if started - backlog_at >= BACKLOG_EVERY_S:
                         backlog_at = started
                         self.metrics.apply_backlog(group_lag(self.endpoints.kafka_bootstrap, self.migration.group_id,
@@ -123,17 +126,24 @@ class LagWatch:
             if reader is not None:
                 reader.close()
 
+    def _paused(self, conn: pymysql.connections.Connection) -> bool:
+        """A paused migration writes nothing: its appliers hold, and each stamp would add to their lag."""
+        rows = query(conn, f"SELECT status FROM {qualified(self.schema, 'migrations')} WHERE id=%s",
+                     (self.migration.id,))
+        return bool(rows) and rows[0][0] == Status.PAUSED
+
     def _probe(self, clock: CaptureLagClock, reader: CaptureReader, conn: pymysql.connections.Connection,
-               heartbeat: float | None) -> float | None:
-        """Stamp the probe row and read the change topic for a probe interval; returns the newest heartbeat
-        send time known.
+               heartbeat: float | None, stamp: bool) -> float | None:
+        """Stamp the probe row (if `stamp`) and read the change topic for a probe interval; returns the newest
+        heartbeat send time known.
 
         The reading goes on after the stamp is seen: a consumer left unpolled for most of a second was
         measured to deliver the next record up to a second late (librdkafka), which would read as lag.
         """
-        stamp = time.time()
-        write_probe(conn, self.schema, self.migration.fence_table, stamp)
-        clock.written(stamp)
+        if stamp:
+            written = time.time()
+            write_probe(conn, self.schema, self.migration.fence_table, written)
+            clock.written(written)
         deadline = time.monotonic() + PROBE_EVERY_S
         while not self._stop.is_set() and time.monotonic() < deadline:
             seen, sent = reader.read(timeout=min(max(deadline - time.monotonic(), 0.0), 0.05))

@@ -17,7 +17,7 @@ import json
 import pymysql
 from confluent_kafka import Consumer, TopicPartition
 
-from core.db import qualified, query
+from core.db import qualified, quote_ident
 from core.state import FENCE_KEY_COLUMN
 from streams.events import encode_key, fence_token
 from streams.murmur2 import partition_for
@@ -49,9 +49,13 @@ def probe_stamp(token: str | None) -> float | None:
 
 
 def write_probe(conn: pymysql.connections.Connection, schema: str, fence_table: str, written_at: float) -> None:
-    """Stamp the probe row (made on first use) with `written_at`, in one autocommitted statement."""
-    query(conn, f"INSERT INTO {qualified(schema, fence_table)} VALUES (%s, %s) ON DUPLICATE KEY UPDATE "
-                "token=VALUES(token)", (PROBE_ID, probe_token(written_at)))
+    """Stamp the probe row with `written_at` (an autocommitted UPDATE, as the coordinator's lease; the row is
+    inserted on first use only, so that a paused migration inserts nothing)."""
+    table = qualified(schema, fence_table)
+    with conn.cursor() as cur:
+        if cur.execute(f"UPDATE {table} SET token=%s WHERE {quote_ident(FENCE_KEY_COLUMN)}=%s",
+                       (probe_token(written_at), PROBE_ID)) == 0:
+            cur.execute(f"INSERT IGNORE INTO {table} VALUES (%s, %s)", (PROBE_ID, probe_token(written_at)))
 
 
 def heartbeat_sent_at(value: bytes | None) -> float | None:
