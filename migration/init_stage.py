@@ -28,7 +28,7 @@ from core.logs import log_event
 from core.spec import MigrationSpec
 from core.state import COPY_UNTIL_OPTION, DEFINITION_OPTION, Migration, Stage, StateStore, table_definition
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
-from streams.topics import TopicNames, commit_start_offsets, create_change_topic
+from streams.topics import TopicNames, commit_start_offsets, create_capture_heartbeat_topic, create_change_topic
 
 log = logging.getLogger("stream_osc.init")
 
@@ -97,18 +97,21 @@ def wait_for_recorded_position(connect: ConnectClient, name: str, timeout: float
 
 def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
                   info: ServerInfo, migration: Migration) -> None:
-    """Topic, connector, and proof that capture runs (a fence seen in every partition) before any copy; then the
-    applier group's start offsets committed, so that lag tools see its backlog from the start."""
+    """Topics, capture heartbeat table, connector, and proof that capture runs (a fence seen in every partition)
+    before any copy; then the applier group's start offsets committed, so that lag tools see its backlog from the
+    start."""
     names = TopicNames(migration.prefix, spec.database, spec.table)
-    create_change_topic(endpoints.kafka_bootstrap, names.changes, spec.partitions)
-    connect = ConnectClient(endpoints.connect_url)
-    fence_table = (spec.metadata_schema, migration.fence_table)
-    write_connector_secret(endpoints, migration.connector)
-    connect.create(migration.connector, connector_config(info.flavor, endpoints.mysql,
-                                                         password_reference(endpoints, migration.connector),
-                                                         endpoints.kafka_bootstrap, names, fence_table))
-    connect.wait_running(migration.connector, timeout=START_TIMEOUT_S)
     store = StateStore(conn, spec.metadata_schema)
+    store.create_capture_heartbeat_table(migration.id)
+    create_change_topic(endpoints.kafka_bootstrap, names.changes, spec.partitions)
+    create_capture_heartbeat_topic(endpoints.kafka_bootstrap, names.capture_heartbeat)
+    connect = ConnectClient(endpoints.connect_url)
+    write_connector_secret(endpoints, migration.connector)
+    captured = (spec.metadata_schema, migration.fence_table), (spec.metadata_schema, migration.capture_heartbeat_table)
+    connect.create(migration.connector, connector_config(
+        info.flavor, endpoints.mysql, password_reference(endpoints, migration.connector), endpoints.kafka_bootstrap,
+        names, *captured))
+    connect.wait_running(migration.connector, timeout=START_TIMEOUT_S)
     consumer = fence_consumer(endpoints.kafka_bootstrap, migration.group_id)
     reader = FenceReader(consumer, names.changes, spec.partitions)
     stamped: list[str] = []

@@ -1,10 +1,12 @@
 """Lag through every stage: capture lag from capture heartbeats, the applier group's backlog, a `lag` log line.
 
 The coordinator runs one `LagWatch` from the end of init to the end of cutover. Each second it
-stamps the probe row (streams/capture_probe.py) and waits for the stamp in the change topic. Capture
-lag is then the age of the oldest stamp not yet seen there (it grows by a second per second while
-the connector is stopped, paused or stuck, and by how far it is behind the binlog), or, when every
-stamp was seen, how long the last one took: near zero for a healthy connector, however idle the table.
+stamps the capture heartbeat row (streams/capture_heartbeat.py) and waits for the stamp in the
+capture heartbeat topic. Capture lag is then the age of the oldest stamp not yet seen there (it
+grows by a second per second while the connector is stopped, paused or stuck, and by how far it is
+behind the binlog), or, when every stamp was seen, how long the last one took: near zero for a
+healthy connector, however idle the table. The stamps never enter the change topic: the appliers'
+lag counts only the application's changes and fences.
 """
 from __future__ import annotations
 
@@ -24,15 +26,14 @@ from core.endpoints import Endpoints
 from core.logs import log_event
 from core.state import Migration, Status
 from monitor.metrics import LOG_EVERY_S, MigrationMetrics
-from streams.capture_probe import CaptureReader, write_probe
+from streams.capture_heartbeat import CaptureReader, write_stamp
 from streams.topics import TopicNames, group_lag
 
 log = logging.getLogger("stream_osc.lag")
 
-PROBE_EVERY_S = 1.0
+STAMP_EVERY_S = 1.0
 BACKLOG_EVERY_S = 5.0      # the applier group's lag is read from Kafka this often
 NOTE_TTL_S = 10            # the figures `status` shows expire unless renewed
-PROBE_LOCK_WAIT_S = 2      # the probe row waits this long at most while a cutover holds the fence table
 
 
 class CaptureLagClock:
@@ -46,7 +47,7 @@ class CaptureLagClock:
         self.unseen.append(stamp)
 
     def seen(self, stamp: float, now: float) -> None:
-        """The change topic holds `stamp` (and so every earlier stamp: one row, one partition, in order)."""
+        """The capture heartbeat topic holds `stamp` (and so every earlier stamp: one row, one partition, in order)."""
         while self.unseen and self.unseen[0] <= stamp:
             self.unseen.popleft()
         self.last_delay = max(now - stamp, 0.0)
@@ -93,16 +94,14 @@ class LagWatch:
                 started = time.monotonic()
                 try:
                     if reader is None:
-                        reader = CaptureReader(self.endpoints.kafka_bootstrap, self.names.changes,
-                                               self.names.heartbeat, self.partitions)
+                        reader = CaptureReader(self.endpoints.kafka_bootstrap, self.names.capture_heartbeat,
+                                               self.names.heartbeat)
                     if conn is None:
                         conn = connect(self.endpoints.mysql)
-                        query(conn, f"SET SESSION lock_wait_timeout={PROBE_LOCK_WAIT_S}, "
-                                    f"SESSION innodb_lock_wait_timeout={PROBE_LOCK_WAIT_S}")
                     paused = self._paused(conn)
                     if paused:
                         clock = CaptureLagClock()   # nothing stamped while paused: measured afresh after it
-                    heartbeat = self._probe(clock, reader, conn, heartbeat, stamp=not paused)
+                    heartbeat = self._follow(clock, reader, conn, heartbeat, stamp=not paused)
                     if started - backlog_at >= BACKLOG_EVERY_S:
                         backlog_at = started
                         self.metrics.apply_backlog(group_lag(self.endpoints.kafka_bootstrap, self.migration.group_id,
@@ -120,31 +119,31 @@ class LagWatch:
                 if started - logged_at >= self.log_every_s:
                     logged_at = started
                     self.metrics.log_lag()
-                self._stop.wait(max(PROBE_EVERY_S - (time.monotonic() - started), 0.0))
+                self._stop.wait(max(STAMP_EVERY_S - (time.monotonic() - started), 0.0))
         finally:
             _closed(conn)
             if reader is not None:
                 reader.close()
 
     def _paused(self, conn: pymysql.connections.Connection) -> bool:
-        """A paused migration writes nothing: its appliers hold, and each stamp would add to their lag."""
+        """A paused migration writes nothing to the database, capture heartbeats included."""
         rows = query(conn, f"SELECT status FROM {qualified(self.schema, 'migrations')} WHERE id=%s",
                      (self.migration.id,))
         return bool(rows) and rows[0][0] == Status.PAUSED
 
-    def _probe(self, clock: CaptureLagClock, reader: CaptureReader, conn: pymysql.connections.Connection,
-               heartbeat: float | None, stamp: bool) -> float | None:
-        """Stamp the probe row (if `stamp`) and read the change topic for a probe interval; returns the newest
-        heartbeat send time known.
+    def _follow(self, clock: CaptureLagClock, reader: CaptureReader, conn: pymysql.connections.Connection,
+                heartbeat: float | None, stamp: bool) -> float | None:
+        """Stamp the capture heartbeat row (if `stamp`) and read its topic for a stamp interval; returns the newest
+        Debezium heartbeat send time known.
 
         The reading goes on after the stamp is seen: a consumer left unpolled for most of a second was
         measured to deliver the next record up to a second late (librdkafka), which would read as lag.
         """
         if stamp:
             written = time.time()
-            write_probe(conn, self.schema, self.migration.fence_table, written)
+            write_stamp(conn, self.schema, self.migration.capture_heartbeat_table, written)
             clock.written(written)
-        deadline = time.monotonic() + PROBE_EVERY_S
+        deadline = time.monotonic() + STAMP_EVERY_S
         while not self._stop.is_set() and time.monotonic() < deadline:
             seen, sent = reader.read(timeout=min(max(deadline - time.monotonic(), 0.0), 0.05))
             if seen is not None:

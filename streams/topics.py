@@ -1,4 +1,5 @@
-"""The change topic: names, creation with N partitions and compaction, deletion, offsets."""
+"""The change topic: names, creation with N partitions and compaction, deletion, offsets; the capture heartbeat
+topic."""
 from __future__ import annotations
 
 import re
@@ -34,6 +35,11 @@ class TopicNames:
         return f"{self.prefix}.{topic_safe(self.database)}.{topic_safe(self.table)}"
 
     @property
+    def capture_heartbeat(self) -> str:
+        """The capture heartbeat row's changes (monitor/capture_lag.py), kept out of the change topic."""
+        return f"{self.prefix}.capture-heartbeat"
+
+    @property
     def schema_history(self) -> str:
         return f"{self.prefix}.schema-history"
 
@@ -42,7 +48,7 @@ class TopicNames:
         return f"__debezium-heartbeat.{self.prefix}"
 
     def all(self) -> list[str]:
-        return [self.changes, self.schema_history, self.heartbeat]
+        return [self.changes, self.capture_heartbeat, self.schema_history, self.heartbeat]
 
 
 def client_config(bootstrap: str, **settings: object) -> dict[str, object]:
@@ -84,6 +90,14 @@ def create_change_topic(bootstrap: str, name: str, partitions: int) -> None:
         "segment.ms": str(10 * 60 * 1000),
         "min.compaction.lag.ms": "0",
     })
+    client = admin(bootstrap)   # must outlive the futures
+    client.create_topics([topic], operation_timeout=30)[name].result()
+
+
+def create_capture_heartbeat_topic(bootstrap: str, name: str) -> None:
+    """Create the capture heartbeat topic before the connector starts: one partition (its stamps in the order
+    written), kept an hour (its reader only follows new stamps)."""
+    topic = NewTopic(name, num_partitions=1, replication_factor=-1, config={"retention.ms": str(60 * 60 * 1000)})
     client = admin(bootstrap)   # must outlive the futures
     client.create_topics([topic], operation_timeout=30)[name].result()
 

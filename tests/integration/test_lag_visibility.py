@@ -1,6 +1,7 @@
 """Lag a platform team can watch during the longest stage, the copy: the applier group exists for Kafka lag
-tools with a backlog that grows with the application's writes, and capture lag is small while the connector
-is healthy and grows while it is paused and writes go on, then falls once it catches up."""
+tools with a backlog that grows with the application's writes (and only with them: capture heartbeats have
+their own topic), and capture lag is small while the connector is healthy and grows while it is paused and
+writes go on, then falls once it catches up."""
 from __future__ import annotations
 
 import re
@@ -36,6 +37,16 @@ def group_backlog(bootstrap: str, group: str, topic: str) -> dict[int, int] | No
     try:
         return {tp.partition: reader.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)[1]
                 - tp.offset for tp in committed}
+    finally:
+        reader.close()
+
+
+def topic_ends(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    """The high watermark of every partition of `topic`."""
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": "lag-visibility.ends"})
+    try:
+        return [reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                for p in range(partitions)]
     finally:
         reader.close()
 
@@ -94,6 +105,21 @@ def test_group_backlog_and_capture_lag_are_visible_and_honest_during_the_copy(en
         finally:
             connector_call(endpoints.connect_url, migration.connector, "resume")
         wait_for(lambda: (capture_lag() or 99) < 2.0, 60, "capture lag to fall once the connector resumed")
+
+        # writes stopped: capture heartbeats go on in their own topic and add nothing to the applier group's lag
+        traffic.stop()
+        def stamps_after(count: int) -> None:
+            """Wait for `count` more capture heartbeats in their topic (each stamped after the wait began)."""
+            target = topic_ends(endpoints.kafka_bootstrap, names.capture_heartbeat, 1)[0] + count
+            wait_for(lambda: topic_ends(endpoints.kafka_bootstrap, names.capture_heartbeat, 1)[0] >= target, 30,
+                     f"{count} capture heartbeats")
+
+        stamps_after(2)   # capture has read past the last write
+        changes = topic_ends(endpoints.kafka_bootstrap, names.changes, PARTITIONS)
+        backlog = group_backlog(endpoints.kafka_bootstrap, migration.group_id, names.changes)
+        stamps_after(3)
+        assert topic_ends(endpoints.kafka_bootstrap, names.changes, PARTITIONS) == changes
+        assert group_backlog(endpoints.kafka_bootstrap, migration.group_id, names.changes) == backlog
     finally:
         traffic.stop()
         cli("abort", "--table", qualified)

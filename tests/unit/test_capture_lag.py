@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from monitor.capture_lag import CaptureLagClock
-from streams.capture_probe import PROBE_KEY, heartbeat_sent_at, probe_partition, probe_stamp, probe_token
-from streams.events import decode_key
-from streams.fence import fence_ids_for
+from streams.capture_heartbeat import heartbeat_sent_at, stamp_of
 
 
 def test_no_figure_before_any_heartbeat_was_seen():
@@ -44,15 +42,11 @@ def test_a_connector_behind_the_binlog_shows_how_far_behind():
     assert clock.lag(29.0) == 5.0
 
 
-def test_probe_key_is_a_fence_key_no_fence_uses():
-    assert decode_key(PROBE_KEY, None).is_fence
-    for partitions in (1, 2, 8, 24):
-        assert decode_key(PROBE_KEY, None).fence_id not in fence_ids_for(partitions)
-        assert 0 <= probe_partition(partitions) < partitions
-
-
-def test_probe_tokens_and_heartbeat_values_read_back():
-    assert probe_stamp(probe_token(1795452509.368)) == 1795452509.368
-    assert probe_stamp("init-0123456789ab") is None and probe_stamp(None) is None
+def test_stamps_and_heartbeat_values_read_back():
+    event = b'{"before":{"id":1,"stamped_us":0},"after":{"id":1,"stamped_us":1795452509368250},"op":"u"}'
+    assert stamp_of(event) == 1795452509.36825
+    assert stamp_of(b'{"before":null,"after":{"id":1,"stamped_us":0},"op":"c"}') is None   # inserted, not stamped
+    assert stamp_of(b'{"before":{"id":1},"after":null,"op":"d"}') is None
+    assert stamp_of(b"not json") is None and stamp_of(None) is None
     assert heartbeat_sent_at(b'{"ts_ms":1795452509368}') == 1795452509.368
     assert heartbeat_sent_at(b"not json") is None and heartbeat_sent_at(None) is None
