@@ -1,4 +1,5 @@
-"""Durable migration state in the metadata schema: the migration row, its chunks, its fence table."""
+"""Durable migration state in the metadata schema: the migration row, its chunks, its fence and capture heartbeat
+tables."""
 from __future__ import annotations
 
 import functools
