@@ -27,7 +27,7 @@ from monitor.progress import copy_fraction
 from streams.topics import TopicNames, group_lag
 
 SCHEMA_VERSION = 1
-LAG_STAGES = (Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER)   # the applier group's lag is meaningful from apply on
+LAG_STAGES = (Stage.COPY, Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER)   # the applier group has offsets from init on
 STOPPED_STATUSES = (Status.RUNNING, Status.PAUSED)          # without a live coordinator: stopped
 
 
@@ -103,6 +103,7 @@ def status_document(migration: Migration, times: Times, copy: tuple[int, int, in
         "settings": settings_of(migration),
         "connector_state": None, "connector_error": None,
         "apply_lag_events": None, "apply_lag_error": None,
+        "capture_lag_s": None, "capture_heartbeat_age_s": None, "capture_lag_error": None,
         "throttled": None, "throttle_reason": None, "throttle_error": None,
         "blockers": None, "blockers_error": None,
         "cutover_window": None,
@@ -138,11 +139,25 @@ def live_figures(endpoints: Endpoints, migration: Migration) -> dict[str, Any]:
         figures["throttle_reason"] = note.decode() if note else None
         blockers = client.get(redis_keys.blockers_note(migration.id))
         figures["blockers"] = json.loads(blockers) if blockers else []
+        figures.update(capture_figures(client.get(redis_keys.capture_note(migration.id)), migration.stage))
     except redis.RedisError as exc:
-        figures["throttle_error"] = figures["blockers_error"] = f"Redis: {type(exc).__name__}"
+        figures["throttle_error"] = figures["blockers_error"] = figures["capture_lag_error"] = \
+            f"Redis: {type(exc).__name__}"
     if migration.options.get("cutover_window_schedule"):
         figures["cutover_window"] = window_line(migration)
     return figures
+
+
+def capture_figures(note: bytes | None, stage: Stage) -> dict[str, Any]:
+    """Capture lag and heartbeat age as the coordinator last measured them (monitor/capture_lag.py)."""
+    if stage not in LAG_STAGES:
+        return {}
+    if note is None:
+        return {"capture_lag_error": "not measured now: no coordinator is running the migration"}
+    figures = json.loads(note)
+    return {"capture_lag_s": figures["capture_lag_s"], "capture_heartbeat_age_s": figures["heartbeat_age_s"],
+            "capture_lag_error": None if figures["capture_lag_s"] is not None else
+            "not measured now: the coordinator cannot reach Kafka or the database"}
 
 
 def window_line(migration: Migration) -> str:
@@ -191,6 +206,9 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
         ("copy", f"{copy['rows']:,} rows, chunks {copy['chunks_done']}/{copy['chunks']} "
                  f"({copy['progress'] * 100:.1f}%{rate}{eta})"),
         ("apply lag (events)", _known(doc["apply_lag_events"], doc["apply_lag_error"])),
+        ("capture lag", _known(None if doc["capture_lag_s"] is None else f"{doc['capture_lag_s']:.2f} s" + (
+            f" (connector heartbeat {doc['capture_heartbeat_age_s']:.1f} s ago)"
+            if doc["capture_heartbeat_age_s"] is not None else ""), doc["capture_lag_error"])),
         ("throttled", _known(None if doc["throttled"] is None else
                              f"yes: {doc['throttle_reason']}" if doc["throttled"] else "no",
                              doc["throttle_error"])),

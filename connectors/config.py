@@ -1,4 +1,4 @@
-"""Debezium connector configuration for capturing one table (plus its fence table)."""
+"""Debezium connector configuration for capturing one table (plus its fence and capture heartbeat tables)."""
 from __future__ import annotations
 
 import re
@@ -77,6 +77,13 @@ def table_pattern(database: str, table: str) -> str:
     return f"(?-i){java_literal(database)}\\.{java_literal(table)}"
 
 
+def data_topic(prefix: str, database: str, table: str) -> str:
+    """The topic Debezium names for a table's changes: `<prefix>.<db>.<table>`, every character outside Kafka's
+    alphabet [a-zA-Z0-9._-] as `_` (its default topic naming strategy; names are within the BMP, one Java char
+    each, and ours stay under its 249-character cut)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{prefix}.{database}.{table}")
+
+
 # The DSN's ssl-mode as each connector names it (Debezium's MariaDB connector uses MariaDB Connector/J's names).
 SSL_MODES = {
     "mariadb": {"disabled": "disable", "preferred": "disable", "required": "trust", "verify-ca": "verify-ca",
@@ -109,9 +116,10 @@ def database_settings(flavor: str, mysql: MySQLAddress, access: DatabaseAccess |
 
 
 def connector_config(flavor: str, mysql: MySQLAddress, password_reference: str, kafka: KafkaAddress,
-                     names: TopicNames, fence_table: tuple[str, str], kafka_jaas_reference: str = "",
-                     access: DatabaseAccess | None = None) -> dict[str, str]:
-    """Full connector config: capture `db.table` and the fence table, route both into the change topic.
+                     names: TopicNames, fence_table: tuple[str, str], capture_heartbeat_table: tuple[str, str],
+                     kafka_jaas_reference: str = "", access: DatabaseAccess | None = None) -> dict[str, str]:
+    """Full connector config: capture `db.table`, the fence table and the capture heartbeat table; route the
+    first two into the change topic and the third into its own topic.
 
     `access` is the database as the workers reach it (default: the DSN's host and port).
     The password and the Kafka login are config provider references (connectors/secrets.py), resolved by
@@ -126,18 +134,30 @@ def connector_config(flavor: str, mysql: MySQLAddress, password_reference: str, 
         "database.password": password_reference,
         "database.server.id": server_id_for(names.prefix),
         "topic.prefix": names.prefix,
-        "table.include.list": f"{table_pattern(names.database, names.table)},{table_pattern(*fence_table)}",
+        "table.include.list": ",".join(table_pattern(*t) for t in ((names.database, names.table), fence_table,
+                                                                     capture_heartbeat_table)),
         "schema.history.internal.kafka.bootstrap.servers": kafka.bootstrap,
         "schema.history.internal.kafka.topic": names.schema_history,
         # The table's changes and the fence rows go into one change topic, keys unchanged. The fences are
         # keyed so that each partition gets one: seeing a partition's fence proves every earlier change of
-        # that partition is there. Routing every data topic of the prefix (heartbeats have their own
-        # prefix) also spares knowing how Debezium rewrites a name that is not a valid topic name.
-        "transforms": "route",
+        # that partition is there. Routing every data topic of the prefix (Debezium's heartbeats have their
+        # own prefix) spares knowing how Debezium rewrites the source's name when it is not a valid topic name.
+        # The capture heartbeat table's topic is renamed first, exactly (a miss would send its stamps to the
+        # change topic, never a source change elsewhere), and that name is kept out of the change topic: its
+        # stamps must never count as the appliers' lag.
+        "transforms": "heartbeat,route",
+        "transforms.heartbeat.type": "org.apache.kafka.connect.transforms.RegexRouter",
+        "transforms.heartbeat.regex": java_literal(data_topic(names.prefix, *capture_heartbeat_table)),
+        "transforms.heartbeat.replacement": names.capture_heartbeat,
         "transforms.route.type": "io.debezium.transforms.ByLogicalTableRouter",
         "transforms.route.topic.regex": re.escape(f"{names.prefix}.") + ".*",
         "transforms.route.topic.replacement": names.changes,
         "transforms.route.key.enforce.uniqueness": "false",
+        "transforms.route.predicate": "capture_heartbeat",
+        "transforms.route.negate": "true",
+        "predicates": "capture_heartbeat",
+        "predicates.capture_heartbeat.type": "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
+        "predicates.capture_heartbeat.pattern": java_literal(names.capture_heartbeat),
     })
     config.update(connector_client_settings(kafka.settings(), kafka_jaas_reference))
     return config

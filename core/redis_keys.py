@@ -44,6 +44,11 @@ def blockers_note(migration_id: int) -> str:
     return f"{_base(migration_id)}:blockers"
 
 
+def capture_note(migration_id: int) -> str:
+    """The coordinator's capture lag and connector heartbeat age (JSON), for `status`; expires unless renewed."""
+    return f"{_base(migration_id)}:capture"
+
+
 def clear_migration(client: redis.Redis, migration_id: int) -> int:
     """Delete every key of the migration (all of them live under its prefix); returns how many."""
     keys = list(client.scan_iter(f"{_base(migration_id)}:*"))

@@ -1,4 +1,5 @@
-"""Durable migration state in the metadata schema: the migration row, its chunks, its fence table."""
+"""Durable migration state in the metadata schema: the migration row, its chunks, its fence and capture heartbeat
+tables."""
 from __future__ import annotations
 
 import functools
@@ -58,6 +59,12 @@ class Chunk:
 
 
 FENCE_KEY_COLUMN = "__stream_osc_fence"   # the fence table's key column; its change keys carry it
+CAPTURE_HEARTBEAT_PREFIX = "capture_heartbeat_"   # + migration id: the table of its capture heartbeat row
+
+
+def capture_heartbeat_table(migration_id: int) -> str:
+    """The table of a migration's capture heartbeat row, in the metadata schema (monitor/capture_lag.py)."""
+    return f"{CAPTURE_HEARTBEAT_PREFIX}{migration_id}"
 
 
 @dataclass
@@ -85,6 +92,10 @@ class Migration:
     @property
     def fence_table(self) -> str:
         return f"fence_{self.id}"
+
+    @property
+    def capture_heartbeat_table(self) -> str:
+        return capture_heartbeat_table(self.id)
 
     @property
     def group_id(self) -> str:
@@ -287,9 +298,15 @@ class StateStore:
         query(self.conn, f"DELETE FROM {self.t('migrations')} WHERE id=%s", (migration_id,))
 
     def delete_work(self, migration_id: int) -> None:
-        """Remove the chunk plan and fence table of a migration, keeping its row as history."""
+        """Remove the chunk plan, fence table and capture heartbeat table of a migration, keeping its row as
+        history."""
         query(self.conn, f"DELETE FROM {self.t('chunks')} WHERE migration_id=%s", (migration_id,))
-        query(self.conn, f"DROP TABLE IF EXISTS {self.t(f'fence_{migration_id}')}")
+        self.drop_capture_tables(migration_id)
+
+    def drop_capture_tables(self, migration_id: int) -> None:
+        """Drop the tables the migration's connector captures besides the source: fence and capture heartbeat."""
+        query(self.conn, f"DROP TABLE IF EXISTS {self.t(f'fence_{migration_id}')}, "
+                         f"{self.t(capture_heartbeat_table(migration_id))}")
 
     # chunks -------------------------------------------------------------------------------------
     def add_chunks(self, migration_id: int, ranges: list[tuple[Key | None, Key | None]]) -> None:
@@ -329,6 +346,15 @@ class StateStore:
                          "PRIMARY KEY, token VARCHAR(64) NOT NULL) ENGINE=InnoDB")
         with self.conn.cursor() as cur:
             cur.executemany(f"INSERT IGNORE INTO {table} VALUES (%s, '')", [(i,) for i in fence_ids])
+
+    def create_capture_heartbeat_table(self, migration_id: int) -> None:
+        """The table of the capture heartbeat row, captured into its own topic (never the change topic, so
+        that its stamps never count as the appliers' lag). The row is inserted here, before capture starts:
+        a running migration only updates it."""
+        table = self.t(capture_heartbeat_table(migration_id))
+        query(self.conn, f"CREATE TABLE IF NOT EXISTS {table} (id TINYINT NOT NULL PRIMARY KEY, "
+                         "stamped_us BIGINT NOT NULL) ENGINE=InnoDB")
+        query(self.conn, f"INSERT IGNORE INTO {table} VALUES (1, 0)")
 
     def fence_ids(self, migration_id: int) -> list[int]:
         return [r[0] for r in query(self.conn, f"SELECT {quote_ident(FENCE_KEY_COLUMN)} FROM "

@@ -30,7 +30,7 @@ from core.logs import log_event
 from core.spec import MigrationSpec
 from core.state import COPY_UNTIL_OPTION, DEFINITION_OPTION, Migration, Stage, StateStore, table_definition
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
-from streams.topics import TopicNames, create_change_topic
+from streams.topics import TopicNames, commit_start_offsets, create_capture_heartbeat_topic, create_change_topic
 
 log = logging.getLogger("stream_osc.init")
 
@@ -105,23 +105,25 @@ def connector_access(endpoints: Endpoints) -> DatabaseAccess:
 
 def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
                   info: ServerInfo, migration: Migration) -> None:
-    """Topic, connector, and proof that capture runs (a fence seen in every partition) before any copy."""
+    """Topics, capture heartbeat table, connector, and proof that capture runs (a fence seen in every partition)
+    before any copy; then the applier group's start offsets committed, so that lag tools see its backlog from the
+    start."""
     names = TopicNames(migration.prefix, spec.database, spec.table)
+    store = StateStore(conn, spec.metadata_schema)
+    store.create_capture_heartbeat_table(migration.id)
     create_change_topic(endpoints.kafka, names.changes, spec.partitions)
+    create_capture_heartbeat_topic(endpoints.kafka, names.capture_heartbeat)
     connect = connect_client(endpoints)
-    fence_table = (spec.metadata_schema, migration.fence_table)
     write_connector_secret(endpoints, migration.connector)
     left_out = untranslated(endpoints.kafka.settings())
     if left_out:   # the worker's own settings must cover them (docs/connectivity.md)
         log_event(log, "Kafka client properties not handed to the connector's clients", logging.WARNING,
                   properties=", ".join(left_out))
-    connect.create(migration.connector, connector_config(info.flavor, endpoints.mysql,
-                                                         password_reference(endpoints, migration.connector),
-                                                         endpoints.kafka, names, fence_table,
-                                                         kafka_jaas_reference(endpoints, migration.connector),
-                                                         connector_access(endpoints)))
+    captured = (spec.metadata_schema, migration.fence_table), (spec.metadata_schema, migration.capture_heartbeat_table)
+    connect.create(migration.connector, connector_config(
+        info.flavor, endpoints.mysql, password_reference(endpoints, migration.connector), endpoints.kafka, names,
+        *captured, kafka_jaas_reference(endpoints, migration.connector), connector_access(endpoints)))
     connect.wait_running(migration.connector, timeout=START_TIMEOUT_S)
-    store = StateStore(conn, spec.metadata_schema)
     consumer = fence_consumer(endpoints.kafka, migration.group_id)
     reader = FenceReader(consumer, names.changes, spec.partitions)
     stamped: list[str] = []
@@ -146,6 +148,7 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
     finally:
         consumer.close()
     wait_for_recorded_position(connect, migration.connector, START_TIMEOUT_S)
+    commit_start_offsets(endpoints.kafka, migration.group_id, names.changes, spec.partitions)
 
 
 def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,

@@ -34,6 +34,7 @@ from core.state import WORKING_STAGES, Migration, SourceChanged, Stage, StateSto
 from migration.transient import MAX_TRANSIENT_FAILURES, is_transient, retrying_transient
 from migration.workers import WorkerGroup
 from core.yielding import Yielding
+from monitor.capture_lag import LagWatch
 from monitor.metrics import MigrationMetrics
 from monitor.progress import Progress, copy_fraction
 from core import redis_keys
@@ -250,25 +251,13 @@ class Runner:
                 self._enter_stage(migration.id, Stage.CLEANUP)
                 migration = self.store.get(migration.id)
             if migration.stage in WORKING_STAGES:
-                ctx = self._context(migration)
-                if migration.stage == Stage.COPY:
-                    self._copy(ctx)
-                self._start_appliers(ctx)
-                stage = self.store.get(migration.id).stage
-                if stage == Stage.APPLY:
-                    self._wait_for_lag(ctx, self.spec.max_lag_events)
-                    self._enter_stage(ctx.migration.id, Stage.VALIDATE)
-                    stage = Stage.VALIDATE
-                if stage == Stage.VALIDATE:
-                    self._hold_while_paused(ctx)
-                    self._validate(ctx)
-                if self.spec.cutover == "manual" and not self.cutover_now:
-                    self._stop_appliers()
-                    self.store.update(migration.id, status=Status.WAITING)
-                    self.progress.say(f"in sync and waiting for cutover: run `stream-osc cutover --table "
-                                      f"{self.spec.qualified_name}` to swap the tables")
-                    return 0
-                self._cutover(ctx)
+                watch = LagWatch(self.endpoints, self.spec.metadata_schema, migration, self.spec.partitions,
+                                 self.metrics).start()
+                try:
+                    if not self._work(self._context(migration)):
+                        return 0
+                finally:
+                    watch.stop()
             self._cleanup(self.store.get(migration.id))
             return 0
         except ConstraintViolated:
@@ -285,6 +274,30 @@ class Runner:
             if getattr(exc, "user_facing", False):
                 self.store.update(migration.id, error=str(exc)[:2000])
             raise
+
+    def _work(self, ctx: RunContext) -> bool:
+        """Copy, apply, validate and cut over from the stage reached; False when it stops in sync to wait for
+        `stream-osc cutover` (--cutover manual)."""
+        migration = ctx.migration
+        if migration.stage == Stage.COPY:
+            self._copy(ctx)
+        self._start_appliers(ctx)
+        stage = self.store.get(migration.id).stage
+        if stage == Stage.APPLY:
+            self._wait_for_lag(ctx, self.spec.max_lag_events)
+            self._enter_stage(ctx.migration.id, Stage.VALIDATE)
+            stage = Stage.VALIDATE
+        if stage == Stage.VALIDATE:
+            self._hold_while_paused(ctx)
+            self._validate(ctx)
+        if self.spec.cutover == "manual" and not self.cutover_now:
+            self._stop_appliers()
+            self.store.update(migration.id, status=Status.WAITING)
+            self.progress.say(f"in sync and waiting for cutover: run `stream-osc cutover --table "
+                              f"{self.spec.qualified_name}` to swap the tables")
+            return False
+        self._cutover(ctx)
+        return True
 
     # stages --------------------------------------------------------------------------------------
     def _copy(self, ctx: RunContext) -> None:

@@ -1,8 +1,8 @@
 """The one removal of what a migration made, used by init's undo, abort, a refused ALTER and cleanup.
 
 What each caller keeps differs only in the options below; the order is always capture first
-(connector, topics, fence table, Redis keys), then tables, then metadata, so that a removal stopped
-half-way can be run again and finishes the job.
+(connector, topics, fence and capture heartbeat tables, Redis keys), then tables, then metadata, so
+that a removal stopped half-way can be run again and finishes the job.
 """
 from __future__ import annotations
 
@@ -68,11 +68,12 @@ def tear_down(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
 
 def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
                    migration: Migration) -> None:
-    """Remove the connector (and the password file it read), topics, fence table and Redis keys of a migration."""
+    """Remove the connector (and the password file it read), topics, fence and capture heartbeat tables and Redis
+    keys of a migration."""
     connect_client(endpoints).remove(migration.connector)
     remove_connector_secret(endpoints, migration.connector)
     delete_topics(endpoints.kafka, TopicNames(migration.prefix, spec.database, spec.table).all())
-    query(conn, f"DROP TABLE IF EXISTS {qualified(spec.metadata_schema, migration.fence_table)}")
+    StateStore(conn, spec.metadata_schema).drop_capture_tables(migration.id)
     redis_keys.clear_migration(redis.Redis.from_url(endpoints.redis_url), migration.id)
 
 

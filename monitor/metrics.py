@@ -21,7 +21,7 @@ log = logging.getLogger("stream_osc.metrics")
 
 STAGES = list(Stage)                 # stream_osc_stage_number is the index in this list
 DEFAULT_ADDRESS = "127.0.0.1"         # the endpoint has no authentication: local unless asked otherwise
-LOG_EVERY_S = 10.0                   # copy progress and apply lag are logged (INFO) at most this often
+LOG_EVERY_S = 10.0                   # copy progress is logged (INFO) at most this often; lag at this interval
 
 
 class MetricsUnavailable(Exception):
@@ -40,6 +40,9 @@ class MigrationMetrics:
         self.log_every_s = log_every_s
         self._logged_at: dict[str, float] = {}
         self._throttle_reason: str | None = None
+        self.lag_figures: dict[str, float | int | None] = {   # as logged by log_lag (None: not known)
+            "apply_lag_events": None, "apply_lag_s": None, "applied_events": None,
+            "capture_lag_s": None, "heartbeat_age_s": None}
         self._server: WSGIServer | None = None
 
         def gauge(name: str, text: str, *labels: str) -> Gauge:
@@ -63,6 +66,11 @@ class MigrationMetrics:
         self.lag_seconds = gauge("stream_osc_apply_lag_seconds",
                                  "Estimated seconds to apply the pending events at the current apply rate "
                                  "(-1: unknown)")
+        self.capture_lag = gauge("stream_osc_capture_lag_seconds",
+                                 "How far change capture (binlog to Kafka) is behind: age of the oldest capture "
+                                 "heartbeat not yet in the change topic, else the last one's delay (-1: unknown)")
+        self.heartbeat_age = gauge("stream_osc_capture_heartbeat_age_seconds",
+                                   "Seconds since the Debezium connector last sent a heartbeat record (-1: unknown)")
         self.applied = gauge("stream_osc_applied_events", "Change events applied by every applier of the migration")
         self.throttled = gauge("stream_osc_throttled", "1 while copy, apply and validation hold back for --max-load")
         self.throttle_reason = gauge("stream_osc_throttle_reason_info",
@@ -77,6 +85,7 @@ class MigrationMetrics:
         for outcome in ("swapped", "rolled_back"):
             self.cutover_attempts.labels(table, outcome)
         self.throttled.labels(table).set(0)
+        self.capture(None, None)
 
     # serving -------------------------------------------------------------------------------------
     def serve(self, port: int, address: str = DEFAULT_ADDRESS) -> None:
@@ -124,13 +133,30 @@ class MigrationMetrics:
                       eta_s=round(eta) if eta is not None else None, chunks_done=chunks_done, chunks=chunks)
 
     def apply(self, lag_events: int, applied_events: int, lag_seconds: float | None) -> None:
-        self.lag_events.labels(self.table).set(lag_events)
+        self.apply_backlog(lag_events)
         self.lag_seconds.labels(self.table).set(lag_seconds if lag_seconds is not None else -1)
         self.applied.labels(self.table).set(applied_events)
+        self.lag_figures.update(apply_lag_s=None if lag_seconds is None else round(lag_seconds, 1),
+                                applied_events=applied_events)
+
+    def apply_backlog(self, lag_events: int) -> None:
+        """The applier group's lag alone (read while the appliers do not run, e.g. during the copy)."""
+        self.lag_events.labels(self.table).set(lag_events)
+        self.lag_figures["apply_lag_events"] = lag_events
         self._touch()
-        if self._due("apply"):
-            log_event(log, "apply lag", lag_events=lag_events, applied_events=applied_events,
-                      lag_s=round(lag_seconds, 1) if lag_seconds is not None else None)
+
+    def capture(self, lag_seconds: float | None, heartbeat_age_seconds: float | None) -> None:
+        """Capture lag and the connector's heartbeat age (None: not known now)."""
+        self.capture_lag.labels(self.table).set(-1 if lag_seconds is None else lag_seconds)
+        self.heartbeat_age.labels(self.table).set(-1 if heartbeat_age_seconds is None else heartbeat_age_seconds)
+        self.lag_figures.update(
+            capture_lag_s=None if lag_seconds is None else round(lag_seconds, 3),
+            heartbeat_age_s=None if heartbeat_age_seconds is None else round(heartbeat_age_seconds, 3))
+        self._touch()
+
+    def log_lag(self) -> None:
+        """One `lag` line with every lag figure as last known (the coordinator calls it at a regular interval)."""
+        log_event(log, "lag", **self.lag_figures)
 
     def throttle(self, reason: str | None) -> None:
         """`reason` while throttled (e.g. `Threads_running=31 >= 25`), None when not."""

@@ -1,11 +1,12 @@
-"""The change topic: names, creation with N partitions and compaction, deletion, offsets."""
+"""The change topic: names, creation with N partitions and compaction, deletion, offsets; the capture heartbeat
+topic."""
 from __future__ import annotations
 
 import re
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from core.endpoints import KafkaAddress
@@ -50,6 +51,11 @@ class TopicNames:
         return f"{self.prefix}.{topic_safe(self.database)}.{topic_safe(self.table)}"
 
     @property
+    def capture_heartbeat(self) -> str:
+        """The capture heartbeat row's changes (monitor/capture_lag.py), kept out of the change topic."""
+        return f"{self.prefix}.capture-heartbeat"
+
+    @property
     def schema_history(self) -> str:
         return f"{self.prefix}.schema-history"
 
@@ -58,7 +64,7 @@ class TopicNames:
         return f"__debezium-heartbeat.{self.prefix}"
 
     def all(self) -> list[str]:
-        return [self.changes, self.schema_history, self.heartbeat]
+        return [self.changes, self.capture_heartbeat, self.schema_history, self.heartbeat]
 
 
 def client_config(kafka: KafkaAddress, **settings: object) -> dict[str, object]:
@@ -123,6 +129,14 @@ def create_change_topic(kafka: KafkaAddress, name: str, partitions: int) -> None
     client.create_topics([topic], operation_timeout=30)[name].result()
 
 
+def create_capture_heartbeat_topic(kafka: KafkaAddress, name: str) -> None:
+    """Create the capture heartbeat topic before the connector starts: one partition (its stamps in the order
+    written), kept an hour (its reader only follows new stamps)."""
+    topic = NewTopic(name, num_partitions=1, replication_factor=-1, config={"retention.ms": str(60 * 60 * 1000)})
+    client = admin(kafka)   # must outlive the futures
+    client.create_topics([topic], operation_timeout=30)[name].result()
+
+
 def delete_topics(kafka: KafkaAddress, names: list[str]) -> None:
     """Delete the topics that exist among `names`."""
     present = [n for n in names if n in existing_topics(kafka)]
@@ -162,3 +176,22 @@ def group_lag(kafka: KafkaAddress, group: str, topic: str, partitions: int) -> i
         return sum(max(ends[p] - done.get(p, 0), 0) for p in ends)
     finally:
         consumer.close()
+
+
+def commit_start_offsets(kafka: KafkaAddress, group: str, topic: str, partitions: int) -> None:
+    """Commit, for the (empty) applier group, the topic's first offset in every partition, consuming nothing.
+
+    The appliers would start there anyway (auto.offset.reset=earliest); committed, the group exists for
+    lag tools from the moment capture starts, its lag the backlog the appliers will start from.
+    """
+    consumer = Consumer(consumer_config(kafka, **{"group.id": group, "enable.auto.commit": False}))
+    try:
+        starts = [TopicPartition(topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10,
+                                                                          cached=False)[0])
+                  for p in range(partitions)]
+    finally:
+        consumer.close()
+    client = admin(kafka)   # must outlive the futures
+    request = ConsumerGroupTopicPartitions(group, starts)
+    for future in client.alter_consumer_group_offsets([request], request_timeout=30).values():
+        future.result()

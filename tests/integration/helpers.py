@@ -13,7 +13,7 @@ from connectors.rest import ConnectClient
 from cutover.swap import SENTRY_COMMENT
 from core.db import connect, query
 from core.endpoints import Endpoints
-from core.state import Migration, StateStore
+from core.state import Migration, StateStore, capture_heartbeat_table
 from demo.traffic import create_sample_table
 from streams.topics import existing_topics
 from core.spec import helper_table_name
@@ -48,6 +48,12 @@ def leftovers(endpoints: Endpoints, db: str, table: str) -> list[str]:
             rows = query(conn, "SELECT id, stage, status FROM stream_osc.migrations WHERE db=%s AND tbl=%s "
                                "AND status NOT IN ('done', 'aborted')", (db, table))
             found += [f"metadata row {r}" for r in rows]
+            ended = [r[0] for r in query(conn, "SELECT id FROM stream_osc.migrations WHERE db=%s AND tbl=%s "
+                                               "AND status IN ('done', 'aborted')", (db, table))]
+            captured = {name for i in ended for name in (f"fence_{i}", capture_heartbeat_table(i))}
+            found += [f"table stream_osc.{r[0]}" for r in query(
+                conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA='stream_osc'")
+                if r[0] in captured]
     finally:
         conn.close()
     marker = f"streamosc_{re.sub('[^A-Za-z0-9_]', '_', table)}_"

@@ -59,7 +59,7 @@ def test_bad_tls_options_are_refused_without_echoing_the_password(options, messa
 def test_the_connector_gets_the_dsn_tls_mode_in_its_own_words(flavor, mode, expected, ca):
     ca_option = f"&ssl-ca={ca}" if mode == "verify-ca" else ""
     mysql = parse_mysql_dsn(f"mysql://u:p@db/?ssl-mode={mode}{ca_option}")
-    config = connector_config(flavor, mysql, "${env:P}", KafkaAddress("k"), NAMES, ("m", "f"))
+    config = connector_config(flavor, mysql, "${env:P}", KafkaAddress("k"), NAMES, ("m", "f"), ("m", "h"))
     assert config["database.ssl.mode"] == expected
 
 
@@ -68,7 +68,7 @@ def test_the_connector_reaches_the_database_at_its_own_address_with_its_truststo
                                         "STREAM_OSC_CONNECTOR_SSL_TRUSTSTORE": "/etc/connect/db-trust.p12",
                                         "STREAM_OSC_CONNECTOR_SSL_TRUSTSTORE_PASSWORD": "${env:TRUST_PW}"},
                                defaults=ADDRESSES)
-    config = connector_config("mariadb", endpoints.mysql, "${env:P}", endpoints.kafka, NAMES, ("m", "f"),
+    config = connector_config("mariadb", endpoints.mysql, "${env:P}", endpoints.kafka, NAMES, ("m", "f"), ("m", "h"),
                               access=connector_access(endpoints))
     assert (config["database.hostname"], config["database.port"]) == ("mariadb.internal", "3310")
     assert config["database.ssl.truststore"] == "/etc/connect/db-trust.p12"
@@ -81,7 +81,7 @@ def test_the_connector_address_defaults_to_the_dsn_and_takes_the_dsn_port():
     assert Endpoints.load(environ={"STREAM_OSC_CONNECTOR_DATABASE_HOST": "db"},
                           defaults=ADDRESSES).connector_database == ("db", 3306)
     config = connector_config("mariadb", parse_mysql_dsn("mysql://u:p@h:3307/"), "${env:P}", KafkaAddress("k"),
-                              NAMES, ("m", "f"), access=DatabaseAccess("host.docker.internal", 3307))
+                              NAMES, ("m", "f"), ("m", "h"), access=DatabaseAccess("host.docker.internal", 3307))
     assert config["database.hostname"] == "host.docker.internal"
 
 

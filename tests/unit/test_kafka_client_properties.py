@@ -61,7 +61,7 @@ def test_the_connectors_clients_get_the_settings_and_the_login_only_by_reference
     write_connector_secret(endpoints, "conn-1")
     reference = f"${{file:{secrets / 'conn-1.properties'}:{KAFKA_JAAS_KEY}}}"
     config = connector_config("mariadb", endpoints.mysql, "${file:x:y}", endpoints.kafka,
-                              TopicNames("p", "shop", "orders"), ("m", "f"), reference)
+                              TopicNames("p", "shop", "orders"), ("m", "f"), ("m", "h"), reference)
     for client in ("producer", "consumer"):
         prefix = f"schema.history.internal.{client}."
         assert config[prefix + "security.protocol"] == "SASL_SSL"
@@ -91,4 +91,4 @@ def test_plain_bootstrap_only_is_unchanged():
     assert client_config(KafkaAddress("k:1")) == {"bootstrap.servers": "k:1", "log_level": 2}
     assert not any(k.startswith("schema.history.internal.producer") for k in connector_config(
         "mariadb", parse_mysql_dsn("mysql://u:p@h/"), "${env:P}", KafkaAddress("k:1"), TopicNames("p", "d", "t"),
-        ("m", "f")))
+        ("m", "f"), ("m", "h")))

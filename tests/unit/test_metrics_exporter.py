@@ -90,6 +90,23 @@ def test_unknown_rate_and_eta_are_minus_one_not_missing(served):
     assert value(samples, "stream_osc_apply_lag_seconds") == -1
 
 
+def test_capture_lag_is_minus_one_until_measured_then_served_and_logged(served, caplog):
+    samples = scrape(served)
+    assert value(samples, "stream_osc_capture_lag_seconds") == -1
+    assert value(samples, "stream_osc_capture_heartbeat_age_seconds") == -1
+    served.capture(0.042, 0.7)
+    served.apply_backlog(120)
+    samples = scrape(served)
+    assert value(samples, "stream_osc_capture_lag_seconds") == 0.042
+    assert value(samples, "stream_osc_capture_heartbeat_age_seconds") == 0.7
+    assert value(samples, "stream_osc_apply_lag_events") == 120
+    with caplog.at_level("INFO", logger="stream_osc.metrics"):
+        served.log_lag()
+    assert [r.fields for r in caplog.records if r.getMessage() == "lag"] == [
+        {"apply_lag_events": 120, "apply_lag_s": None, "applied_events": None, "capture_lag_s": 0.042,
+         "heartbeat_age_s": 0.7}]
+
+
 def test_a_taken_port_is_one_clear_error():
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

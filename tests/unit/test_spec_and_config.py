@@ -1,7 +1,9 @@
 """Spec validation, endpoint parsing (no credential leaks), chunk planning, connector config."""
+import re
+
 import pytest
 
-from connectors.config import connector_config
+from connectors.config import connector_config, data_topic
 from core.endpoints import ConfigError, Endpoints, KafkaAddress, parse_mysql_dsn
 from core.spec import MigrationSpec
 from streams.topics import TopicNames
@@ -56,14 +58,50 @@ def test_endpoints_from_config_file_then_env(tmp_path):
 def test_connector_config_captures_exactly_the_table_and_routes_it_with_the_fence():
     names = TopicNames("streamosc_t_ab", "shop", "orders")
     config = connector_config("mariadb", parse_mysql_dsn("mysql://u:pw@h:3306/"), "${file:/s/c.properties:p}",
-                              KafkaAddress("k:9092"), names, ("stream_osc", "fence_4"))
+                              KafkaAddress("k:9092"), names, ("stream_osc", "fence_4"),
+                              ("stream_osc", "capture_heartbeat_4"))
     assert config["connector.class"] == "io.debezium.connector.mariadb.MariaDbConnector"
     assert config["snapshot.mode"] == "no_data" and config["snapshot.locking.mode"] == "none"
-    assert config["table.include.list"] == r"(?-i)shop\.orders,(?-i)stream_osc\.fence_4"
+    assert config["table.include.list"] == \
+        r"(?-i)shop\.orders,(?-i)stream_osc\.fence_4,(?-i)stream_osc\.capture_heartbeat_4"
     assert config["transforms.route.topic.regex"] == r"streamosc_t_ab\..*"
     assert config["transforms.route.topic.replacement"] == "streamosc_t_ab.shop.orders"
     assert config["database.password"] == "${file:/s/c.properties:p}"
     assert "pw" not in config.values()
     assert connector_config("mysql", parse_mysql_dsn("mysql://u:pw@h/"), "${env:P}", KafkaAddress("k"), names,
-                            ("m", "f"))["connector.class"] \
+                            ("m", "f"), ("m", "h"))["connector.class"] \
         == "io.debezium.connector.mysql.MySqlConnector"
+
+
+def python_pattern(java: str) -> re.Pattern[str]:
+    """A Java pattern as connectors/config.py writes them (literals and \\x{hex}), for Python's re."""
+    return re.compile(re.sub(r"\\x\{([0-9a-f]+)\}", lambda m: re.escape(chr(int(m[1], 16))), java))
+
+
+def route(config: dict[str, str], topic: str) -> str:
+    """Where the connector's transforms send a record of Debezium's `topic`, as Connect applies them in order."""
+    heartbeat = python_pattern(config["transforms.heartbeat.regex"])
+    if heartbeat.fullmatch(topic):
+        topic = config["transforms.heartbeat.replacement"]
+    kept_out = bool(python_pattern(config["predicates.capture_heartbeat.pattern"]).fullmatch(topic))
+    assert config["transforms.route.negate"] == "true" and config["transforms.route.predicate"] == "capture_heartbeat"
+    if not kept_out and re.fullmatch(config["transforms.route.topic.regex"], topic):
+        topic = config["transforms.route.topic.replacement"]
+    return topic
+
+
+@pytest.mark.parametrize("metadata_schema", ["stream_osc", "osc meta.ü-2"])
+def test_capture_heartbeats_go_to_their_own_topic_and_every_captured_change_to_the_change_topic(metadata_schema):
+    names = TopicNames("streamosc_t_ab", "shop", "capture_heartbeat_4")   # a source named like the heartbeat table
+    config = connector_config("mariadb", parse_mysql_dsn("mysql://u:pw@h:3306/"), "${env:P}", KafkaAddress("k"),
+                              names, (metadata_schema, "fence_4"), (metadata_schema, "capture_heartbeat_4"))
+    assert route(config, data_topic(names.prefix, metadata_schema, "capture_heartbeat_4")) == \
+        names.capture_heartbeat == "streamosc_t_ab.capture-heartbeat"
+    assert route(config, data_topic(names.prefix, metadata_schema, "fence_4")) == names.changes
+    assert route(config, data_topic(names.prefix, "shop", "capture_heartbeat_4")) == names.changes
+    assert route(config, "__debezium-heartbeat.streamosc_t_ab") == "__debezium-heartbeat.streamosc_t_ab"
+    assert names.capture_heartbeat in names.all()
+
+
+def test_debezium_topic_names_keep_only_kafkas_alphabet():
+    assert data_topic("p", "osc meta.ü", "t-1") == "p.osc_meta._.t-1"

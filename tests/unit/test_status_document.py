@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.status import Times, copy_figures, iso, status_document, status_lines
+from cli.status import Times, capture_figures, copy_figures, iso, status_document, status_lines
 from core.state import Migration, Stage, Status
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "status.md"
@@ -49,9 +49,10 @@ def migration(stage: Stage = Stage.APPLY, status: Status = Status.RUNNING, **val
 
 TIMES = Times(created_at=1_700_000_000.0, updated_at=1_700_000_050.5, now=1_700_000_100.25)
 LIVE_READ = {"connector_state": "RUNNING", "apply_lag_events": 12, "throttled": True,
-             "throttle_reason": "Threads_running=31 >= 25"}
+             "throttle_reason": "Threads_running=31 >= 25", "capture_lag_s": 0.04, "capture_heartbeat_age_s": 0.8}
 LIVE_UNREADABLE = {"connector_error": "Kafka Connect at http://x:8083 is unreachable",
-                   "apply_lag_error": "KafkaUnreachable", "throttle_error": "Redis: ConnectionError"}
+                   "apply_lag_error": "KafkaUnreachable", "throttle_error": "Redis: ConnectionError",
+                   "capture_lag_error": "Redis: ConnectionError"}
 
 
 @pytest.mark.parametrize("case, doc", [
@@ -109,3 +110,13 @@ def test_text_lines_say_why_a_figure_is_unknown():
     assert "apply lag (events): unknown (KafkaUnreachable)" in lines
     assert "throttled: unknown (Redis: ConnectionError)" in lines
     assert "coordinator: none running" in lines and "state: stopped" in lines
+
+
+def test_capture_lag_is_shown_with_the_heartbeat_age_or_why_it_is_unknown():
+    lines = "\n".join(status_lines(status_document(migration(Stage.COPY), TIMES, (500, 2, 10, 0.3),
+                                                   ("host:1:abc", 0.5), LIVE_READ)))
+    assert "capture lag: 0.04 s (connector heartbeat 0.8 s ago)" in lines
+    assert capture_figures(None, Stage.APPLY) == {
+        "capture_lag_error": "not measured now: no coordinator is running the migration"}
+    assert capture_figures(b'{"capture_lag_s": null, "heartbeat_age_s": null}', Stage.CUTOVER)["capture_lag_error"]
+    assert capture_figures(None, Stage.DONE) == {}

@@ -1,0 +1,172 @@
+"""Lag through every stage: capture lag from capture heartbeats, the applier group's backlog, a `lag` log line.
+
+The coordinator runs one `LagWatch` from the end of init to the end of cutover. Each second it
+stamps the capture heartbeat row (streams/capture_heartbeat.py) and waits for the stamp in the
+capture heartbeat topic. Capture lag is then the age of the oldest stamp not yet seen there (it
+grows by a second per second while the connector is stopped, paused or stuck, and by how far it is
+behind the binlog), or, when every stamp was seen, how long the last one took: near zero for a
+healthy connector, however idle the table. The stamps never enter the change topic: the appliers'
+lag counts only the application's changes and fences.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+
+import pymysql
+import redis
+from confluent_kafka import KafkaException
+
+from core import redis_keys
+from core.db import DatabaseUnreachable, connect, qualified, query
+from core.endpoints import Endpoints
+from core.logs import log_event
+from core.state import Migration, Status
+from monitor.metrics import LOG_EVERY_S, MigrationMetrics
+from streams.capture_heartbeat import CaptureReader, write_stamp
+from streams.topics import TopicNames, group_lag
+
+log = logging.getLogger("stream_osc.lag")
+
+STAMP_EVERY_S = 1.0
+BACKLOG_EVERY_S = 5.0      # the applier group's lag is read from Kafka this often
+NOTE_TTL_S = 10            # the figures `status` shows expire unless renewed
+
+
+class CaptureLagClock:
+    """Capture lag from the stamps written and the newest stamp seen in the change topic (pure logic)."""
+
+    def __init__(self) -> None:
+        self.unseen: deque[float] = deque()   # stamps written and not seen yet, oldest first
+        self.last_delay: float | None = None
+
+    def written(self, stamp: float) -> None:
+        self.unseen.append(stamp)
+
+    def seen(self, stamp: float, now: float) -> None:
+        """The capture heartbeat topic holds `stamp` (and so every earlier stamp: one row, one partition, in order)."""
+        while self.unseen and self.unseen[0] <= stamp:
+            self.unseen.popleft()
+        self.last_delay = max(now - stamp, 0.0)
+
+    def lag(self, now: float) -> float | None:
+        """Seconds capture is behind: the oldest unseen stamp's age, else the last stamp's delay (None: none yet)."""
+        if self.unseen and (self.last_delay is None or now - self.unseen[0] > self.last_delay):
+            return now - self.unseen[0]
+        return self.last_delay
+
+
+class LagWatch:
+    """A daemon thread measuring capture lag and the applier backlog, feeding `metrics`, the Redis note that
+    `status` reads, and a `lag` log line every `log_every_s`."""
+
+    def __init__(self, endpoints: Endpoints, metadata_schema: str, migration: Migration, partitions: int,
+                 metrics: MigrationMetrics, log_every_s: float = LOG_EVERY_S) -> None:
+        self.endpoints = endpoints
+        self.schema = metadata_schema
+        self.migration = migration
+        self.partitions = partitions
+        self.metrics = metrics
+        self.log_every_s = log_every_s
+        self.names = TopicNames(migration.prefix, migration.database, migration.table)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lag-watch", daemon=True)
+
+    def start(self) -> "LagWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        clock, reader, conn, failing = CaptureLagClock(), None, None, False
+        heartbeat: float | None = None
+        backlog_at = logged_at = float("-inf")
+        notes = redis.Redis.from_url(self.endpoints.redis_url, socket_timeout=5)
+        try:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    if reader is None:
+                        reader = CaptureReader(self.endpoints.kafka, self.names.capture_heartbeat,
+                                               self.names.heartbeat)
+                    if conn is None:
+                        conn = connect(self.endpoints.mysql)
+                    paused = self._paused(conn)
+                    if paused:
+                        clock = CaptureLagClock()   # nothing stamped while paused: measured afresh after it
+                    heartbeat = self._follow(clock, reader, conn, heartbeat, stamp=not paused)
+                    if started - backlog_at >= BACKLOG_EVERY_S:
+                        backlog_at = started
+                        self.metrics.apply_backlog(group_lag(self.endpoints.kafka, self.migration.group_id,
+                                                             self.names.changes, self.partitions))
+                    now = time.time()
+                    self._publish(notes, clock.lag(now), None if heartbeat is None else max(now - heartbeat, 0.0))
+                    failing = False
+                except (KafkaException, pymysql.err.Error, DatabaseUnreachable, redis.RedisError, OSError) as exc:
+                    # the stages meet the same failure and handle it; the figures are only unknown meanwhile
+                    if not failing:
+                        log_event(log, "lag not measured", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+                    failing = True
+                    conn = _closed(conn)
+                    self._publish(notes, None, None)
+                if started - logged_at >= self.log_every_s:
+                    logged_at = started
+                    self.metrics.log_lag()
+                self._stop.wait(max(STAMP_EVERY_S - (time.monotonic() - started), 0.0))
+        finally:
+            _closed(conn)
+            if reader is not None:
+                reader.close()
+
+    def _paused(self, conn: pymysql.connections.Connection) -> bool:
+        """A paused migration writes nothing to the database, capture heartbeats included."""
+        rows = query(conn, f"SELECT status FROM {qualified(self.schema, 'migrations')} WHERE id=%s",
+                     (self.migration.id,))
+        return bool(rows) and rows[0][0] == Status.PAUSED
+
+    def _follow(self, clock: CaptureLagClock, reader: CaptureReader, conn: pymysql.connections.Connection,
+                heartbeat: float | None, stamp: bool) -> float | None:
+        """Stamp the capture heartbeat row (if `stamp`) and read its topic for a stamp interval; returns the newest
+        Debezium heartbeat send time known.
+
+        The reading goes on after the stamp is seen: a consumer left unpolled for most of a second was
+        measured to deliver the next record up to a second late (librdkafka), which would read as lag.
+        """
+        if stamp:
+            written = time.time()
+            write_stamp(conn, self.schema, self.migration.capture_heartbeat_table, written)
+            clock.written(written)
+        deadline = time.monotonic() + STAMP_EVERY_S
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            seen, sent = reader.read(timeout=min(max(deadline - time.monotonic(), 0.0), 0.05))
+            if seen is not None:
+                clock.seen(seen, time.time())
+            if sent is not None:
+                heartbeat = max(heartbeat or sent, sent)
+        return heartbeat
+
+    def _publish(self, notes: redis.Redis, lag_s: float | None, heartbeat_age_s: float | None) -> None:
+        self.metrics.capture(lag_s, heartbeat_age_s)
+        note = {"capture_lag_s": None if lag_s is None else round(lag_s, 3),
+                "heartbeat_age_s": None if heartbeat_age_s is None else round(heartbeat_age_s, 3)}
+        try:
+            notes.set(redis_keys.capture_note(self.migration.id), json.dumps(note), ex=NOTE_TTL_S)
+        except redis.RedisError:
+            pass   # `status` then says the figure is not known; the metrics still have it
+
+
+def _closed(conn: pymysql.connections.Connection | None) -> None:
+    """Close `conn` if open, ignoring a connection already cut; returns None for the caller's variable."""
+    if conn is not None:
+        try:
+            conn.close()
+        except pymysql.err.Error:
+            pass
+    return None
