@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timezone
+from typing import Callable
 
 import pymysql
 import redis
@@ -19,6 +20,7 @@ from cutover.blocker_wait import BlockerWait
 from cutover.swap import Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError
+from migration.cutover_request import ask_coordinator
 from core.context import RunContext, throttle_sources
 from core.load import LoadThrottle
 from core.db import ServerInfo, connect
@@ -45,6 +47,8 @@ MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coo
 CONNECTOR_RESTART_WAIT_S = 10.0    # how long a restart may take to show (the task leaving FAILED)
 CONNECTOR_SETTLE_S = 5.0           # and how long it must then keep running to count as recovered
 CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Connect before the run stops
+WAITING_NOTE_S = 30.0              # a coordinator waiting for its cutover logs so (with the lag) this often
+LAG_SHOW_S = 5.0                   # and reads the lag for the progress display and metrics this often
 
 
 class MigrationStopped(Exception):
@@ -98,8 +102,12 @@ class Runner:
                 raise PreflightError(f"another migration of {self.spec.qualified_name} is in progress "
                                      f"(ALTER {migration.alter_sql!r}); resume or abort it first")
             live = live_coordinator(self.store, migration.id)
-            if live is not None:
+            if live is not None and not self.cutover_now:
                 return self._join_live(migration, *live)
+            if live is not None:
+                if self._ask_live_coordinator(migration, live[0]):
+                    return 0
+                migration = self.store.get(migration.id)   # it went away before the swap: cut over here
             if not self.lease.claim(self.store, migration.id):
                 raise PreflightError(f"another process took over migration {migration.id} just now")
             if migration.stage == Stage.INIT:
@@ -186,13 +194,28 @@ class Runner:
             raise PreflightError(f"migration {migration.id} of {self.spec.qualified_name} is being run by {owner} "
                                  f"(heartbeat {age_s:.0f} s ago); add workers with `stream-osc worker --table "
                                  f"{self.spec.qualified_name}` or pause/abort it")
-        if migration.status in (Status.PAUSED, Status.WAITING):
+        if migration.status == Status.PAUSED:
             self.store.update(migration.id, status=Status.RUNNING, error=None)
             self.progress.say(f"migration {migration.id} of {self.spec.qualified_name} resumed; {owner} continues it")
         else:
             self.progress.say(f"migration {migration.id} of {self.spec.qualified_name} is already {migration.status} "
                               f"under {owner}")
         return 0
+
+    def _ask_live_coordinator(self, migration: Migration, owner: str) -> bool:
+        """`stream-osc cutover` while a coordinator runs the migration: it swaps (True), it stops with an error
+        (MigrationStopped), or it went away without a word (False: this process takes over)."""
+        self.progress.say(f"asking {owner}, which runs migration {migration.id}, to cut over "
+                          f"{self.spec.qualified_name} now (its own options apply)")
+        log_event(log, "cutover requested", migration=migration.id, coordinator=owner)
+        answer = ask_coordinator(self.store, migration.id, self.progress.say)
+        if answer.swapped:
+            self.progress.say(f"cutover: {owner} swapped {self.spec.qualified_name}")
+            return True
+        if answer.error:
+            raise MigrationStopped(f"the coordinator stopped before the swap: {answer.error}")
+        self.progress.say(f"{owner} stopped before the swap; cutting over in this process")
+        return False
 
     def _context(self, migration: Migration) -> RunContext:
         pair = load_pair(self.conn, self.spec.database, self.spec.table, self.spec.new_table,
@@ -231,12 +254,8 @@ class Runner:
                 if stage == Stage.VALIDATE:
                     self._hold_while_paused(ctx)
                     self._validate(ctx)
-                if self.spec.cutover == "manual" and not self.cutover_now:
-                    self._stop_appliers()
-                    self.store.update(migration.id, status=Status.WAITING)
-                    self.progress.say(f"in sync and waiting for cutover: run `stream-osc cutover --table "
-                                      f"{self.spec.qualified_name}` to swap the tables")
-                    return 0
+                if self.spec.cutover == "manual":
+                    self._wait_for_cutover_request(ctx)
                 self._cutover(ctx)
             self._cleanup(self.store.get(migration.id))
             return 0
@@ -381,7 +400,7 @@ class Runner:
             self._wait_for_lag(ctx, self.spec.max_lag_events)
             self._wait_for_window(ctx)
             self._wait_for_blockers(ctx, "cutover")
-            if not self._window_open():   # it closed while sessions held the table
+            if not self._window_open(ctx):   # it closed while sessions held the table
                 continue
             self._stop_appliers()
             result = cutover.attempt(self.spec.cutover_window_s)
@@ -403,28 +422,69 @@ class Runner:
                                f"{self.spec.cutover_attempts} attempts; the original table is untouched. Retry with "
                                "`stream-osc cutover` at a quieter time or with a larger --cutover-window")
 
-    def _window_open(self) -> bool:
+    def _cutover_asked(self, ctx: RunContext) -> bool:
+        """True once the swap was asked for: this process is `stream-osc cutover`, or that command asked this
+        running coordinator (migration/cutover_request.py; the request is taken up, so it is answered once)."""
+        if not self.cutover_now and self.store.cutover_requested(ctx.migration.id):
+            self.store.clear_cutover_request(ctx.migration.id)
+            self.cutover_now = True
+            self.progress.say("cutover: asked for by `stream-osc cutover`")
+            log_event(log, "cutover request taken up")
+        return self.cutover_now
+
+    def _window_open(self, ctx: RunContext) -> bool:
         """True when --cutover-window-schedule allows the swap now (or `stream-osc cutover` asked for it)."""
         schedule = self.spec.schedule()
-        return self.cutover_now or schedule is None or schedule.is_open(datetime.now(timezone.utc))
+        return self._cutover_asked(ctx) or schedule is None or schedule.is_open(datetime.now(timezone.utc))
 
     def _wait_for_window(self, ctx: RunContext) -> None:
         """Outside the cutover windows: wait, the appliers keeping the new table in sync, until one opens."""
-        if self._window_open():
+        if self._window_open(ctx):
             return
         schedule = self.spec.schedule()
         opening = schedule.next_opening(datetime.now(timezone.utc))
         self.progress.say(f"cutover: waiting for the cutover window {schedule.describe()}, next at "
                           f"{opening:%Y-%m-%d %H:%M %Z}; the new table is kept in sync meanwhile (`stream-osc "
                           f"cutover --table {self.spec.qualified_name}` swaps now)")
-        log_event(log, "waiting for cutover window", schedule=schedule.describe(), opens_at=opening.isoformat())
-        while not self._window_open():
+        self._keep_in_sync_until(ctx, lambda: self._window_open(ctx), "waiting for cutover window",
+                                 schedule=schedule.describe(), opens_at=opening.isoformat())
+        if not self.cutover_now:
+            self.progress.say(f"cutover: window {schedule.describe()} open")
+
+    def _wait_for_cutover_request(self, ctx: RunContext) -> None:
+        """--cutover manual: stay in sync, this process's appliers applying, until `stream-osc cutover` asks
+        (it reaches this process through the migration's row); the status says `waiting` meanwhile."""
+        if self._cutover_asked(ctx):
+            return
+        self.store.update(ctx.migration.id, status=Status.WAITING)
+        self.progress.say(f"in sync and waiting for cutover: the appliers keep the new table in sync; run "
+                          f"`stream-osc cutover --table {self.spec.qualified_name}` to swap the tables")
+        self._keep_in_sync_until(ctx, lambda: self._cutover_asked(ctx), "waiting for cutover", waiting_status=True)
+        self.store.update(ctx.migration.id, status=Status.RUNNING)
+
+    def _keep_in_sync_until(self, ctx: RunContext, ready: Callable[[], bool], event: str,
+                            waiting_status: bool = False, **fields: object) -> None:
+        """Apply until `ready()`, checked about once a second; the lag is shown meanwhile and logged (`event`)
+        every WAITING_NOTE_S. With `waiting_status`, the status is put back to `waiting` after a pause."""
+        stats = ApplyStats(ctx.redis(), ctx.migration.id)
+        noted = lag_read = 0.0
+        while not ready():
             if self.appliers is not None:
                 self.appliers.raise_if_failed()
             self._check_health(ctx)
             self._hold_while_paused(ctx)
+            if waiting_status and self.store.get(ctx.migration.id).status == Status.RUNNING:
+                self.store.update(ctx.migration.id, status=Status.WAITING)   # resumed after a pause
+            now = time.monotonic()
+            if now - lag_read >= LAG_SHOW_S:
+                lag, lag_read = self._lag(ctx), now
+                applied = stats.read().get("events", 0)
+                self.progress.apply(lag, applied, None)
+                self.metrics.apply(lag, applied, None)
+                if now - noted >= WAITING_NOTE_S:
+                    log_event(log, event, table=self.spec.qualified_name, apply_lag_events=lag, **fields)
+                    noted = now
             time.sleep(1.0)
-        self.progress.say(f"cutover: window {schedule.describe()} open")
 
     def _wait_for_blockers(self, ctx: RunContext, stage: str) -> None:
         """Wait, with the appliers applying and no lock requested, while sessions hold the table
