@@ -176,6 +176,15 @@ class Cutover:
             previous_keys = keys
         return start
 
+    def _refuse_if_held(self, conn: pymysql.connections.Connection) -> None:
+        """CutoverAborted naming the sessions that hold the table, if any: checked before anything is prepared
+        (sentry, catch-up), so that an attempt a holder would stop costs nothing (cutover/blocker_wait.py)."""
+        spec = self.ctx.spec
+        blockers = find_blockers(conn, spec.database, spec.table, self.is_mariadb)
+        if blockers:
+            raise CutoverAborted(f"{len(blockers)} session(s) hold {spec.qualified_name}: "
+                                 + "; ".join(b.describe() for b in blockers), tuple(blockers))
+
     def _lock(self, lock_conn: pymysql.connections.Connection, tables: list[str]) -> None:
         """LOCK TABLES … WRITE, never requested while a session holds the table, each try queueing only
         --lock-wait-timeout in front of the application (cutover/short_lock.py)."""
@@ -218,6 +227,7 @@ class Cutover:
         reader = FenceReader(consumer, self.names.changes, self.partitions)
         lock_conn = ctx.db()
         try:
+            self._refuse_if_held(lock_conn)
             for session in sessions:
                 query(session, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             start = self._catch_up(lock_conn, reader, consumer)
@@ -251,6 +261,7 @@ class Cutover:
         renamer: _Renamer | None = None
         locked_at = 0.0
         try:
+            self._refuse_if_held(lock_conn)
             tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
             if self.is_mariadb:
                 if not rename_queues_on_original(spec.table, [spec.new_table, spec.old_table]):

@@ -16,7 +16,7 @@ from applier.copy import copy_worker
 from core.table import load_pair
 from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectClient, ConnectorState
-from cutover.blocker_wait import BlockerWait
+from cutover.blocker_wait import BlockerClock, BlockerWait
 from cutover.swap import Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError
@@ -85,6 +85,7 @@ class Runner:
         self.connector_restarts = 0
         self.settings: dict[str, object] = {}   # applied `stream-osc set` values
         self.restart_copy = False               # the copy workers restart to take new settings
+        self.blocker_clock = BlockerClock()     # --force-kill-blockers-after counts across waits and attempts
 
     # entry ---------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -368,25 +369,33 @@ class Runner:
         moment could not be had within the cutover window (validation then compares live tables).
 
         Taking it blocks writes as briefly as a cutover does; it spares validation under traffic from
-        re-reading every range that a write touched meanwhile.
+        re-reading every range that a write touched meanwhile. Sessions holding the table are waited for as
+        the cutover waits for them (no lock requested meanwhile), before and whenever they stop a try: a
+        holder is not a reason to fall back to the live tables.
         """
-        self._wait_for_lag(ctx, self.spec.max_lag_events)
-        self._wait_for_blockers(ctx, "validate")
-        self._stop_appliers()
-        sessions: list[pymysql.connections.Connection] | None = [ctx.db() for _ in range(self.spec.copy_workers)]
-        try:
-            blocked = Cutover(ctx, self.info.is_mariadb).consistent_snapshots(self.spec.cutover_window_s, sessions)
-            self.progress.say(f"validate: consistent snapshot taken; writes waited {blocked:.0f} ms")
-        except BaseException as exc:
-            for session in sessions:
-                session.close()
-            if not isinstance(exc, CutoverAborted):
-                raise   # the run stops or is retried: no applier to start here
-            log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc))
-            self.progress.say(f"validate: no consistent snapshot within the window ({exc})")
-            sessions = None
-        self._start_appliers(ctx)
-        return sessions
+        while True:
+            self._wait_for_lag(ctx, self.spec.max_lag_events)
+            self._wait_for_blockers(ctx, "validate")
+            self._stop_appliers()
+            sessions: list[pymysql.connections.Connection] | None = [ctx.db() for _ in range(self.spec.copy_workers)]
+            try:
+                blocked = Cutover(ctx, self.info.is_mariadb).consistent_snapshots(self.spec.cutover_window_s,
+                                                                                  sessions)
+                self.progress.say(f"validate: consistent snapshot taken; writes waited {blocked:.0f} ms")
+            except BaseException as exc:
+                for session in sessions:
+                    session.close()
+                if not isinstance(exc, CutoverAborted):
+                    raise   # the run stops or is retried: no applier to start here
+                self._start_appliers(ctx)
+                if exc.blockers:   # no lock was requested: wait for them, then try again
+                    self.progress.say(f"validate: {exc}")
+                    continue
+                log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc))
+                self.progress.say(f"validate: no consistent snapshot within the window ({exc})")
+                return None
+            self._start_appliers(ctx)
+            return sessions
 
     def _cutover(self, ctx: RunContext) -> None:
         cutover = Cutover(ctx, self.info.is_mariadb)
@@ -494,7 +503,8 @@ class Runner:
                 self.appliers.raise_if_failed()
             self._check_health(ctx)
             self._hold_while_paused(ctx)
-        BlockerWait(ctx, self.info.is_mariadb).wait(tick, lambda text: self.progress.say(f"{stage}: {text}"))
+        BlockerWait(ctx, self.info.is_mariadb, self.blocker_clock).wait(
+            tick, lambda text: self.progress.say(f"{stage}: {text}"))
 
     def _swap_already_done(self) -> bool:
         """After a crash inside cutover: did the RENAME run?"""
