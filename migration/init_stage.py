@@ -18,8 +18,8 @@ from applier.chunks import key_ranges
 from connectors.config import connector_config
 from connectors.rest import ConnectClient, ConnectError
 from connectors.secrets import password_reference, require_connector_secret, write_connector_secret
-from migration.checks import (PreflightError, check_load_thresholds, check_privileges, check_server, check_services,
-                              check_session_binlog_formats, check_table)
+from migration.checks import (PreflightError, check_blocker_privileges, check_load_thresholds, check_privileges,
+                              check_server, check_services, check_session_binlog_formats, check_table)
 from migration.teardown import Metadata, tear_down
 from core.db import ServerInfo, qualified, query
 from core.keys import KeyColumn, PrimaryKey, dump_key, primary_key
@@ -41,6 +41,7 @@ def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
     check_server(info)
     pk = check_table(conn, spec)
     check_privileges(conn, spec)
+    check_blocker_privileges(conn, spec)
     check_load_thresholds(conn, spec)
     check_services(endpoints, info.flavor)
     require_connector_secret(endpoints)

@@ -19,7 +19,7 @@ from connectors.rest import ConnectClient, ConnectorState
 from cutover.blocker_wait import BlockerClock, BlockerWait
 from cutover.swap import Cutover, CutoverAborted
 from cutover.validate import validate
-from migration.checks import PreflightError
+from migration.checks import PreflightError, check_blocker_privileges
 from migration.cutover_request import ask_coordinator
 from core.context import RunContext, throttle_sources
 from core.load import LoadThrottle
@@ -43,12 +43,21 @@ log = logging.getLogger("stream_osc.runner")
 
 RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", "cutover", "cutover_window_schedule",
                      "cutover_timezone")
+# kept with the migration too, but a value given to `resume`/`cutover` replaces the stored one (and is kept)
+LOCK_OPTIONS = ("lock_wait_s", "lock_tries", "force_kill_blockers_after_s", "force_kill_max_rows")
 MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coordinator before it stops
 CONNECTOR_RESTART_WAIT_S = 10.0    # how long a restart may take to show (the task leaving FAILED)
 CONNECTOR_SETTLE_S = 5.0           # and how long it must then keep running to count as recovered
 CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Connect before the run stops
 WAITING_NOTE_S = 30.0              # a coordinator waiting for its cutover logs so (with the lag) this often
 LAG_SHOW_S = 5.0                   # and reads the lag for the progress display and metrics this often
+
+
+def resumed_values(options: dict[str, object], given: frozenset[str]) -> dict[str, object]:
+    """The values a resumed migration takes back from its stored `options`: every RESUMABLE_OPTIONS one, and
+    the LOCK_OPTIONS ones not `given` to the resuming command."""
+    return {k: options[k] for k in (*RESUMABLE_OPTIONS, *LOCK_OPTIONS)
+            if k in options and (k in RESUMABLE_OPTIONS or k not in given)}
 
 
 class MigrationStopped(Exception):
@@ -66,9 +75,11 @@ class Runner:
     """Coordinates one migration in this process (workers in other processes may join)."""
 
     def __init__(self, endpoints: Endpoints, spec: MigrationSpec, progress: Progress,
-                 cutover_now: bool = False, resume_live: bool = False, metrics: MigrationMetrics | None = None) -> None:
+                 cutover_now: bool = False, resume_live: bool = False, metrics: MigrationMetrics | None = None,
+                 given: frozenset[str] = frozenset()) -> None:
         self.endpoints = endpoints
         self.spec = spec
+        self.given = given   # spec fields the operator set for this run (command line or config file)
         self.progress = progress
         self.metrics = metrics or MigrationMetrics(spec.qualified_name)
         self.cutover_now = cutover_now
@@ -128,8 +139,7 @@ class Runner:
                               f"{migration.connector}; copying by key ({', '.join(migration.pk_columns)})")
         else:
             self._created(migration)
-            self.spec = with_overrides(self.spec, **{k: migration.options[k] for k in RESUMABLE_OPTIONS
-                                                     if k in migration.options})
+            self.spec = self._resumed_spec(migration)
             self.settings = settings_of(migration)
             self.spec = with_settings(self.spec, migration)
             self.progress.say(f"resuming migration {migration.id} of {self.spec.qualified_name} "
@@ -137,6 +147,19 @@ class Runner:
             if migration.status != Status.RUNNING:
                 self.store.update(migration.id, status=Status.RUNNING, error=None)
         return self._run_stages_retrying(migration.id)
+
+    def _resumed_spec(self, migration: Migration) -> MigrationSpec:
+        """The spec a resumed migration runs with: its stored RESUMABLE_OPTIONS always; its stored LOCK_OPTIONS
+        unless given to this command, in which case the given value wins and is stored for later resumes.
+        Refused (nothing changed) when the user may not do what the lock options ask (e.g. kill blockers)."""
+        spec = with_overrides(self.spec, **resumed_values(migration.options, self.given))
+        check_blocker_privileges(self.conn, spec)
+        replaced = {k: getattr(spec, k) for k in LOCK_OPTIONS
+                    if k in self.given and migration.options.get(k) != getattr(spec, k)}
+        if replaced:
+            self.store.update(migration.id, options={**migration.options, **replaced})
+            log_event(log, "lock options replaced", **replaced)
+        return spec
 
     def _created(self, migration: Migration) -> None:
         """From the moment the migration has an id: hold its lease and name it on every log line."""
