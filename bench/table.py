@@ -10,8 +10,9 @@ from bench.credentials import sysbench_config_file
 from bench.sysbench import BenchError, sysbench_command
 from core.db import connect, qualified, query, scalar
 from core.endpoints import MySQLAddress
+from core.spec import helper_table_name
 
-LEFTOVERS = ("_{t}_new", "_{t}_old", "_{t}_gho", "_{t}_ghc", "_{t}_del")
+LEFTOVERS = ("_{t}_new", "_{t}_old", "_{t}_gho", "_{t}_ghc", "_{t}_del")   # pt-osc's and gh-ost's
 PROBE_ROWS = 8   # rows above the sysbench id range, written only by the latency probe
 
 
@@ -68,7 +69,8 @@ class BenchTable:
 
     def drop_all(self, conn: pymysql.connections.Connection) -> None:
         """Drop the table and every shadow table a tool may leave (triggers go with the table)."""
-        for name in (self.table, *(p.format(t=self.table) for p in LEFTOVERS)):
+        stream_osc = (helper_table_name(self.table, "new"), helper_table_name(self.table, "old"))
+        for name in (self.table, *(p.format(t=self.table) for p in LEFTOVERS), *stream_osc):
             query(conn, f"DROP TABLE IF EXISTS {qualified(self.database, name)}")
 
     def restore(self) -> None:
