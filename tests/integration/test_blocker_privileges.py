@@ -34,7 +34,7 @@ def limited_user(endpoints, conn, monkeypatch):
 
 
 def migrate(capsys, *extra: str) -> tuple[int, str]:
-    code = main(["migrate", "--table", f"{DB}.t", "--alter", "ADD COLUMN c INT", "--quiet", *extra])
+    code = main(["migrate", "--table", f"{DB}.t", "--alter", "ADD COLUMN granted_flag INT", "--quiet", *extra])
     return code, capsys.readouterr().err
 
 
