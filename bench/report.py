@@ -20,6 +20,7 @@ PER_RUN = {
     "binlog_row_events_per_s": statistics.median,
     "held_app_p99_ms_worst_second": max, "held_app_stalled_seconds": max, "held_app_tps": statistics.median,
     "blocker_held_s": statistics.median, "blocker_to_swap_s": statistics.median,
+    "blocker_seen_to_kill_s": statistics.median, "blocker_kill_to_swap_s": statistics.median,
 }
 
 
