@@ -52,6 +52,11 @@ class BlockerClock:
         """Start the clock of new holders; forget those gone (a connection's next transaction starts anew)."""
         self.first_seen = {b.identity: self.first_seen.get(b.identity, now) for b in blockers}
 
+    def saw(self, blockers: list[Blocker] | tuple[Blocker, ...], now: float) -> None:
+        """Start the clock of holders seen outside a wait (by an attempt's look, or while the lag is awaited)."""
+        for blocker in blockers:
+            self.first_seen.setdefault(blocker.identity, now)
+
     def held_up_s(self, blocker: Blocker, now: float) -> float:
         return now - self.first_seen.get(blocker.identity, now)
 

@@ -17,6 +17,7 @@ from core.table import load_pair
 from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectClient, ConnectorState
 from cutover.blocker_wait import BlockerClock, BlockerWait
+from cutover.blockers import find_blockers
 from cutover.swap import Cutover, CutoverAborted
 from cutover.validate import validate
 from migration.checks import PreflightError, check_blocker_privileges
@@ -353,8 +354,10 @@ class Runner:
         names = TopicNames(ctx.migration.prefix, self.spec.database, self.spec.table)
         return group_lag(self.endpoints.kafka_bootstrap, ctx.migration.group_id, names.changes, self.spec.partitions)
 
-    def _wait_for_lag(self, ctx: RunContext, limit: int) -> int:
-        """Apply until the group's lag is at most `limit` events."""
+    def _wait_for_lag(self, ctx: RunContext, limit: int, look_for_blockers: bool = False) -> int:
+        """Apply until the group's lag is at most `limit` events. With `look_for_blockers` (right before a lock
+        is wanted), sessions holding the table are looked for meanwhile, so that the --force-kill-blockers-after
+        clock starts when one appears, not when the lag allows the next look."""
         stats = ApplyStats(ctx.redis(), ctx.migration.id)
         first: tuple[float, int] | None = None
         while True:
@@ -370,6 +373,9 @@ class Runner:
             lag_s = lag / rate if rate > 0 else None
             self.progress.apply(lag, applied, lag_s)
             self.metrics.apply(lag, applied, lag_s)
+            if look_for_blockers:
+                self.blocker_clock.saw(find_blockers(self.conn, self.spec.database, self.spec.table,
+                                                     self.info.is_mariadb), time.monotonic())
             if lag <= limit:
                 return lag
             time.sleep(0.5)
@@ -412,6 +418,7 @@ class Runner:
                     raise   # the run stops or is retried: no applier to start here
                 self._start_appliers(ctx)
                 if exc.blockers:   # no lock was requested: wait for them, then try again
+                    self.blocker_clock.saw(exc.blockers, time.monotonic())
                     self.progress.say(f"validate: {exc}")
                     continue
                 log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc))
@@ -429,7 +436,7 @@ class Runner:
             self._hold_while_paused(ctx)
             if self.appliers is None:
                 self._start_appliers(ctx)
-            self._wait_for_lag(ctx, self.spec.max_lag_events)
+            self._wait_for_lag(ctx, self.spec.max_lag_events, look_for_blockers=True)
             self._wait_for_window(ctx)
             self._wait_for_blockers(ctx, "cutover")
             if not self._window_open(ctx):   # it closed while sessions held the table
@@ -444,6 +451,7 @@ class Runner:
                                   f"for {result.blocked_ms:.0f} ms ({result.drained_keys} keys drained under lock)")
                 return
             if result.blockers:   # no lock was requested: wait for them again, not counted as an attempt
+                self.blocker_clock.saw(result.blockers, time.monotonic())
                 self.progress.say(f"cutover: {result.reason}")
                 continue
             attempt += 1

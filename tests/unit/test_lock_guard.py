@@ -119,3 +119,12 @@ def test_the_kill_clock_runs_from_the_first_sighting_across_waits_and_attempts()
     clock.note([], now=108.0)
     clock.note([next_transaction], now=110.0)   # gone and seen again: its clock starts again
     assert clock.held_up_s(next_transaction, now=111.0) == 1.0
+
+
+def test_a_holder_seen_by_an_attempt_starts_the_clock_that_the_next_wait_keeps():
+    clock = BlockerClock()
+    held = Blocker(7, "app", "h", 1.0, None, rows_modified=0, transaction="421")
+    clock.saw([held], now=50.0)              # an attempt's look, before any wait
+    clock.saw([held], now=52.0)              # seen again: the first sighting stands
+    clock.note([held], now=53.0)             # the wait that follows
+    assert clock.held_up_s(held, now=55.0) == 5.0
