@@ -26,6 +26,7 @@ from cutover.blockers import Blocker, find_blockers
 log = logging.getLogger("stream_osc.cutover")
 
 POLL_S = 0.5
+AFTER_KILL_S = 0.05      # the next look after a kill: the holder's session ends within milliseconds
 NOTE_TTL_S = 10          # the `status` note outlives the last check by this much, then vanishes
 _GONE = (1094,)          # ER_NO_SUCH_THREAD: it ended by itself meanwhile
 
@@ -91,10 +92,9 @@ class BlockerWait:
                         say(f"waiting for {blocker.describe()}")
                     log_event(log, "waiting for sessions holding the table", logging.WARNING,
                               table=spec.qualified_name, blockers=json.dumps([b.as_dict() for b in blockers]))
-                if spec.force_kill_blockers_after_s is not None:
-                    self._kill_overdue(conn, blockers, now, say)
+                killed = spec.force_kill_blockers_after_s is not None and self._kill_overdue(conn, blockers, now, say)
                 tick()
-                time.sleep(POLL_S)
+                time.sleep(AFTER_KILL_S if killed else POLL_S)   # a killed holder is gone at once: look again
         finally:
             conn.close()
         waited = time.monotonic() - started
@@ -104,8 +104,10 @@ class BlockerWait:
         return waited
 
     def _kill_overdue(self, conn: pymysql.connections.Connection, blockers: list[Blocker], now: float,
-                      say: Callable[[str], None]) -> None:
+                      say: Callable[[str], None]) -> bool:
+        """Kill the holders overdue for it (unless refused); True if any was killed."""
         spec, clock = self.ctx.spec, self.clock
+        killed = False
         for blocker in blockers:
             held_up_s = clock.held_up_s(blocker, now)
             if held_up_s < spec.force_kill_blockers_after_s or blocker.identity in clock.killed | clock.refused:
@@ -125,9 +127,11 @@ class BlockerWait:
                     log_event(log, "blocker kill failed", logging.ERROR, error=str(exc), **blocker.as_dict())
                 continue
             clock.killed.add(blocker.identity)
+            killed = True
             say(f"killed {blocker.describe()} (it held the migration up for {held_up_s:.1f} s)")
             log_event(log, "killed blocking connection", logging.WARNING, held_up_s=round(held_up_s, 1),
                       **blocker.as_dict())
+        return killed
 
     def _publish(self, blockers: list[Blocker]) -> None:
         """Tell `status` who holds the table (best effort: a display only)."""

@@ -50,7 +50,7 @@ class Blocker:
     seconds: float
     statement: str | None        # the running statement; None when idle inside a transaction
     rows_modified: int | None    # INNODB_TRX.trx_rows_modified of its open transaction, if it has one
-    transaction: str | None = None   # INNODB_TRX.trx_id of that transaction
+    transaction: str | None = None   # that transaction as "trx_id@trx_started" (a read-only one's id may be 0)
 
     @property
     def identity(self) -> tuple[int, str | None]:
@@ -153,7 +153,8 @@ def _age(command_s: float | None, transaction_s: float | None) -> float:
 def _metadata_lock_info(conn: pymysql.connections.Connection, database: str, table: str) -> list[Session]:
     rows = query(conn, """
         SELECT p.ID, p.USER, p.HOST, p.COMMAND, m.LOCK_TIME_MS / 1000, p.TIME_MS / 1000, p.INFO, p.DB,
-               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified, x.trx_id
+               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified,
+               CONCAT(x.trx_id, '@', x.trx_started)
         FROM information_schema.METADATA_LOCK_INFO m
         JOIN information_schema.PROCESSLIST p ON p.ID = m.THREAD_ID
         LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = m.THREAD_ID
@@ -169,7 +170,8 @@ def _performance_schema(conn: pymysql.connections.Connection, database: str, tab
     rows = query(conn, """
         SELECT t.PROCESSLIST_ID, t.PROCESSLIST_USER, t.PROCESSLIST_HOST, t.PROCESSLIST_COMMAND,
                t.PROCESSLIST_TIME, t.PROCESSLIST_INFO, t.PROCESSLIST_DB,
-               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified, x.trx_id
+               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified,
+               CONCAT(x.trx_id, '@', x.trx_started)
         FROM performance_schema.metadata_locks m
         JOIN performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID
         LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = t.PROCESSLIST_ID
@@ -185,7 +187,8 @@ def _transactions(conn: pymysql.connections.Connection, is_mariadb: bool) -> lis
     command_age = "p.TIME_MS / 1000" if is_mariadb else "p.TIME"
     rows = query(conn, f"""
         SELECT p.ID, p.USER, p.HOST, p.COMMAND, {command_age}, p.INFO, p.DB,
-               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified, x.trx_id
+               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified,
+               CONCAT(x.trx_id, '@', x.trx_started)
         FROM information_schema.PROCESSLIST p
         LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = p.ID
         WHERE p.ID <> CONNECTION_ID() AND (x.trx_id IS NOT NULL OR p.COMMAND <> 'Sleep')""")

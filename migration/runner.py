@@ -407,9 +407,9 @@ class Runner:
             self._wait_for_blockers(ctx, "validate")
             self._stop_appliers()
             sessions: list[pymysql.connections.Connection] | None = [ctx.db() for _ in range(self.spec.copy_workers)]
+            snapshot = Cutover(ctx, self.info.is_mariadb)
             try:
-                blocked = Cutover(ctx, self.info.is_mariadb).consistent_snapshots(self.spec.cutover_window_s,
-                                                                                  sessions)
+                blocked = snapshot.consistent_snapshots(self.spec.cutover_window_s, sessions)
                 self.progress.say(f"validate: consistent snapshot taken; writes waited {blocked:.0f} ms")
             except BaseException as exc:
                 for session in sessions:
@@ -424,11 +424,20 @@ class Runner:
                 log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc))
                 self.progress.say(f"validate: no consistent snapshot within the window ({exc})")
                 return None
+            finally:
+                snapshot.close()
             self._start_appliers(ctx)
             return sessions
 
     def _cutover(self, ctx: RunContext) -> None:
         cutover = Cutover(ctx, self.info.is_mariadb)
+        try:
+            self._cutover_attempts(ctx, cutover)
+        finally:
+            cutover.close()
+
+    def _cutover_attempts(self, ctx: RunContext, cutover: Cutover) -> None:
+        """ANALYZE the new table, then attempts until one swaps (holders waited for, not counted)."""
         took = cutover.refresh_statistics()
         self.progress.say(f"cutover: ANALYZE TABLE {self.spec.new_table} took {took * 1000:.0f} ms")
         attempt = 0

@@ -271,9 +271,12 @@ def test_while_a_session_holds_the_table_an_attempt_prepares_nothing_and_request
         migration = StateStore(conn, spec.metadata_schema).active(DB, table)
         cutover = Cutover(RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table)), True)
         before = server_counters(conn)
-        result = cutover.attempt(spec.cutover_window_s)
-        with pytest.raises(CutoverAborted) as snapshot:
-            cutover.consistent_snapshots(spec.cutover_window_s, [])
+        try:
+            result = cutover.attempt(spec.cutover_window_s)
+            with pytest.raises(CutoverAborted) as snapshot:
+                cutover.consistent_snapshots(spec.cutover_window_s, [])
+        finally:
+            cutover.close()
         after = server_counters(conn)
     finally:
         held.end()
