@@ -52,7 +52,15 @@ def _meta(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
             "scenarios": list(config.scenarios), "repetitions": config.repetitions,
             "light_rate": config.light_rate, "heavy_rate": config.heavy_rate, "load_threads": config.load_threads,
             "baseline_s": config.baseline_s, "time_limit_s": config.limit_for(max(config.sizes)),
-            "gh_ost": config.gh_ost, "stream_osc_source": _source(), "fit_buffer_pool": config.fit_buffer_pool}
+            "gh_ost": config.gh_ost, "stream_osc_source": _source() + _variant(config),
+            "fit_buffer_pool": config.fit_buffer_pool}
+
+
+def _variant(config: BenchConfig) -> str:
+    """How this invocation ran stream-osc differently, so that its runs are reported apart from the others'."""
+    parts = ([" ".join(config.stream_osc_args)] if config.stream_osc_args else []) + \
+        (["transaction opened at cutover"] if config.blocker_at == "cutover" else [])
+    return f", {'; '.join(parts)}" if parts else ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,8 @@ class BenchConfig:
     command: str
     fit_buffer_pool: bool = True  # grow the embedded server's buffer pool to hold the tables (bench/server.py)
     blocker_s: float = 25.0       # how long the "blocked" scenario's transaction holds the table
+    blocker_at: str = "start"     # when it opens: at the tool's start, or once stream-osc enters stage cutover
+    stream_osc_args: tuple[str, ...] = ()   # options added to `stream-osc migrate`
 
     def rate(self, scenario: str) -> int:
         """Transactions/s of a scenario's load (0 when idle)."""
@@ -86,6 +89,11 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
                              "rows stays open on the table for --blocker-seconds from the tool's start")
     parser.add_argument("--blocker-seconds", type=float, default=25.0,
                         help="how long the blocked scenario's transaction stays open (default 25)")
+    parser.add_argument("--blocker-at", choices=("start", "cutover"), default="start",
+                        help="when the blocked scenario's transaction opens: at the tool's start (default), or once "
+                             "stream-osc's migration enters stage cutover (stream-osc only)")
+    parser.add_argument("--stream-osc-args", default="",
+                        help='options added to `stream-osc migrate`, e.g. "--force-kill-blockers-after 5s"')
     parser.add_argument("--repetitions", type=int, default=3, help="runs of each tool per scenario (default 3)")
     parser.add_argument("--light-rate", type=int, default=250,
                         help="light load, sysbench tx/s (default 250, about 1,000 row writes/s)")
@@ -108,6 +116,8 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
     if args.repetitions < 1:
         parser.error("--repetitions must be at least 1")
     gh_ost = os.environ.get(GH_OST_ENV) or None
+    if args.blocker_at == "cutover" and (args.tools or ()) != ("stream-osc",):
+        parser.error("--blocker-at cutover needs --tools stream-osc (only stream-osc's stage can be watched)")
     default_tools = ("server-copy", "stream-osc") if args.scaling else TOOLS
     return BenchConfig(
         sizes=(1_000_000, 5_000_000, 20_000_000) if args.scaling else (args.rows,),
@@ -129,4 +139,6 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
         command=command,
         fit_buffer_pool=not args.keep_buffer_pool and not any(os.environ.get(var) for var in ENV_KEYS.values()),
         blocker_s=args.blocker_seconds,
+        blocker_at=args.blocker_at,
+        stream_osc_args=tuple(shlex.split(args.stream_osc_args)),
     )

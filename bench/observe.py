@@ -179,3 +179,26 @@ def cutover_blocked_ms(endpoints: Endpoints, table: BenchTable, after_id: int) -
         return latest.cutover_blocked_ms if latest and latest.id > after_id else None
     finally:
         conn.close()
+
+
+def swap_finished_at(endpoints: Endpoints, table: BenchTable, after_id: int) -> float | None:
+    """Wall-clock time (epoch s) the swap ended: its lock taken at `cutover_at`, writes blocked for
+    `cutover_blocked_ms` after it."""
+    conn = connect(endpoints.mysql)
+    try:
+        latest = StateStore(conn, "stream_osc").latest(table.database, table.table)
+        if latest is None or latest.id <= after_id or latest.cutover_at is None:
+            return None
+        return latest.cutover_at + (latest.cutover_blocked_ms or 0) / 1000
+    finally:
+        conn.close()
+
+
+def in_stage(endpoints: Endpoints, table: BenchTable, after_id: int, stage: str) -> bool:
+    """True once the table's migration started after `after_id` is in `stage`."""
+    conn = connect(endpoints.mysql)
+    try:
+        latest = StateStore(conn, "stream_osc").latest(table.database, table.table)
+        return latest is not None and latest.id > after_id and latest.stage == stage
+    finally:
+        conn.close()

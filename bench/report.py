@@ -19,7 +19,8 @@ PER_RUN = {
     "baseline_app_tps": statistics.median, "baseline_app_p99_ms": statistics.median,
     "binlog_row_events_per_s": statistics.median,
     "held_app_p99_ms_worst_second": max, "held_app_stalled_seconds": max, "held_app_tps": statistics.median,
-    "blocker_held_s": statistics.median,
+    "blocker_held_s": statistics.median, "blocker_to_swap_s": statistics.median,
+    "blocker_seen_to_kill_s": statistics.median, "blocker_kill_to_swap_s": statistics.median,
 }
 
 
@@ -143,15 +144,17 @@ def _held_section(results: list[dict[str, Any]]) -> list[str]:
         return []
     lines = ["## A transaction holding the table", "",
              "Scenario `blocked`: light load while an application transaction that read a few rows stays open on "
-             "the table from the tool's start (its metadata lock makes any lock request on the table wait, and the "
+             "the table from the tool's start, or with `--blocker-at cutover` from the moment stream-osc enters "
+             "stage cutover (its metadata lock makes any lock request on the table wait, and the "
              "application's statements queue behind such a request).", "",
-             "| rows | tool | median s | transaction held s | app tx/s while held | app p99 ms, worst second while "
-             "held | seconds with no transaction while held |",
-             "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+             "| rows | tool | median s | transaction held s | transaction start → swap s | app tx/s while held | "
+             "app p99 ms, worst second while held | seconds with no transaction while held |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in sorted((r for r in results if r["scenario"] == "blocked"),
                     key=lambda r: (r["rows"], r["tool"], r.get("stream_osc_source") or "")):
         lines.append(f"| {r['rows']:,} | {r['tool']} | {_fmt(r['seconds_median'])} | "
-                     f"{_fmt(r.get('blocker_held_s'))} | {_fmt(r.get('held_app_tps'))} | "
+                     f"{_fmt(r.get('blocker_held_s'))} | {_fmt(r.get('blocker_to_swap_s'))} | "
+                     f"{_fmt(r.get('held_app_tps'))} | "
                      f"{_fmt(r.get('held_app_p99_ms_worst_second'))} | {_fmt(r.get('held_app_stalled_seconds'))} |")
     return lines + [""]
 

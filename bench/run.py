@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.blocker import OpenTransaction
+from bench.observe import in_stage, latest_migration_id, swap_finished_at
 from bench.config import GH_OST_ENV, BenchConfig
 from bench.load import Baseline, SysbenchLoad, measure_baseline
 from bench.streamosc import stream_osc
@@ -77,7 +78,8 @@ class Schedule:
                     "reason": f"skipped: no gh-ost binary (set {GH_OST_ENV} to its path; the Go module proxy "
                               "here does not serve gh-ost)"}
         table.restore()
-        run = ToolRun(self.endpoints, table, self.config.alter, self.config.limit_for(table.rows), self.config.gh_ost)
+        run = ToolRun(self.endpoints, table, self.config.alter, self.config.limit_for(table.rows), self.config.gh_ost,
+                      self.config.stream_osc_args)
         load = self._load(table, rate) if rate else None
         load_error = None
         blocker: OpenTransaction | None = None
@@ -85,13 +87,22 @@ class Schedule:
             if load:
                 time.sleep(WARMUP_S)
             start = load.now() if load else 0.0
+            migration_before = latest_migration_id(self.endpoints, table)
             if scenario == "blocked":
-                blocker = OpenTransaction(self.endpoints.mysql, table.database, table.table,
-                                          self.config.blocker_s).start()
-            outcome = TOOL_FUNCS[tool](run)
+                blocker = OpenTransaction(self.endpoints.mysql, table.database, table.table, self.config.blocker_s)
+                if self.config.blocker_at == "cutover":
+                    blocker.start_when(lambda: in_stage(self.endpoints, table, migration_before, "cutover"))
+                else:
+                    blocker.start()
+            try:
+                outcome = TOOL_FUNCS[tool](run)
+            finally:
+                if blocker is not None and self.config.blocker_at == "cutover" and not blocker.opened:
+                    blocker.stop()
             end = load.now() if load else 0.0
             if blocker is not None:
-                outcome.figures.update(blocker.finish())
+                swapped = swap_finished_at(self.endpoints, table, migration_before) if tool == "stream-osc" else None
+                outcome.figures.update(blocker.finish(swapped))
         finally:
             if load:
                 try:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from bench.observe import Observer, cutover_blocked_ms, latest_migration_id
@@ -31,15 +32,37 @@ LOGFMT = re.compile(r'(\w+)=("[^"]*"|\S+)')
 
 
 def cutover_log(output: str) -> dict[str, Any]:
-    """Cutover attempts, rollback reasons and the locked drain time, from stream-osc's logfmt lines."""
+    """Cutover attempts, rollback reasons and the locked drain time, from stream-osc's logfmt lines; with a
+    session holding the table, the seconds from its first sighting to its kill and from the kill to the swap."""
     rollbacks, figures = [], {}
+    seen_at = killed_at = swapped_at = None
     for line in output.splitlines():
         fields = {k: v.strip('"') for k, v in LOGFMT.findall(line)}
+        at = _epoch(fields.get("ts"))
         if fields.get("msg") == "cutover attempt rolled back":
             rollbacks.append(fields.get("reason", "?"))
         elif fields.get("msg") == "tables swapped" and "drain_ms" in fields:
             figures["cutover_locked_drain_ms"] = float(fields["drain_ms"])
-    figures["cutover_attempts"] = len(rollbacks) + (1 if figures else 0)
+            swapped_at = at
+        elif fields.get("msg") == "waiting for sessions holding the table" and seen_at is None:
+            seen_at = at
+        elif fields.get("msg") == "killed blocking connection" and killed_at is None:
+            killed_at = at
+    figures["cutover_attempts"] = len(rollbacks) + (1 if "cutover_locked_drain_ms" in figures else 0)
     if rollbacks:
         figures["cutover_rollbacks"] = rollbacks
+    if seen_at is not None and killed_at is not None:
+        figures["blocker_seen_to_kill_s"] = round(killed_at - seen_at, 2)
+        if swapped_at is not None:
+            figures["blocker_kill_to_swap_s"] = round(swapped_at - killed_at, 2)
     return figures
+
+
+def _epoch(ts: str | None) -> float | None:
+    """A log line's ts (ISO 8601, UTC) as epoch seconds."""
+    if not ts:
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -21,6 +21,8 @@ from bench.table import BenchTable
 from core.db import connect, qualified, query, scalar
 from core.endpoints import ENV_KEYS, OPTIONAL_KEYS, Endpoints
 
+CODE_ROOT = Path(__file__).resolve().parent.parent   # the checkout whose stream-osc is measured
+
 
 @dataclass
 class Outcome:
@@ -41,6 +43,7 @@ class ToolRun:
     alter: str
     limit_s: float
     gh_ost: str | None
+    stream_osc_args: tuple[str, ...] = ()
 
 
 # server-side SQL -------------------------------------------------------------------------------------
@@ -190,19 +193,21 @@ def gh_ost(run: ToolRun) -> Outcome:
 
 
 def stream_osc_command(run: ToolRun) -> tuple[list[str], dict[str, str]]:
-    """`stream-osc migrate … --quiet` (logs at INFO) from this virtualenv, with the endpoints in its environment."""
-    script = Path(sys.executable).with_name("stream-osc")
-    binary = str(script) if script.exists() else shutil.which("stream-osc") or "stream-osc"
+    """`stream-osc migrate … --quiet` (logs at INFO) with the endpoints in its environment.
+
+    It runs as `python -m cli.main` from the checkout the benchmark imports (the one whose commit the report
+    names), not an installed `stream-osc` script, which may belong to another checkout."""
     env = dict(os.environ)
     env.update({var: getattr(run.endpoints, key) for key, var in {**ENV_KEYS, **OPTIONAL_KEYS}.items()
                 if getattr(run.endpoints, key)})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CODE_ROOT), env.get("PYTHONPATH")) if p)
     table = f"{run.table.database}.{run.table.table}"
-    return [binary, "--log-level", "INFO", "migrate", "--table", table, "--alter", run.alter,
-            "--quiet"], env
+    return [sys.executable, "-m", "cli.main", "--log-level", "INFO", "migrate", "--table", table, "--alter",
+            run.alter, "--quiet", *run.stream_osc_args], env
 
 
 def stream_osc_abort(run: ToolRun) -> None:
     """Remove what an unfinished stream-osc run left (connector, topics, state)."""
     cmd, env = stream_osc_command(run)
-    subprocess.run([cmd[0], "abort", "--table", f"{run.table.database}.{run.table.table}"], env=env,
+    subprocess.run([*cmd[:3], "abort", "--table", f"{run.table.database}.{run.table.table}"], env=env,
                    capture_output=True, timeout=120)

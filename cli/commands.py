@@ -139,6 +139,13 @@ def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> Mig
     return MigrationSpec.from_table_arg(table, alter, **values)
 
 
+def given_options(args: argparse.Namespace) -> frozenset[str]:
+    """Spec fields set for this run, on the command line or in the config file: on `resume` they replace the
+    values stored with the migration where that is allowed (migration/runner.py, LOCK_OPTIONS)."""
+    file_keys = set(load_migration_file(args.config)) if getattr(args, "config", None) else set()
+    return frozenset(file_keys | {name for name in SPEC_OPTIONS if getattr(args, name, None) is not None})
+
+
 def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> str:
     """The ALTER of the table's unfinished migration (for resume/cutover/abort)."""
     endpoints = StackConfig().endpoints(args.config)
@@ -172,7 +179,7 @@ def cmd_migrate(args: argparse.Namespace, cutover_now: bool = False) -> int:
         if cloudwatch is not None:
             cloudwatch.start()
         return Runner(endpoints, spec, Progress(quiet=args.quiet), cutover_now=cutover_now,
-                      resume_live=args.command == "resume", metrics=metrics).run()
+                      resume_live=args.command == "resume", metrics=metrics, given=given_options(args)).run()
     finally:
         if cloudwatch is not None:
             cloudwatch.close()

@@ -13,7 +13,7 @@ from migration.runner import MigrationStopped
 class ExitCode(IntEnum):
     """What the process's exit status means (documented in the README and `stream-osc --help`)."""
 
-    DONE = 0            # the command did what it was asked (migrate: swapped, or in sync with --cutover manual)
+    DONE = 0            # the command did what it was asked (migrate: swapped)
     INTERNAL = 1        # an unexpected error (a bug): the traceback is printed
     REFUSED = 2         # bad input or an unmet precondition: nothing was changed (also usage errors)
     STOPPED = 3         # the migration stopped before its end and kept its state: `stream-osc resume` continues
@@ -24,7 +24,7 @@ class ExitCode(IntEnum):
 
 
 EPILOG = """exit codes:
-  0    done (migrate: tables swapped, or in sync and waiting with --cutover manual)
+  0    done (migrate: tables swapped)
   1    internal error (a bug; the traceback is printed)
   2    refused: bad input or an unmet precondition, nothing was changed
   3    stopped before the end, state kept: `stream-osc resume` continues

@@ -108,7 +108,8 @@ class Migration:
 
 
 # columns added after the first release of the metadata schema: name -> definition
-LATER_COLUMNS = {"coordinator": "VARCHAR(200) NULL", "heartbeat_at": "TIMESTAMP(6) NULL", "pk_columns": "TEXT NULL"}
+LATER_COLUMNS = {"coordinator": "VARCHAR(200) NULL", "heartbeat_at": "TIMESTAMP(6) NULL", "pk_columns": "TEXT NULL",
+                 "cutover_requested_at": "TIMESTAMP(6) NULL"}
 
 # Names are kept byte for byte: `Orders` and `orders` are two tables, and any name the server accepts fits.
 NAME_CHARSET = "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
@@ -154,7 +155,7 @@ class StateStore:
             cutover_blocked_ms INT NULL, cutover_at DOUBLE NULL,
             options TEXT NOT NULL,
             active_key VARCHAR(140) {NAME_CHARSET} NULL,
-            coordinator VARCHAR(200) NULL, heartbeat_at TIMESTAMP(6) NULL,
+            coordinator VARCHAR(200) NULL, heartbeat_at TIMESTAMP(6) NULL, cutover_requested_at TIMESTAMP(6) NULL,
             created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
             updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
             UNIQUE KEY active_key (active_key)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""")
@@ -277,6 +278,20 @@ class StateStore:
                                 f"FROM {self.t('migrations')} WHERE id=%s AND coordinator IS NOT NULL "
                                 "AND heartbeat_at >= NOW(6) - INTERVAL %s SECOND", (migration_id, stale_s))
         return (rows[0][0], float(rows[0][1])) if rows else None
+
+    # cutover asked of a running coordinator -----------------------------------------------------------
+    def request_cutover(self, migration_id: int) -> None:
+        """Ask the migration's running coordinator to cut over now (`stream-osc cutover`, as `pause` asks it to
+        pause); an earlier error is cleared, so that one recorded from now on answers this request."""
+        query(self.conn, f"UPDATE {self.t('migrations')} SET cutover_requested_at=NOW(6), error=NULL WHERE id=%s",
+              (migration_id,))
+
+    def cutover_requested(self, migration_id: int) -> bool:
+        return bool(query(self.conn, f"SELECT 1 FROM {self.t('migrations')} WHERE id=%s "
+                                     "AND cutover_requested_at IS NOT NULL", (migration_id,)))
+
+    def clear_cutover_request(self, migration_id: int) -> None:
+        query(self.conn, f"UPDATE {self.t('migrations')} SET cutover_requested_at=NULL WHERE id=%s", (migration_id,))
 
     def update(self, migration_id: int, **values: Any) -> None:
         """Set columns of the migration row (stage, status, error, ...)."""

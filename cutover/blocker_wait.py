@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
 import pymysql
@@ -25,6 +26,7 @@ from cutover.blockers import Blocker, find_blockers
 log = logging.getLogger("stream_osc.cutover")
 
 POLL_S = 0.5
+AFTER_KILL_S = 0.05      # the next look after a kill: the holder's session ends within milliseconds
 NOTE_TTL_S = 10          # the `status` note outlives the last check by this much, then vanishes
 _GONE = (1094,)          # ER_NO_SUCH_THREAD: it ended by itself meanwhile
 
@@ -37,15 +39,36 @@ def kill_refusal(blocker: Blocker, max_rows: int) -> str | None:
     return None
 
 
+@dataclass
+class BlockerClock:
+    """When the tool first saw each holder of the table (connection and transaction), and which it killed or
+    spared. One clock serves every wait and cutover attempt of a run, so that --force-kill-blockers-after
+    counts from the first sighting of a holder, not from the start of the latest attempt."""
+
+    first_seen: dict[tuple[int, str | None], float] = field(default_factory=dict)
+    refused: set[tuple[int, str | None]] = field(default_factory=set)
+    killed: set[tuple[int, str | None]] = field(default_factory=set)
+
+    def note(self, blockers: list[Blocker], now: float) -> None:
+        """Start the clock of new holders; forget those gone (a connection's next transaction starts anew)."""
+        self.first_seen = {b.identity: self.first_seen.get(b.identity, now) for b in blockers}
+
+    def saw(self, blockers: list[Blocker] | tuple[Blocker, ...], now: float) -> None:
+        """Start the clock of holders seen outside a wait (by an attempt's look, or while the lag is awaited)."""
+        for blocker in blockers:
+            self.first_seen.setdefault(blocker.identity, now)
+
+    def held_up_s(self, blocker: Blocker, now: float) -> float:
+        return now - self.first_seen.get(blocker.identity, now)
+
+
 class BlockerWait:
     """One wait of a migration for the sessions holding its table."""
 
-    def __init__(self, ctx: RunContext, is_mariadb: bool) -> None:
+    def __init__(self, ctx: RunContext, is_mariadb: bool, clock: BlockerClock | None = None) -> None:
         self.ctx = ctx
         self.is_mariadb = is_mariadb
-        self.first_seen: dict[int, float] = {}
-        self.refused: set[int] = set()
-        self.killed: set[int] = set()
+        self.clock = clock or BlockerClock()
 
     def wait(self, tick: Callable[[], None], say: Callable[[str], None]) -> float:
         """Return once no session holds the table; the seconds waited. `tick` runs every poll (it may raise
@@ -58,7 +81,7 @@ class BlockerWait:
             while True:
                 blockers = find_blockers(conn, spec.database, spec.table, self.is_mariadb)
                 now = time.monotonic()
-                self.first_seen = {b.connection_id: self.first_seen.get(b.connection_id, now) for b in blockers}
+                self.clock.note(blockers, now)
                 self._publish(blockers)
                 if not blockers:
                     break
@@ -69,10 +92,9 @@ class BlockerWait:
                         say(f"waiting for {blocker.describe()}")
                     log_event(log, "waiting for sessions holding the table", logging.WARNING,
                               table=spec.qualified_name, blockers=json.dumps([b.as_dict() for b in blockers]))
-                if spec.force_kill_blockers_after_s is not None:
-                    self._kill_overdue(conn, blockers, now, say)
+                killed = spec.force_kill_blockers_after_s is not None and self._kill_overdue(conn, blockers, now, say)
                 tick()
-                time.sleep(POLL_S)
+                time.sleep(AFTER_KILL_S if killed else POLL_S)   # a killed holder is gone at once: look again
         finally:
             conn.close()
         waited = time.monotonic() - started
@@ -82,15 +104,17 @@ class BlockerWait:
         return waited
 
     def _kill_overdue(self, conn: pymysql.connections.Connection, blockers: list[Blocker], now: float,
-                      say: Callable[[str], None]) -> None:
-        spec = self.ctx.spec
+                      say: Callable[[str], None]) -> bool:
+        """Kill the holders overdue for it (unless refused); True if any was killed."""
+        spec, clock = self.ctx.spec, self.clock
+        killed = False
         for blocker in blockers:
-            held_up_s = now - self.first_seen[blocker.connection_id]
-            if held_up_s < spec.force_kill_blockers_after_s or blocker.connection_id in self.killed | self.refused:
+            held_up_s = clock.held_up_s(blocker, now)
+            if held_up_s < spec.force_kill_blockers_after_s or blocker.identity in clock.killed | clock.refused:
                 continue
             refusal = kill_refusal(blocker, spec.force_kill_max_rows)
             if refusal is not None:
-                self.refused.add(blocker.connection_id)
+                clock.refused.add(blocker.identity)
                 say(f"not killing connection {blocker.connection_id}: {refusal}")
                 log_event(log, "blocker not killed", logging.WARNING, reason=refusal, **blocker.as_dict())
                 continue
@@ -98,14 +122,16 @@ class BlockerWait:
                 query(conn, "KILL CONNECTION %s", (blocker.connection_id,))   # ends it; its transaction rolls back
             except pymysql.err.MySQLError as exc:
                 if exc.args[0] not in _GONE:
-                    self.refused.add(blocker.connection_id)
+                    clock.refused.add(blocker.identity)
                     say(f"could not kill connection {blocker.connection_id}: {exc.args[-1]}")
                     log_event(log, "blocker kill failed", logging.ERROR, error=str(exc), **blocker.as_dict())
                 continue
-            self.killed.add(blocker.connection_id)
+            clock.killed.add(blocker.identity)
+            killed = True
             say(f"killed {blocker.describe()} (it held the migration up for {held_up_s:.1f} s)")
             log_event(log, "killed blocking connection", logging.WARNING, held_up_s=round(held_up_s, 1),
                       **blocker.as_dict())
+        return killed
 
     def _publish(self, blockers: list[Blocker]) -> None:
         """Tell `status` who holds the table (best effort: a display only)."""

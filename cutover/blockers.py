@@ -50,6 +50,13 @@ class Blocker:
     seconds: float
     statement: str | None        # the running statement; None when idle inside a transaction
     rows_modified: int | None    # INNODB_TRX.trx_rows_modified of its open transaction, if it has one
+    transaction: str | None = None   # that transaction as "trx_id@trx_started" (a read-only one's id may be 0)
+
+    @property
+    def identity(self) -> tuple[int, str | None]:
+        """The same holder across looks: its connection and its transaction (a new transaction of the same
+        connection is a new holder)."""
+        return self.connection_id, self.transaction
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -106,6 +113,7 @@ class Session:
     schema: str | None
     in_transaction: bool
     rows_modified: int | None
+    transaction: str | None = None
 
 
 def names_table(statement: str | None, table: str) -> bool:
@@ -132,7 +140,7 @@ def _counts(session: Session, min_age_s: float) -> bool:
 def _blocker(session: Session) -> Blocker:
     statement = " ".join(session.statement.split())[:STATEMENT_CHARS] if session.statement else None
     return Blocker(session.connection_id, session.user or "", session.host or "", round(session.seconds, 1),
-                   statement if session.command != "Sleep" else None, session.rows_modified)
+                   statement if session.command != "Sleep" else None, session.rows_modified, session.transaction)
 
 
 def _age(command_s: float | None, transaction_s: float | None) -> float:
@@ -145,7 +153,8 @@ def _age(command_s: float | None, transaction_s: float | None) -> float:
 def _metadata_lock_info(conn: pymysql.connections.Connection, database: str, table: str) -> list[Session]:
     rows = query(conn, """
         SELECT p.ID, p.USER, p.HOST, p.COMMAND, m.LOCK_TIME_MS / 1000, p.TIME_MS / 1000, p.INFO, p.DB,
-               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified
+               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified,
+               CONCAT(x.trx_id, '@', x.trx_started)
         FROM information_schema.METADATA_LOCK_INFO m
         JOIN information_schema.PROCESSLIST p ON p.ID = m.THREAD_ID
         LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = m.THREAD_ID
@@ -153,15 +162,16 @@ def _metadata_lock_info(conn: pymysql.connections.Connection, database: str, tab
           AND m.THREAD_ID <> CONNECTION_ID()""", (database, table))
     return [Session(int(i), user, host, command,
                     float(held) if held is not None else _age(command_s, trx_s),
-                    info, db, trx_s is not None, _int(modified))
-            for i, user, host, command, held, command_s, info, db, trx_s, modified in rows]
+                    info, db, trx_s is not None, _int(modified), _text(trx))
+            for i, user, host, command, held, command_s, info, db, trx_s, modified, trx in rows]
 
 
 def _performance_schema(conn: pymysql.connections.Connection, database: str, table: str) -> list[Session]:
     rows = query(conn, """
         SELECT t.PROCESSLIST_ID, t.PROCESSLIST_USER, t.PROCESSLIST_HOST, t.PROCESSLIST_COMMAND,
                t.PROCESSLIST_TIME, t.PROCESSLIST_INFO, t.PROCESSLIST_DB,
-               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified
+               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified,
+               CONCAT(x.trx_id, '@', x.trx_started)
         FROM performance_schema.metadata_locks m
         JOIN performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID
         LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = t.PROCESSLIST_ID
@@ -169,22 +179,27 @@ def _performance_schema(conn: pymysql.connections.Connection, database: str, tab
           AND m.LOCK_STATUS = 'GRANTED' AND t.PROCESSLIST_ID IS NOT NULL AND t.PROCESSLIST_ID <> CONNECTION_ID()""",
         (database, table))
     return [Session(int(i), user, host, command or "", _age(command_s, trx_s), info, db,
-                    trx_s is not None, _int(modified))
-            for i, user, host, command, command_s, info, db, trx_s, modified in rows]
+                    trx_s is not None, _int(modified), _text(trx))
+            for i, user, host, command, command_s, info, db, trx_s, modified, trx in rows]
 
 
 def _transactions(conn: pymysql.connections.Connection, is_mariadb: bool) -> list[Session]:
     command_age = "p.TIME_MS / 1000" if is_mariadb else "p.TIME"
     rows = query(conn, f"""
         SELECT p.ID, p.USER, p.HOST, p.COMMAND, {command_age}, p.INFO, p.DB,
-               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified
+               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified,
+               CONCAT(x.trx_id, '@', x.trx_started)
         FROM information_schema.PROCESSLIST p
         LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = p.ID
         WHERE p.ID <> CONNECTION_ID() AND (x.trx_id IS NOT NULL OR p.COMMAND <> 'Sleep')""")
     return [Session(int(i), user, host, command or "", _age(command_s, trx_s), info, db,
-                    trx_s is not None, _int(modified))
-            for i, user, host, command, command_s, info, db, trx_s, modified in rows]
+                    trx_s is not None, _int(modified), _text(trx))
+            for i, user, host, command, command_s, info, db, trx_s, modified, trx in rows]
 
 
 def _int(value: object) -> int | None:
     return int(value) if value is not None else None
+
+
+def _text(value: object) -> str | None:
+    return str(value) if value is not None else None

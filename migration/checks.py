@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import pymysql
 import redis
@@ -154,3 +155,34 @@ def check_privileges(conn: pymysql.connections.Connection, spec: MigrationSpec) 
     if missing:
         raise PreflightError(f"the database user lacks privileges: {', '.join(missing)} "
                              f"(needs them on {spec.database}.* and {spec.metadata_schema}.*, replication on *.*)")
+
+
+KILL_PRIVILEGES = ("CONNECTION ADMIN", "CONNECTION_ADMIN", "SUPER")   # MariaDB 10.5+, MySQL 8, either
+_GLOBAL_GRANT = re.compile(r"^GRANT (.+?) ON \*\.\* TO ", re.IGNORECASE)
+
+
+def global_privileges(conn: pymysql.connections.Connection) -> set[str]:
+    """The user's privileges on *.*, upper case, from SHOW GRANTS ("ALL PRIVILEGES" stands for all)."""
+    found: set[str] = set()
+    for (line,) in query(conn, "SHOW GRANTS"):
+        grant = _GLOBAL_GRANT.match(line)
+        if grant:
+            found.update(p.strip().upper() for p in grant.group(1).split(","))
+    return found
+
+
+def check_blocker_privileges(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:
+    """PROCESS, to see other sessions holding the table before any lock is asked for (without it their
+    transactions and metadata locks are hidden, so a lock request could queue behind them and stall the
+    application); and, with --force-kill-blockers-after, a privilege that may kill other users' sessions."""
+    granted = global_privileges(conn)
+    if "ALL PRIVILEGES" in granted:
+        return
+    if "PROCESS" not in granted:
+        raise PreflightError("the database user lacks PROCESS (on *.*): without it the sessions holding the table "
+                             "cannot be seen before the validation snapshot and the cutover lock it, and a lock "
+                             "request queued behind them would stall the application; GRANT PROCESS ON *.* to it")
+    if spec.force_kill_blockers_after_s is not None and not granted.intersection(KILL_PRIVILEGES):
+        raise PreflightError("--force-kill-blockers-after needs the database user to hold CONNECTION ADMIN "
+                             "(MariaDB), CONNECTION_ADMIN (MySQL) or SUPER on *.* to kill other users' sessions; "
+                             "grant one, or leave the option out (the cutover then waits for them)")

@@ -20,8 +20,8 @@ from connectors.kafka_clients import untranslated
 from connectors.rest import ConnectClient, ConnectError, connect_client
 from connectors.secrets import (kafka_jaas_reference, password_reference, require_connector_secret,
                                 write_connector_secret)
-from migration.checks import (PreflightError, check_load_thresholds, check_privileges, check_server, check_services,
-                              check_session_binlog_formats, check_table)
+from migration.checks import (PreflightError, check_blocker_privileges, check_load_thresholds, check_privileges,
+                              check_server, check_services, check_session_binlog_formats, check_table)
 from migration.teardown import Metadata, tear_down
 from core.db import ServerInfo, qualified, query
 from core.keys import KeyColumn, PrimaryKey, dump_key, primary_key
@@ -43,6 +43,7 @@ def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
     check_server(info)
     pk = check_table(conn, spec)
     check_privileges(conn, spec)
+    check_blocker_privileges(conn, spec)
     check_load_thresholds(conn, spec)
     check_services(endpoints, info.flavor)
     require_connector_secret(endpoints)

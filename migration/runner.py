@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timezone
+from typing import Callable
 
 import pymysql
 import redis
@@ -15,10 +16,12 @@ from applier.copy import copy_worker
 from core.table import load_pair
 from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectorState, connect_client
-from cutover.blocker_wait import BlockerWait
+from cutover.blocker_wait import BlockerClock, BlockerWait
+from cutover.blockers import find_blockers
 from cutover.swap import CoordinatorReplaced, Cutover, CutoverAborted
 from cutover.validate import validate
-from migration.checks import PreflightError
+from migration.checks import PreflightError, check_blocker_privileges
+from migration.cutover_request import ask_coordinator
 from core.app_latency import LatencyProbe
 from core.context import RunContext, throttle_sources
 from core.load import LoadThrottle
@@ -44,10 +47,21 @@ log = logging.getLogger("stream_osc.runner")
 
 RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", "cutover", "cutover_window_schedule",
                      "cutover_timezone")
+# kept with the migration too, but a value given to `resume`/`cutover` replaces the stored one (and is kept)
+LOCK_OPTIONS = ("lock_wait_s", "lock_tries", "force_kill_blockers_after_s", "force_kill_max_rows")
 MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coordinator before it stops
 CONNECTOR_RESTART_WAIT_S = 10.0    # how long a restart may take to show (the task leaving FAILED)
 CONNECTOR_SETTLE_S = 5.0           # and how long it must then keep running to count as recovered
 CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Connect before the run stops
+WAITING_NOTE_S = 30.0              # a coordinator waiting for its cutover logs so (with the lag) this often
+LAG_SHOW_S = 5.0                   # and reads the lag for the progress display and metrics this often
+
+
+def resumed_values(options: dict[str, object], given: frozenset[str]) -> dict[str, object]:
+    """The values a resumed migration takes back from its stored `options`: every RESUMABLE_OPTIONS one, and
+    the LOCK_OPTIONS ones not `given` to the resuming command."""
+    return {k: options[k] for k in (*RESUMABLE_OPTIONS, *LOCK_OPTIONS)
+            if k in options and (k in RESUMABLE_OPTIONS or k not in given)}
 
 
 class MigrationStopped(Exception):
@@ -65,9 +79,11 @@ class Runner:
     """Coordinates one migration in this process (workers in other processes may join)."""
 
     def __init__(self, endpoints: Endpoints, spec: MigrationSpec, progress: Progress,
-                 cutover_now: bool = False, resume_live: bool = False, metrics: MigrationMetrics | None = None) -> None:
+                 cutover_now: bool = False, resume_live: bool = False, metrics: MigrationMetrics | None = None,
+                 given: frozenset[str] = frozenset()) -> None:
         self.endpoints = endpoints
         self.spec = spec
+        self.given = given   # spec fields the operator set for this run (command line or config file)
         self.progress = progress
         self.metrics = metrics or MigrationMetrics(spec.qualified_name)
         self.cutover_now = cutover_now
@@ -86,6 +102,7 @@ class Runner:
         self.restart_copy = False               # the copy workers restart to take new settings
         self.yielding = Yielding(spec.copy_workers, spec.app_latency_target())
         self.probe: LatencyProbe | None = None
+        self.blocker_clock = BlockerClock()     # --force-kill-blockers-after counts across waits and attempts
 
     # entry ---------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -105,8 +122,12 @@ class Runner:
                 raise PreflightError(f"another migration of {self.spec.qualified_name} is in progress "
                                      f"(ALTER {migration.alter_sql!r}); resume or abort it first")
             live = live_coordinator(self.store, migration.id)
-            if live is not None:
+            if live is not None and not self.cutover_now:
                 return self._join_live(migration, *live)
+            if live is not None:
+                if self._ask_live_coordinator(migration, live[0]):
+                    return 0
+                migration = self.store.get(migration.id)   # it went away before the swap: cut over here
             if not self.lease.claim(self.store, migration.id):
                 raise PreflightError(f"another process took over migration {migration.id} just now")
             if migration.stage == Stage.INIT:
@@ -126,8 +147,7 @@ class Runner:
                               f"{migration.connector}; copying by key ({', '.join(migration.pk_columns)})")
         else:
             self._created(migration)
-            self.spec = with_overrides(self.spec, **{k: migration.options[k] for k in RESUMABLE_OPTIONS
-                                                     if k in migration.options})
+            self.spec = self._resumed_spec(migration)
             self.settings = settings_of(migration)
             self.spec = with_settings(self.spec, migration)
             self.yielding.configure(self.spec.copy_workers, self.spec.app_latency_target())
@@ -136,6 +156,19 @@ class Runner:
             if migration.status != Status.RUNNING:
                 self.store.update(migration.id, status=Status.RUNNING, error=None)
         return self._run_stages_retrying(migration.id)
+
+    def _resumed_spec(self, migration: Migration) -> MigrationSpec:
+        """The spec a resumed migration runs with: its stored RESUMABLE_OPTIONS always; its stored LOCK_OPTIONS
+        unless given to this command, in which case the given value wins and is stored for later resumes.
+        Refused (nothing changed) when the user may not do what the lock options ask (e.g. kill blockers)."""
+        spec = with_overrides(self.spec, **resumed_values(migration.options, self.given))
+        check_blocker_privileges(self.conn, spec)
+        replaced = {k: getattr(spec, k) for k in LOCK_OPTIONS
+                    if k in self.given and migration.options.get(k) != getattr(spec, k)}
+        if replaced:
+            self.store.update(migration.id, options={**migration.options, **replaced})
+            log_event(log, "lock options replaced", **replaced)
+        return spec
 
     def _created(self, migration: Migration) -> None:
         """From the moment the migration has an id: hold its lease and name it on every log line."""
@@ -218,13 +251,28 @@ class Runner:
             raise PreflightError(f"migration {migration.id} of {self.spec.qualified_name} is being run by {owner} "
                                  f"(heartbeat {age_s:.0f} s ago); add workers with `stream-osc worker --table "
                                  f"{self.spec.qualified_name}` or pause/abort it")
-        if migration.status in (Status.PAUSED, Status.WAITING):
+        if migration.status == Status.PAUSED:
             self.store.update(migration.id, status=Status.RUNNING, error=None)
             self.progress.say(f"migration {migration.id} of {self.spec.qualified_name} resumed; {owner} continues it")
         else:
             self.progress.say(f"migration {migration.id} of {self.spec.qualified_name} is already {migration.status} "
                               f"under {owner}")
         return 0
+
+    def _ask_live_coordinator(self, migration: Migration, owner: str) -> bool:
+        """`stream-osc cutover` while a coordinator runs the migration: it swaps (True), it stops with an error
+        (MigrationStopped), or it went away without a word (False: this process takes over)."""
+        self.progress.say(f"asking {owner}, which runs migration {migration.id}, to cut over "
+                          f"{self.spec.qualified_name} now (its own options apply)")
+        log_event(log, "cutover requested", migration=migration.id, coordinator=owner)
+        answer = ask_coordinator(self.store, migration.id, self.progress.say)
+        if answer.swapped:
+            self.progress.say(f"cutover: {owner} swapped {self.spec.qualified_name}")
+            return True
+        if answer.error:
+            raise MigrationStopped(f"the coordinator stopped before the swap: {answer.error}")
+        self.progress.say(f"{owner} stopped before the swap; cutting over in this process")
+        return False
 
     def _context(self, migration: Migration) -> RunContext:
         pair = load_pair(self.conn, self.spec.database, self.spec.table, self.spec.new_table,
@@ -254,8 +302,7 @@ class Runner:
                 watch = LagWatch(self.endpoints, self.spec.metadata_schema, migration, self.spec.partitions,
                                  self.metrics).start()
                 try:
-                    if not self._work(self._context(migration)):
-                        return 0
+                    self._work(self._context(migration))
                 finally:
                     watch.stop()
             self._cleanup(self.store.get(migration.id))
@@ -275,9 +322,9 @@ class Runner:
                 self.store.update(migration.id, error=str(exc)[:2000])
             raise
 
-    def _work(self, ctx: RunContext) -> bool:
-        """Copy, apply, validate and cut over from the stage reached; False when it stops in sync to wait for
-        `stream-osc cutover` (--cutover manual)."""
+    def _work(self, ctx: RunContext) -> None:
+        """Copy, apply, validate and cut over from the stage reached (with --cutover manual, kept in sync until
+        `stream-osc cutover` asks)."""
         migration = ctx.migration
         if migration.stage == Stage.COPY:
             self._copy(ctx)
@@ -290,14 +337,9 @@ class Runner:
         if stage == Stage.VALIDATE:
             self._hold_while_paused(ctx)
             self._validate(ctx)
-        if self.spec.cutover == "manual" and not self.cutover_now:
-            self._stop_appliers()
-            self.store.update(migration.id, status=Status.WAITING)
-            self.progress.say(f"in sync and waiting for cutover: run `stream-osc cutover --table "
-                              f"{self.spec.qualified_name}` to swap the tables")
-            return False
+        if self.spec.cutover == "manual":
+            self._wait_for_cutover_request(ctx)
         self._cutover(ctx)
-        return True
 
     # stages --------------------------------------------------------------------------------------
     def _copy(self, ctx: RunContext) -> None:
@@ -354,8 +396,10 @@ class Runner:
         names = TopicNames(ctx.migration.prefix, self.spec.database, self.spec.table)
         return group_lag(self.endpoints.kafka, ctx.migration.group_id, names.changes, self.spec.partitions)
 
-    def _wait_for_lag(self, ctx: RunContext, limit: int) -> int:
-        """Apply until the group's lag is at most `limit` events."""
+    def _wait_for_lag(self, ctx: RunContext, limit: int, look_for_blockers: bool = False) -> int:
+        """Apply until the group's lag is at most `limit` events. With `look_for_blockers` (right before a lock
+        is wanted), sessions holding the table are looked for meanwhile, so that the --force-kill-blockers-after
+        clock starts when one appears, not when the lag allows the next look."""
         stats = ApplyStats(ctx.redis(), ctx.migration.id)
         first: tuple[float, int] | None = None
         while True:
@@ -371,6 +415,9 @@ class Runner:
             lag_s = lag / rate if rate > 0 else None
             self.progress.apply(lag, applied, lag_s)
             self.metrics.apply(lag, applied, lag_s)
+            if look_for_blockers:
+                self.blocker_clock.saw(find_blockers(self.conn, self.spec.database, self.spec.table,
+                                                     self.info.is_mariadb), time.monotonic())
             if lag <= limit:
                 return lag
             time.sleep(0.5)
@@ -393,28 +440,46 @@ class Runner:
         moment could not be had within the cutover window (validation then compares live tables).
 
         Taking it blocks writes as briefly as a cutover does; it spares validation under traffic from
-        re-reading every range that a write touched meanwhile.
+        re-reading every range that a write touched meanwhile. Sessions holding the table are waited for as
+        the cutover waits for them (no lock requested meanwhile), before and whenever they stop a try: a
+        holder is not a reason to fall back to the live tables.
         """
-        self._wait_for_lag(ctx, self.spec.max_lag_events)
-        self._wait_for_blockers(ctx, "validate")
-        self._stop_appliers()
-        sessions: list[pymysql.connections.Connection] | None = [ctx.db() for _ in range(self.spec.copy_workers)]
-        try:
-            blocked = Cutover(ctx, self.info.is_mariadb).consistent_snapshots(self.spec.cutover_window_s, sessions)
-            self.progress.say(f"validate: consistent snapshot taken; writes waited {blocked:.0f} ms")
-        except BaseException as exc:
-            for session in sessions:
-                session.close()
-            if not isinstance(exc, CutoverAborted):
-                raise   # the run stops or is retried: no applier to start here
-            log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc))
-            self.progress.say(f"validate: no consistent snapshot within the window ({exc})")
-            sessions = None
-        self._start_appliers(ctx)
-        return sessions
+        while True:
+            self._wait_for_lag(ctx, self.spec.max_lag_events)
+            self._wait_for_blockers(ctx, "validate")
+            self._stop_appliers()
+            sessions: list[pymysql.connections.Connection] | None = [ctx.db() for _ in range(self.spec.copy_workers)]
+            snapshot = Cutover(ctx, self.info.is_mariadb)
+            try:
+                blocked = snapshot.consistent_snapshots(self.spec.cutover_window_s, sessions)
+                self.progress.say(f"validate: consistent snapshot taken; writes waited {blocked:.0f} ms")
+            except BaseException as exc:
+                for session in sessions:
+                    session.close()
+                if not isinstance(exc, CutoverAborted):
+                    raise   # the run stops or is retried: no applier to start here
+                self._start_appliers(ctx)
+                if exc.blockers:   # no lock was requested: wait for them, then try again
+                    self.blocker_clock.saw(exc.blockers, time.monotonic())
+                    self.progress.say(f"validate: {exc}")
+                    continue
+                log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc))
+                self.progress.say(f"validate: no consistent snapshot within the window ({exc})")
+                return None
+            finally:
+                snapshot.close()
+            self._start_appliers(ctx)
+            return sessions
 
     def _cutover(self, ctx: RunContext) -> None:
         cutover = Cutover(ctx, self.info.is_mariadb)
+        try:
+            self._cutover_attempts(ctx, cutover)
+        finally:
+            cutover.close()
+
+    def _cutover_attempts(self, ctx: RunContext, cutover: Cutover) -> None:
+        """ANALYZE the new table, then attempts until one swaps (holders waited for, not counted)."""
         took = cutover.refresh_statistics()
         self.progress.say(f"cutover: ANALYZE TABLE {self.spec.new_table} took {took * 1000:.0f} ms")
         attempt = 0
@@ -422,10 +487,10 @@ class Runner:
             self._hold_while_paused(ctx)
             if self.appliers is None:
                 self._start_appliers(ctx)
-            self._wait_for_lag(ctx, self.spec.max_lag_events)
+            self._wait_for_lag(ctx, self.spec.max_lag_events, look_for_blockers=True)
             self._wait_for_window(ctx)
             self._wait_for_blockers(ctx, "cutover")
-            if not self._window_open():   # it closed while sessions held the table
+            if not self._window_open(ctx):   # it closed while sessions held the table
                 continue
             self._stop_appliers()
             try:
@@ -440,6 +505,7 @@ class Runner:
                                   f"for {result.blocked_ms:.0f} ms ({result.drained_keys} keys drained under lock)")
                 return
             if result.blockers:   # no lock was requested: wait for them again, not counted as an attempt
+                self.blocker_clock.saw(result.blockers, time.monotonic())
                 self.progress.say(f"cutover: {result.reason}")
                 continue
             attempt += 1
@@ -450,28 +516,69 @@ class Runner:
                                f"{self.spec.cutover_attempts} attempts; the original table is untouched. Retry with "
                                "`stream-osc cutover` at a quieter time or with a larger --cutover-window")
 
-    def _window_open(self) -> bool:
+    def _cutover_asked(self, ctx: RunContext) -> bool:
+        """True once the swap was asked for: this process is `stream-osc cutover`, or that command asked this
+        running coordinator (migration/cutover_request.py; the request is taken up, so it is answered once)."""
+        if not self.cutover_now and self.store.cutover_requested(ctx.migration.id):
+            self.store.clear_cutover_request(ctx.migration.id)
+            self.cutover_now = True
+            self.progress.say("cutover: asked for by `stream-osc cutover`")
+            log_event(log, "cutover request taken up")
+        return self.cutover_now
+
+    def _window_open(self, ctx: RunContext) -> bool:
         """True when --cutover-window-schedule allows the swap now (or `stream-osc cutover` asked for it)."""
         schedule = self.spec.schedule()
-        return self.cutover_now or schedule is None or schedule.is_open(datetime.now(timezone.utc))
+        return self._cutover_asked(ctx) or schedule is None or schedule.is_open(datetime.now(timezone.utc))
 
     def _wait_for_window(self, ctx: RunContext) -> None:
         """Outside the cutover windows: wait, the appliers keeping the new table in sync, until one opens."""
-        if self._window_open():
+        if self._window_open(ctx):
             return
         schedule = self.spec.schedule()
         opening = schedule.next_opening(datetime.now(timezone.utc))
         self.progress.say(f"cutover: waiting for the cutover window {schedule.describe()}, next at "
                           f"{opening:%Y-%m-%d %H:%M %Z}; the new table is kept in sync meanwhile (`stream-osc "
                           f"cutover --table {self.spec.qualified_name}` swaps now)")
-        log_event(log, "waiting for cutover window", schedule=schedule.describe(), opens_at=opening.isoformat())
-        while not self._window_open():
+        self._keep_in_sync_until(ctx, lambda: self._window_open(ctx), "waiting for cutover window",
+                                 schedule=schedule.describe(), opens_at=opening.isoformat())
+        if not self.cutover_now:
+            self.progress.say(f"cutover: window {schedule.describe()} open")
+
+    def _wait_for_cutover_request(self, ctx: RunContext) -> None:
+        """--cutover manual: stay in sync, this process's appliers applying, until `stream-osc cutover` asks
+        (it reaches this process through the migration's row); the status says `waiting` meanwhile."""
+        if self._cutover_asked(ctx):
+            return
+        self.store.update(ctx.migration.id, status=Status.WAITING)
+        self.progress.say(f"in sync and waiting for cutover: the appliers keep the new table in sync; run "
+                          f"`stream-osc cutover --table {self.spec.qualified_name}` to swap the tables")
+        self._keep_in_sync_until(ctx, lambda: self._cutover_asked(ctx), "waiting for cutover", waiting_status=True)
+        self.store.update(ctx.migration.id, status=Status.RUNNING)
+
+    def _keep_in_sync_until(self, ctx: RunContext, ready: Callable[[], bool], event: str,
+                            waiting_status: bool = False, **fields: object) -> None:
+        """Apply until `ready()`, checked about once a second; the lag is shown meanwhile and logged (`event`)
+        every WAITING_NOTE_S. With `waiting_status`, the status is put back to `waiting` after a pause."""
+        stats = ApplyStats(ctx.redis(), ctx.migration.id)
+        noted = lag_read = 0.0
+        while not ready():
             if self.appliers is not None:
                 self.appliers.raise_if_failed()
             self._check_health(ctx)
             self._hold_while_paused(ctx)
+            if waiting_status and self.store.get(ctx.migration.id).status == Status.RUNNING:
+                self.store.update(ctx.migration.id, status=Status.WAITING)   # resumed after a pause
+            now = time.monotonic()
+            if now - lag_read >= LAG_SHOW_S:
+                lag, lag_read = self._lag(ctx), now
+                applied = stats.read().get("events", 0)
+                self.progress.apply(lag, applied, None)
+                self.metrics.apply(lag, applied, None)
+                if now - noted >= WAITING_NOTE_S:
+                    log_event(log, event, table=self.spec.qualified_name, apply_lag_events=lag, **fields)
+                    noted = now
             time.sleep(1.0)
-        self.progress.say(f"cutover: window {schedule.describe()} open")
 
     def _wait_for_blockers(self, ctx: RunContext, stage: str) -> None:
         """Wait, with the appliers applying and no lock requested, while sessions hold the table
@@ -481,7 +588,8 @@ class Runner:
                 self.appliers.raise_if_failed()
             self._check_health(ctx)
             self._hold_while_paused(ctx)
-        BlockerWait(ctx, self.info.is_mariadb).wait(tick, lambda text: self.progress.say(f"{stage}: {text}"))
+        BlockerWait(ctx, self.info.is_mariadb, self.blocker_clock).wait(
+            tick, lambda text: self.progress.say(f"{stage}: {text}"))
 
     def _swap_already_done(self) -> bool:
         """After a crash inside cutover: did the RENAME run?"""

@@ -147,3 +147,26 @@ def status_doc(db: str, table: str) -> dict:
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
+
+
+def waiting_for_cutover(conn, db: str, table: str, *migrate_args: str, log: Path | None = None) -> subprocess.Popen:
+    """Start `migrate --cutover manual ARGS` on db.table and return its process once the migration waits, in
+    sync, for its cutover (the process keeps running and applying)."""
+    earlier = latest_migration_id(conn, db, table)
+    proc = start_cli("migrate", "--table", f"{db}.{table}", "--cutover", "manual", *migrate_args, log=log)
+    try:
+        wait_for(lambda: proc.poll() is not None or getattr(new_migration_row(conn, db, table, earlier), "status", "")
+                 == "waiting", 300, "the migration to wait for its cutover")
+        assert proc.poll() is None, f"migrate --cutover manual exited ({proc.returncode}) instead of waiting"
+    except BaseException:
+        proc.kill()
+        proc.wait(30)
+        raise
+    return proc
+
+
+def waiting_without_coordinator(conn, db: str, table: str, *migrate_args: str) -> None:
+    """A migration of db.table in sync and waiting for its cutover, its coordinator killed (as after a crash)."""
+    proc = waiting_for_cutover(conn, db, table, *migrate_args)
+    proc.kill()
+    proc.wait(30)

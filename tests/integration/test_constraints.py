@@ -8,7 +8,7 @@ from core.db import query
 from migration.runner import Runner
 from core.spec import MigrationSpec
 from monitor.progress import Progress
-from tests.integration.helpers import db_conn, leftovers, migration_row
+from tests.integration.helpers import db_conn, leftovers, migration_row, waiting_for_cutover
 
 pytestmark = pytest.mark.integration
 
@@ -125,25 +125,29 @@ def test_stale_copied_row_colliding_under_a_new_unique_key_is_not_a_duplicate(en
      ["refuses rows of constraints.appwrite written during the migration",
       "id=2 (name=NULL): Column 'name' cannot be null (error 1048)"]),
 ], ids=["duplicate_under_new_unique_key", "null_under_new_not_null"])
-def test_application_write_breaking_a_new_rule_stops_the_migration_and_deletes_no_row(endpoints, conn, capsys,
+def test_application_write_breaking_a_new_rule_stops_the_migration_and_deletes_no_row(endpoints, conn, cli_log,
                                                                                        alter, write, expected):
-    """The application writes, during the migration, a row the new definition refuses (here: a duplicate
-    of row 1 under the new key, or a NULL): the applier must not replace row 1 with it nor fail obscurely;
-    the migration stops with one clear error and leaves the table as it is."""
+    """The application writes, while the migration waits in sync for its cutover, a row the new definition
+    refuses (here: a duplicate of row 1 under the new key, or a NULL): the applier must not replace row 1
+    with it nor fail obscurely; the migration stops with one clear error and leaves the table as it is."""
     make_table(conn, "appwrite", "id INT PRIMARY KEY, name VARCHAR(40)",
                [(1, "abcdefghij-1"), (2, "other"), (3, "third")])
     table = f"{DB}.appwrite"
-    assert main(["migrate", "--table", table, "--alter", alter, "--cutover", "manual", "--quiet"]) == 0
-    assert migration_row(conn, DB, "appwrite").status == "waiting"
-    query(conn, write.format(t=table))
-    before = snapshot(conn, "appwrite")
-    capsys.readouterr()
-    code = main(["cutover", "--table", table, "--max-lag", "0", "--quiet"])
-    err = capsys.readouterr().err
+    coordinator = waiting_for_cutover(conn, DB, "appwrite", "--alter", alter, "--quiet", log=cli_log)
+    try:
+        query(conn, write.format(t=table))
+        before = snapshot(conn, "appwrite")
+        code = coordinator.wait(120)   # its appliers meet the row
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait(30)
+    err = cli_log.read_text()
     assert code == 2, err
-    assert err.startswith("stream-osc: error: ") and len(err.strip().splitlines()) == 1, err
+    errors = [line for line in err.splitlines() if line.startswith("stream-osc: error: ")]
+    assert len(errors) == 1, err
     for part in expected:
-        assert part in err
+        assert part in errors[0]
     assert leftovers(endpoints, DB, "appwrite") == []
     assert snapshot(conn, "appwrite") == before
 

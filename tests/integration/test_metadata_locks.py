@@ -22,9 +22,13 @@ from core.endpoints import Endpoints
 from core.spec import MigrationSpec
 from cutover.blockers import Detection, find_blockers
 from cutover.short_lock import LockNotTaken, lock_tables_briefly
+from cutover.swap import Cutover, CutoverAborted
+from core.context import RunContext
+from core.state import StateStore
+from core.table import load_pair
 from migration.runner import Runner
 from monitor.progress import Progress
-from tests.integration.helpers import cli, db_conn, leftovers, migration_row, wait_for
+from tests.integration.helpers import cli, db_conn, leftovers, migration_row, wait_for, waiting_without_coordinator
 from tests.integration.ledger import Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
@@ -243,3 +247,44 @@ def test_force_kill_ends_a_blocker_but_spares_a_transaction_with_many_changes(en
         == ["kept"] * 3
     assert ledger.errors() == []
     assert ledger.missing(conn) == []
+
+
+def server_counters(conn) -> dict[str, int]:
+    """Statements of the kinds an attempt prepares with: the sentry (CREATE TABLE), the lock, the fence."""
+    return {name: int(value) for name, value in query(conn, "SHOW GLOBAL STATUS WHERE Variable_name IN "
+                                                            "('Com_create_table', 'Com_lock_tables', 'Com_update')")}
+
+
+def test_while_a_session_holds_the_table_an_attempt_prepares_nothing_and_requests_no_lock(endpoints, conn):
+    """A cutover attempt and a validation snapshot look for holders first: with one there, no sentry is made,
+    no catch-up fence written, no lock requested; the holder is named so that the wait (and its kill clock)
+    goes on."""
+    table = "unprepared"
+    cli("abort", "--table", f"{DB}.{table}")
+    create_ledger_table(conn, DB, table, rows=2_000, writers=1)
+    spec = spec_for(table, cutover="manual")
+    waiting_without_coordinator(conn, DB, table, "--alter", spec.alter, "--partitions", "4", "--chunk-size", "5000",
+                                "--quiet")
+    held = HeldTransaction(endpoints, table, "SELECT * FROM {table} LIMIT 3")
+    try:
+        wait_for(lambda: find_blockers(conn, DB, table, True), timeout=20, what="the holder to be found")
+        migration = StateStore(conn, spec.metadata_schema).active(DB, table)
+        cutover = Cutover(RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table)), True)
+        before = server_counters(conn)
+        try:
+            result = cutover.attempt(spec.cutover_window_s)
+            with pytest.raises(CutoverAborted) as snapshot:
+                cutover.consistent_snapshots(spec.cutover_window_s, [])
+        finally:
+            cutover.close()
+        after = server_counters(conn)
+    finally:
+        held.end()
+        held.start()
+        held.join()
+    assert not result.swapped
+    assert [b.connection_id for b in result.blockers] == [held.connection_id]
+    assert [b.connection_id for b in snapshot.value.blockers] == [held.connection_id]
+    assert after == before, "a sentry, a fence or a lock request was made although the holder was known"
+    assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
+    assert leftovers(endpoints, DB, table) == []

@@ -23,7 +23,7 @@ from core.spec import MigrationSpec, helper_table_name
 from core.state import Chunk, SourceChanged, StateStore
 from demo.traffic import create_sample_table
 from monitor.progress import Progress
-from tests.integration.helpers import cli, leftovers, migration_row, wait_for
+from tests.integration.helpers import cli, leftovers, migration_row, wait_for, waiting_without_coordinator
 
 pytestmark = pytest.mark.integration
 
@@ -170,7 +170,9 @@ def test_ddl_on_the_source_before_the_lock_is_caught_inside_the_cutover_lock(end
     fresh(conn, table)
     create_sample_table(conn, DB, table, rows=3_000, seed=4)
     spec = spec_for(table, "ADD COLUMN flag TINYINT NOT NULL DEFAULT 0", cutover="manual")
-    assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0          # in sync, waiting for cutover
+    waiting_without_coordinator(conn, DB, table, "--alter", spec.alter, "--copy-workers", "1", "--apply-workers", "1",
+                                "--chunk-size", "2000", "--batch-size", "200", "--partitions", "2", "--drop-old",
+                                "--max-lag", "50", "--quiet")                # in sync, waiting for cutover
     query(conn, f"ALTER TABLE {DB}.{table} ADD COLUMN extra VARCHAR(10) NULL")   # after the last health check
     query(conn, f"UPDATE {DB}.{table} SET extra = 'kept' WHERE id <= 10")
     migration = StateStore(conn, spec.metadata_schema).active(DB, table)

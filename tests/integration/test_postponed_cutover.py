@@ -1,26 +1,30 @@
-"""A postponed cutover stays postponed: outside its window a migration waits in sync, through a crash and a resume;
-a manual one is not swapped by `resume`; `cutover` swaps at once."""
+"""A postponed cutover stays postponed and in sync: outside its window, or with --cutover manual, the coordinator
+waits with its appliers applying, through pause, resume and a crash; `cutover` swaps at once, through the waiting
+coordinator when one runs."""
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from core.db import query, scalar
-from tests.integration.helpers import cli, leftovers, migration_row, start_cli, status_doc, wait_for
-from tests.integration.ledger import create_ledger_table
+from tests.integration.helpers import (cli, leftovers, migration_row, start_cli, status_doc, wait_for,
+                                       waiting_for_cutover, waiting_without_coordinator)
+from tests.integration.ledger import Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
 
 DB = "cut_window"
+WRITERS = 4
 WAITING = "waiting for the cutover window"
 
 
-def fresh(conn, table: str, rows: int) -> None:
+def fresh(conn, table: str, rows: int, writers: int = 2) -> None:
     """The ledger table, with whatever an earlier, interrupted run left of its migration removed."""
     cli("abort", "--table", f"{DB}.{table}")
     query(conn, f"DROP TABLE IF EXISTS {DB}.{table}_osc_old")
-    create_ledger_table(conn, DB, table, rows=rows, writers=2)
+    create_ledger_table(conn, DB, table, rows=rows, writers=writers)
 
 
 def closed_window() -> str:
@@ -60,19 +64,75 @@ def test_outside_its_window_a_migration_waits_in_sync_and_keeps_waiting_after_a_
     assert leftovers(endpoints, DB, table) == [f"table {DB}.{table}_osc_old"]
 
 
-def test_resume_keeps_a_manual_cutover_waiting(endpoints, conn):
+LAG_BOUND = 2_000   # events; with its appliers stopped, the lag would grow by every write made while it waits
+
+
+def apply_lag(table: str) -> int:
+    lag = status_doc(DB, table)["apply_lag_events"]
+    assert lag is not None, "status shows no apply lag"
+    return lag
+
+
+def lag_stays_small(ledger: Ledger, table: str) -> int:
+    """The worst of a few apply-lag readings taken while the writers write 3 x LAG_BOUND more events."""
+    worst = 0
+    for _ in range(3):
+        ledger.wait_for_writes(LAG_BOUND, timeout=120)
+        worst = max(worst, apply_lag(table))
+    return worst
+
+
+def test_a_manual_cutover_waits_applying_in_its_own_process_through_pause_and_crash(endpoints, conn, cli_log):
+    """`migrate --cutover manual` stays running once in sync, its own appliers keeping the lag small under
+    unthrottled writes; pause, resume and a crash leave it waiting (resume keeps manual); `stream-osc cutover`
+    is carried out by the waiting coordinator; every acknowledged write is in the final table."""
     table = "manual"
-    fresh(conn, table, rows=2_000)
-    waiting = cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note INT NULL", "--cutover", "manual",
-                  "--quiet")
-    assert waiting.returncode == 0, waiting.stderr[-3000:]
-    resumed = cli("resume", "--table", f"{DB}.{table}", "--quiet")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    fresh(conn, table, rows=10_000, writers=WRITERS)
+    with Ledger(endpoints.mysql, DB, table, writers=WRITERS, seed=12) as ledger:
+        ledger.wait_for_writes(200)
+        coordinator = waiting_for_cutover(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
+                                          "--max-lag", "200", "--chunk-size", "5000", log=cli_log)
+        try:
+            assert "in sync and waiting for cutover" in cli_log.read_text()
+            doc = status_doc(DB, table)
+            assert (doc["stage"], doc["status"], doc["coordinator"] is not None) == ("cutover", "waiting", True), doc
+            waiting_lag = lag_stays_small(ledger, table)
+
+            assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
+            wait_for(lambda: status_doc(DB, table)["status"] == "paused", 30, "the pause")
+            assert cli("resume", "--table", f"{DB}.{table}").returncode == 0   # un-pauses the live coordinator
+            wait_for(lambda: migration_row(conn, DB, table).status == "waiting", 30, "waiting again after resume")
+            assert coordinator.poll() is None
+
+            coordinator.kill()   # a crash while waiting; resume, given no --cutover, keeps the migration manual
+            coordinator.wait(30)
+            coordinator = start_cli("resume", "--table", f"{DB}.{table}", log=cli_log)
+            wait_for(lambda: cli_log.read_text().count("in sync and waiting for cutover") == 2 or
+                     coordinator.poll() is not None, 300, "the resumed migration to wait again")
+            assert coordinator.poll() is None and migration_row(conn, DB, table).status == "waiting"
+            wait_for(lambda: apply_lag(table) < LAG_BOUND, 120, "the resumed appliers to catch up")
+            resumed_lag = lag_stays_small(ledger, table)
+
+            asked = time.monotonic()
+            result = cli("cutover", "--table", f"{DB}.{table}")
+            cutover_s = time.monotonic() - asked
+            assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+            said = result.stdout + result.stderr
+            assert "asking" in said and "swapped" in said, said
+            assert coordinator.wait(120) == 0   # the waiting coordinator did the swap and the cleanup
+        finally:
+            if coordinator.poll() is None:
+                coordinator.kill()
+                coordinator.wait(30)
+        ledger.wait_for_writes(200)
+    print(f"apply lag while waiting: {waiting_lag} events (after the crash: {resumed_lag}); `stream-osc cutover` "
+          f"took {cutover_s:.1f} s")
+    assert waiting_lag < LAG_BOUND and resumed_lag < LAG_BOUND, "the appliers did not keep applying while waiting"
     migration = migration_row(conn, DB, table)
-    assert (migration.stage, migration.status) == ("cutover", "waiting")
-    assert "note" not in columns(conn, table)   # not swapped
-    assert cli("cutover", "--table", f"{DB}.{table}", "--quiet").returncode == 0
-    assert migration_row(conn, DB, table).stage == "done" and "note" in columns(conn, table)
+    assert (migration.stage, migration.status) == ("done", "done")
+    assert "note" in columns(conn, table)
+    assert ledger.errors() == []
+    assert ledger.missing(conn) == []
 
 
 def columns(conn, table: str) -> list[str]:
@@ -83,9 +143,7 @@ def columns(conn, table: str) -> list[str]:
 def test_a_joined_worker_stays_joined_and_applies_while_a_manual_cutover_waits(endpoints, conn, cli_log):
     table = "joined"
     fresh(conn, table, rows=2_000)
-    waiting = cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note INT NULL", "--cutover", "manual",
-                  "--quiet")
-    assert waiting.returncode == 0, waiting.stderr[-3000:]
+    waiting_without_coordinator(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--quiet")
     worker = start_cli("--log-level", "INFO", "worker", "--table", f"{DB}.{table}", log=cli_log)
     try:
         query(conn, f"UPDATE {DB}.{table} SET payload = 'while waiting' WHERE id = 100")

@@ -21,7 +21,7 @@ from core.state import Migration, StateStore
 from streams.topics import TopicNames, delete_topics
 from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_table, hold_apply_open,
                                        latest_migration_id, leftovers, migration_row, new_migration_row, start_cli,
-                                       status_doc, table_is_original, wait_for)
+                                       status_doc, table_is_original, wait_for, waiting_without_coordinator)
 from core.spec import helper_table_name
 
 pytestmark = pytest.mark.integration
@@ -70,13 +70,17 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
                 query(blocker, "ROLLBACK")
                 wait_for(lambda: migration_row(conn, DB, table).stage == "validate", 60, "stage validate")
         else:
-            # In sync and waiting for `cutover`; then a transaction that reads the table holds its metadata
-            # lock, and the cutover waits (requesting no lock) for it to end.
-            assert proc.wait(180) == 0
+            # In sync and waiting for `cutover`, the coordinator applying; then a transaction that reads the table
+            # holds its metadata lock, `cutover` asks the coordinator, which waits (requesting no lock) for it.
+            wait_for(lambda: migration_row(conn, DB, table).status == "waiting" or proc.poll() is not None, 180,
+                     "the migration to wait for its cutover")
+            assert proc.poll() is None, "migrate --cutover manual exited instead of waiting"
             query(blocker, "BEGIN")
             query(blocker, f"SELECT COUNT(*) FROM {DB}.{table} WHERE id < 10")
-            proc = start_cli("cutover", "--table", f"{DB}.{table}", *OPTIONS, log=cli_log)
+            asking = start_cli("cutover", "--table", f"{DB}.{table}", log=cli_log)
             wait_for(lambda: cutover_waits_for(DB, table, blocker.thread_id()), 120, "cutover waiting for the blocker")
+            asking.kill()   # before the coordinator: else it would take the cutover over
+            asking.wait(30)
         assert migration_row(conn, DB, table).stage == stage
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
@@ -91,11 +95,21 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
     copied_before = chunk_progress(conn, migration.id)[0] if stage != "init" else 0
     written_before = rows_written(conn)
 
-    result = cli("resume", "--table", f"{DB}.{table}")
-    assert result.returncode == 0, result.stderr[-5000:]
     if stage == "cutover":   # a manual migration stays manual through a crash: its cutover is asked for again
-        assert migration_row(conn, DB, table).status == "waiting" and table_is_original(conn, DB, table)
-        result = cli("cutover", "--table", f"{DB}.{table}")
+        resumed = start_cli("resume", "--table", f"{DB}.{table}", log=cli_log)
+        try:
+            wait_for(lambda: migration_row(conn, DB, table).status == "waiting" or resumed.poll() is not None, 180,
+                     "the resumed migration to wait for its cutover")
+            assert resumed.poll() is None and table_is_original(conn, DB, table)
+            result = cli("cutover", "--table", f"{DB}.{table}")
+            assert result.returncode == 0, result.stderr[-5000:]
+            assert resumed.wait(120) == 0
+        finally:
+            if resumed.poll() is None:
+                resumed.kill()
+                resumed.wait(30)
+    else:
+        result = cli("resume", "--table", f"{DB}.{table}")
         assert result.returncode == 0, result.stderr[-5000:]
 
     final = migration_row(conn, DB, table)
@@ -159,8 +173,7 @@ def waiting_migration(endpoints, table: str, seed: int) -> Iterator[tuple[object
     aborted afterwards, which must leave nothing behind. Yields (connection, migration, Connect client)."""
     conn = db_conn(endpoints)
     fresh_table(conn, DB, table, rows=2_000, seed=seed)
-    waiting = cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--cutover", "manual", "--quiet")
-    assert waiting.returncode == 0, waiting.stderr
+    waiting_without_coordinator(conn, DB, table, "--alter", ALTER, "--quiet")
     migration = migration_row(conn, DB, table)
     assert migration.status == "waiting"
     try:

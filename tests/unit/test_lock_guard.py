@@ -5,7 +5,7 @@ from cli.main import build_parser
 from cli.commands import spec_from_args
 from core.endpoints import ConfigError
 from core.spec import MigrationSpec, parse_duration
-from cutover.blocker_wait import kill_refusal
+from cutover.blocker_wait import BlockerClock, kill_refusal
 from cutover.blockers import MIN_AGE_S, Blocker, Session, _age, _counts, names_table, suspected
 from cutover.short_lock import MAX_BACKOFF_S, backoff_s, lock_statement, try_seconds
 
@@ -105,3 +105,26 @@ def test_a_malformed_kill_delay_is_a_usage_error(capsys):
         build_parser().parse_args(["migrate", "--table", "shop.orders", "--force-kill-blockers-after", "soon"])
     assert exit_.value.code == 2
     assert "invalid duration 'soon'" in capsys.readouterr().err
+
+
+def test_the_kill_clock_runs_from_the_first_sighting_across_waits_and_attempts():
+    clock = BlockerClock()
+    held = Blocker(7, "app", "h", 1.0, None, rows_modified=0, transaction="421")
+    clock.note([held], now=100.0)
+    clock.note([held], now=103.0)           # the same holder seen by a later wait (another attempt)
+    assert clock.held_up_s(held, now=106.0) == 6.0
+    next_transaction = Blocker(7, "app", "h", 1.0, None, rows_modified=0, transaction="422")
+    clock.note([next_transaction], now=107.0)   # the connection's next transaction is a new holder
+    assert clock.held_up_s(next_transaction, now=107.0) == 0.0
+    clock.note([], now=108.0)
+    clock.note([next_transaction], now=110.0)   # gone and seen again: its clock starts again
+    assert clock.held_up_s(next_transaction, now=111.0) == 1.0
+
+
+def test_a_holder_seen_by_an_attempt_starts_the_clock_that_the_next_wait_keeps():
+    clock = BlockerClock()
+    held = Blocker(7, "app", "h", 1.0, None, rows_modified=0, transaction="421")
+    clock.saw([held], now=50.0)              # an attempt's look, before any wait
+    clock.saw([held], now=52.0)              # seen again: the first sighting stands
+    clock.note([held], now=53.0)             # the wait that follows
+    assert clock.held_up_s(held, now=55.0) == 5.0
