@@ -272,7 +272,7 @@ def test_while_a_session_holds_the_table_an_attempt_prepares_nothing_and_request
         cutover = Cutover(RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table)), True)
         before = server_counters(conn)
         try:
-            result = cutover.attempt(spec.cutover_window_s)
+            result = cutover.attempt(spec.cutover_window_s, "test:coordinator")
             with pytest.raises(CutoverAborted) as snapshot:
                 cutover.consistent_snapshots(spec.cutover_window_s, [])
         finally:
