@@ -1,5 +1,7 @@
 """The application's write latency, sampled the way the application feels it: a tiny autocommit write
-(one row of the metadata schema's `latency_probe`) every PROBE_EVERY_S, timed from send to commit.
+(an UPDATE of the one row of the metadata schema's `latency_probe`) every PROBE_EVERY_S, timed from
+send to commit. It writes nothing while the migration is paused: a pause stops every write of the
+migration (docs/resilience.md).
 
 Such a write waits for what the application's writes wait for while a copy runs: CPU, the redo log and
 the binlog group commit that a large copy batch fills. Each sample goes to a Yielding (core/yielding.py),
@@ -16,6 +18,7 @@ import pymysql
 
 from core.db import qualified, query
 from core.logs import log_event
+from core.state import Status
 from core.yielding import Yielding
 
 log = logging.getLogger("stream_osc.app_latency")
@@ -27,10 +30,14 @@ PROBE_TABLE = "latency_probe"   # in the metadata schema; one row, shared by eve
 class LatencyProbe:
     """A daemon thread feeding `yielding` with samples until stopped; `on_baseline` gets the baseline once."""
 
-    def __init__(self, connect: Callable[[], pymysql.connections.Connection], schema: str, yielding: Yielding,
-                 on_baseline: Callable[[float], None] | None = None) -> None:
+    def __init__(self, connect: Callable[[], pymysql.connections.Connection], schema: str, migration_id: int,
+                 yielding: Yielding, on_baseline: Callable[[float], None] | None = None) -> None:
         self.connect = connect
         self.table = qualified(schema, PROBE_TABLE)
+        self.migrations = qualified(schema, "migrations")
+        self.migration_id = migration_id
+        self._paused_read_at = 0.0
+        self._paused = False
         self.yielding = yielding
         self.on_baseline = on_baseline
         self.stopped = threading.Event()
@@ -48,7 +55,16 @@ class LatencyProbe:
         conn = self.connect()
         query(conn, f"CREATE TABLE IF NOT EXISTS {self.table} (id TINYINT NOT NULL PRIMARY KEY, "
                     "n BIGINT NOT NULL) ENGINE=InnoDB")
+        query(conn, f"INSERT IGNORE INTO {self.table} VALUES (1, 0)")
         return conn
+
+    def _is_paused(self, conn: pymysql.connections.Connection) -> bool:
+        """The migration's pause, re-read at most once a second."""
+        if time.monotonic() - self._paused_read_at >= 1.0:
+            rows = query(conn, f"SELECT status FROM {self.migrations} WHERE id = %s", (self.migration_id,))
+            self._paused = bool(rows) and rows[0][0] == Status.PAUSED
+            self._paused_read_at = time.monotonic()
+        return self._paused
 
     def _run(self) -> None:
         """Sample until stopped. A failed write gives no sample (an outage stops the work by itself) and is
@@ -60,8 +76,11 @@ class LatencyProbe:
             try:
                 if conn is None:
                     conn = self._open()
+                if self._is_paused(conn):
+                    self.stopped.wait(PROBE_EVERY_S)
+                    continue
                 began = time.monotonic()
-                query(conn, f"INSERT INTO {self.table} (id, n) VALUES (1, 1) ON DUPLICATE KEY UPDATE n = n + 1")
+                query(conn, f"UPDATE {self.table} SET n = n + 1 WHERE id = 1")
                 latency_ms, failing = (time.monotonic() - began) * 1000, False
             except pymysql.err.MySQLError as exc:
                 if not failing:

@@ -196,8 +196,8 @@ class Runner:
             except redis.RedisError as exc:   # joined workers then measure their own
                 log_event(log, "application latency baseline not shared", logging.WARNING, reason=str(exc))
 
-        self.probe = LatencyProbe(lambda: connect(self.endpoints.mysql), self.spec.metadata_schema, self.yielding,
-                                  share).start()
+        self.probe = LatencyProbe(lambda: connect(self.endpoints.mysql), self.spec.metadata_schema, migration_id,
+                                  self.yielding, share).start()
 
     def _run_stages_retrying(self, migration_id: int) -> int:
         """Run the stages; after a passing failure (a service restarting, a cut connection) wait and resume

@@ -146,7 +146,8 @@ class JoinedWorker:
             shared = None
         if shared is not None:
             yielding.set_baseline(float(shared))
-        probe = LatencyProbe(lambda: connect(self.endpoints.mysql), spec.metadata_schema, yielding).start()
+        probe = LatencyProbe(lambda: connect(self.endpoints.mysql), spec.metadata_schema, migration.id,
+                             yielding).start()
         return yielding, probe
 
     def _ended_by_swap(self, error: BaseException) -> bool:
