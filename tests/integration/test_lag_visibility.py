@@ -91,7 +91,9 @@ def test_group_backlog_and_capture_lag_are_visible_and_honest_during_the_copy(en
         # healthy connector: capture lag is known and small
         wait_for(capture_lag, 30, "a capture lag figure")
         healthy = [wait_for(lambda: capture_lag() is not None and capture_lag(), 10, "capture lag") for _ in range(5)]
-        assert min(healthy) < 0.5 and max(healthy) < 2.0, healthy
+        # a stamp is written every second; a healthy connector shows it within about that (a stopped one, below,
+        # grows past five seconds)
+        assert min(healthy) < 1.5 and max(healthy) < 2.0, healthy
         doc = status_doc(DB, table)
         assert doc["stage"] == "copy" and doc["capture_lag_s"] is not None and doc["capture_lag_s"] < 2.0, doc
         assert doc["apply_lag_events"] >= sum(first.values()), doc
