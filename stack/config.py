@@ -21,6 +21,8 @@ PORT_ENV: dict[str, str] = {
     "kafka_port": "STREAM_OSC_STACK_KAFKA_PORT",
     "controller_port": "STREAM_OSC_STACK_CONTROLLER_PORT",
     "connect_port": "STREAM_OSC_STACK_CONNECT_PORT",
+    "kafka_relay_port": "STREAM_OSC_STACK_KAFKA_RELAY_PORT",
+    "kafka_relay_advertised_port": "STREAM_OSC_STACK_KAFKA_RELAY_ADVERTISED_PORT",
 }
 
 
@@ -38,6 +40,10 @@ class StackConfig:
     kafka_port: int = field(default_factory=lambda: _port("KAFKA", 19092))
     controller_port: int = field(default_factory=lambda: _port("CONTROLLER", 19093))
     connect_port: int = field(default_factory=lambda: _port("CONNECT", 18083))
+    # A second broker listener whose advertised address is another port: a client bootstrapped there
+    # learns that port from metadata, so whatever listens on it (a TCP relay) carries all its traffic.
+    kafka_relay_port: int = field(default_factory=lambda: _port("KAFKA_RELAY", 19094))
+    kafka_relay_advertised_port: int = field(default_factory=lambda: _port("KAFKA_RELAY_ADVERTISED", 19095))
     host: str = "127.0.0.1"
     mysql_user: str = "osc"
     mysql_password: str = "osc-local"

@@ -41,11 +41,11 @@ def render_properties(config: StackConfig) -> str:
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@{h}:{config.controller_port}
-listeners=PLAINTEXT://{h}:{config.kafka_port},CONTROLLER://{h}:{config.controller_port}
-advertised.listeners=PLAINTEXT://{h}:{config.kafka_port}
+listeners=PLAINTEXT://{h}:{config.kafka_port},RELAY://{h}:{config.kafka_relay_port},CONTROLLER://{h}:{config.controller_port}
+advertised.listeners=PLAINTEXT://{h}:{config.kafka_port},RELAY://{h}:{config.kafka_relay_advertised_port}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,RELAY:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs={data_dir(config)}
 num.partitions=1
 default.replication.factor=1
@@ -116,7 +116,8 @@ def _quiet(*_args: object) -> None:
 
 SERVICE = Service(
     name=NAME,
-    ports=lambda config: [(config.kafka_port, NAME), (config.controller_port, "kafka controller")],
+    ports=lambda config: [(config.kafka_port, NAME), (config.kafka_relay_port, "kafka relay listener"),
+                          (config.controller_port, "kafka controller")],
     command=command,
     probe=probe,
     prepare=prepare,
