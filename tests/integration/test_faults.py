@@ -158,13 +158,16 @@ def cut_link(run: Run, config: StackConfig) -> None:
     """Cut the tool's link through the run's relay for a few seconds, after checking the relay is the only path.
 
     Every connection of the tool's processes to that service must pass the relay: none may reach the
-    service's own port directly, and the relay must be carrying some when it is cut; while cut, it refuses.
+    service's own port directly, and the relay must have carried some (at a given moment the tool may hold
+    none open: init waiting on Connect holds no Kafka connection, and then the cut only refuses new ones);
+    while cut, it refuses. The hit stage notes how many open connections the cut closed.
     """
     direct = config.mysql_port if run.fault == "db_link" else config.kafka_port
     for proc in (run.coordinator, run.worker):
         if proc is not None and proc.poll() is None:
             assert direct not in tcp_peer_ports(proc.pid), f"a tool process reaches port {direct} directly"
-    assert run.relay.cut() > 0, "the relay carried none of the tool's connections"
+    assert run.relay.accepted > 0, "the relay carried none of the tool's connections"
+    run.hit_stage += f" ({run.relay.cut()} connections cut)"
     assert refuses(run.relay.port)
     time.sleep(run.outage_s)   # the outage itself: how long the link stays down
     run.relay.restore()
