@@ -22,6 +22,8 @@ PORT_ENV: dict[str, str] = {
     "controller_port": "STREAM_OSC_STACK_CONTROLLER_PORT",
     "connect_port": "STREAM_OSC_STACK_CONNECT_PORT",
     "kafka_sasl_port": "STREAM_OSC_STACK_KAFKA_SASL_PORT",
+    "kafka_relay_port": "STREAM_OSC_STACK_KAFKA_RELAY_PORT",
+    "kafka_relay_advertised_port": "STREAM_OSC_STACK_KAFKA_RELAY_ADVERTISED_PORT",
 }
 
 
@@ -40,6 +42,10 @@ class StackConfig:
     controller_port: int = field(default_factory=lambda: _port("CONTROLLER", 19093))
     connect_port: int = field(default_factory=lambda: _port("CONNECT", 18083))
     kafka_sasl_port: int = field(default_factory=lambda: _port("KAFKA_SASL", 19094))   # SASL_PLAINTEXT, PLAIN
+    # A second broker listener whose advertised address is another port: a client bootstrapped there
+    # learns that port from metadata, so whatever listens on it (a TCP relay) carries all its traffic.
+    kafka_relay_port: int = field(default_factory=lambda: _port("KAFKA_RELAY", 19096))
+    kafka_relay_advertised_port: int = field(default_factory=lambda: _port("KAFKA_RELAY_ADVERTISED", 19097))
     host: str = "127.0.0.1"
     mysql_user: str = "osc"
     mysql_password: str = "osc-local"

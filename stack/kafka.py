@@ -41,11 +41,11 @@ def render_properties(config: StackConfig) -> str:
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@{h}:{config.controller_port}
-listeners=PLAINTEXT://{h}:{config.kafka_port},CONTROLLER://{h}:{config.controller_port},SASL_PLAINTEXT://{h}:{config.kafka_sasl_port}
-advertised.listeners=PLAINTEXT://{h}:{config.kafka_port},SASL_PLAINTEXT://{h}:{config.kafka_sasl_port}
+listeners=PLAINTEXT://{h}:{config.kafka_port},RELAY://{h}:{config.kafka_relay_port},CONTROLLER://{h}:{config.controller_port},SASL_PLAINTEXT://{h}:{config.kafka_sasl_port}
+advertised.listeners=PLAINTEXT://{h}:{config.kafka_port},RELAY://{h}:{config.kafka_relay_advertised_port},SASL_PLAINTEXT://{h}:{config.kafka_sasl_port}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,RELAY:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
 # a listener that requires a SASL login (PLAIN), for clients configured as against a secured cluster
 listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN
 listener.name.sasl_plaintext.plain.sasl.jaas.config={sasl_jaas(config)}
@@ -125,7 +125,8 @@ def _quiet(*_args: object) -> None:
 
 SERVICE = Service(
     name=NAME,
-    ports=lambda config: [(config.kafka_port, NAME), (config.controller_port, "kafka controller"),
+    ports=lambda config: [(config.kafka_port, NAME), (config.kafka_relay_port, "kafka relay listener"),
+                          (config.controller_port, "kafka controller"),
                           (config.kafka_sasl_port, "kafka SASL listener")],
     command=command,
     probe=probe,

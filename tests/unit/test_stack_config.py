@@ -36,7 +36,8 @@ def properties(text: str) -> dict[str, str]:
 def test_defaults(clean_env):
     config = StackConfig()
     assert (config.mysql_port, config.redis_port, config.kafka_port, config.controller_port,
-            config.connect_port) == (13306, 16379, 19092, 19093, 18083)
+            config.connect_port, config.kafka_sasl_port, config.kafka_relay_port,
+            config.kafka_relay_advertised_port) == (13306, 16379, 19092, 19093, 18083, 19094, 19096, 19097)
     assert config.run_dir == REPO_ROOT / ".run" and config.cache_dir == REPO_ROOT / ".cache"
     assert config.kafka_jars_dir == REPO_ROOT / ".cache/jars/kafka"
     assert config.plugin_dir == REPO_ROOT / ".cache/jars/plugins"
@@ -57,7 +58,7 @@ def test_ports_and_folders_move_with_the_environment(clean_env, tmp_path):
     clean_env.setenv("STREAM_OSC_CACHE_DIR", str(tmp_path / "cache"))
     clean_env.setenv("STREAM_OSC_STACK_READY_TIMEOUT", "7")
     config = StackConfig()
-    assert [getattr(config, field) for field in PORT_ENV] == [31000, 31001, 31002, 31003, 31004, 31005]
+    assert [getattr(config, field) for field in PORT_ENV] == [31000 + i for i in range(len(PORT_ENV))]
     assert config.run_dir == tmp_path / "run" and config.kafka_jars_dir == tmp_path / "cache/jars/kafka"
     assert config.ready_timeout == 7
     # the endpoints every command uses follow the moved stack
@@ -90,8 +91,11 @@ def test_kafka_properties_single_kraft_node(clean_env):
     props = properties(kafka.render_properties(StackConfig()))
     assert props["process.roles"] == "broker,controller" and props["node.id"] == "1"
     assert props["controller.quorum.voters"] == "1@127.0.0.1:19093"
-    assert props["listeners"] == ("PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093,"
-                                  "SASL_PLAINTEXT://127.0.0.1:19094")
+    assert props["listeners"] == ("PLAINTEXT://127.0.0.1:19092,RELAY://127.0.0.1:19096,"
+                                  "CONTROLLER://127.0.0.1:19093,SASL_PLAINTEXT://127.0.0.1:19094")
+    # a client bootstrapped on the relay listener is sent to the relay's own port for everything
+    assert props["advertised.listeners"] == ("PLAINTEXT://127.0.0.1:19092,RELAY://127.0.0.1:19097,"
+                                             "SASL_PLAINTEXT://127.0.0.1:19094")
     assert props["log.dirs"] == str(REPO_ROOT / ".run/kafka/data")
     assert props["group.initial.rebalance.delay.ms"] == "0"
     for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor",
