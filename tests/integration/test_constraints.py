@@ -50,7 +50,8 @@ def assert_refused(endpoints, conn, capsys, table: str, alter: str, *extra: str)
 def test_prefix_unique_key_over_duplicates_is_refused_and_keeps_both_rows(endpoints, conn, capsys, batch):
     make_table(conn, "prefix", "id INT PRIMARY KEY, name VARCHAR(40)", [(1, "abcdefghij-1"), (2, "abcdefghij-2")])
     err = assert_refused(endpoints, conn, capsys, "prefix", "ADD UNIQUE KEY uk (name(10))",
-                         "--chunk-size", batch, "--batch-size", batch)
+                         "--chunk-size", batch, "--batch-size", batch,
+                         "--target-batch-time", "0")
     assert "UNIQUE key 'uk' (name(10))" in err and "share the value ('abcdefghij')" in err
     assert "id=1 (name='abcdefghij-1')" in err and "id=2 (name='abcdefghij-2')" in err
 

@@ -95,7 +95,8 @@ class Run:
         max_lag = "20" if self.stage == "apply" else "1000"
         self.coordinator = start_cli("migrate", "--table", f"{DB}.{self.table}", "--alter", ALTER, "--quiet",
                                      "--copy-workers", "1", "--apply-workers", "1", "--chunk-size", "4000",
-                                     "--batch-size", "500", "--partitions", "4", "--max-lag", max_lag,
+                                     "--batch-size", "500", "--target-batch-time", "0",
+                                     "--partitions", "4", "--max-lag", max_lag,
                                      env=self.env, log=self.logs / "coordinator.log")
 
     def start_worker(self) -> None:

@@ -43,7 +43,8 @@ def test_metrics_endpoint_shows_stage_and_lag_moving_during_a_migration(endpoint
     port = free_ports(1)[0]
     traffic.start()
     proc = start_cli("migrate", "--table", qualified, "--alter", "ADD COLUMN flag INT NULL", "--copy-workers", "2",
-                     "--chunk-size", "2000", "--batch-size", "200", "--partitions", "2", "--metrics-port", str(port),
+                     "--chunk-size", "2000", "--batch-size", "200", "--target-batch-time", "0",
+                     "--partitions", "2", "--metrics-port", str(port),
                      "--quiet", log=tmp_path / "cli.log")
     stages: list[int] = []
     lags: list[float] = []

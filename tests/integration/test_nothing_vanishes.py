@@ -171,7 +171,8 @@ def test_ddl_on_the_source_before_the_lock_is_caught_inside_the_cutover_lock(end
     create_sample_table(conn, DB, table, rows=3_000, seed=4)
     spec = spec_for(table, "ADD COLUMN flag TINYINT NOT NULL DEFAULT 0", cutover="manual")
     waiting_without_coordinator(conn, DB, table, "--alter", spec.alter, "--copy-workers", "1", "--apply-workers", "1",
-                                "--chunk-size", "2000", "--batch-size", "200", "--partitions", "2", "--drop-old",
+                                "--chunk-size", "2000", "--batch-size", "200", "--target-batch-time", "0",
+                                "--partitions", "2", "--drop-old",
                                 "--max-lag", "50", "--quiet")                # in sync, waiting for cutover
     query(conn, f"ALTER TABLE {DB}.{table} ADD COLUMN extra VARCHAR(10) NULL")   # after the last health check
     query(conn, f"UPDATE {DB}.{table} SET extra = 'kept' WHERE id <= 10")

@@ -29,7 +29,8 @@ pytestmark = pytest.mark.integration
 DB = "resume"
 ROWS = 60_000
 ALTER = "MODIFY k BIGINT NOT NULL DEFAULT 0, ADD COLUMN flag TINYINT NOT NULL DEFAULT 1"
-OPTIONS = ["--copy-workers", "2", "--chunk-size", "5000", "--batch-size", "500", "--partitions", "4",
+OPTIONS = ["--copy-workers", "2", "--chunk-size", "5000", "--batch-size", "500", "--target-batch-time", "0",
+           "--partitions", "4",
            "--max-lag", "0", "--cutover-window", "2", "--apply-workers", "1"]
 
 
@@ -145,7 +146,8 @@ def test_pause_stops_every_write_and_resume_continues(endpoints, cli_log):
     fresh_table(conn, DB, table, rows=150_000, seed=5)
     earlier = latest_migration_id(conn, DB, table)
     proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--copy-workers", "2",
-                     "--batch-size", "300", "--chunk-size", "10000", log=cli_log)
+                     "--batch-size", "300",
+                     "--target-batch-time", "0", "--chunk-size", "10000", log=cli_log)
     try:
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
         wait_for(lambda: chunk_progress(conn, migration.id)[0] > 0, 60, "the copy to start")

@@ -66,7 +66,8 @@ def test_max_load_holds_the_copy_back_until_the_load_drops(endpoints, cli_log):
     earlier = latest_migration_id(conn, DB, table)
     with Sleepers(endpoints):
         proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--max-load", LIMIT,
-                         "--copy-workers", "2", "--chunk-size", "10000", "--batch-size", "1000", log=cli_log)
+                         "--copy-workers", "2", "--chunk-size", "10000", "--batch-size", "1000",
+                         "--target-batch-time", "0", log=cli_log)
         try:
             migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
             wait_for(lambda: (status_doc(DB, table)["throttle_reason"] or "").startswith("Threads_running="), 60,
@@ -93,7 +94,8 @@ def test_critical_load_stops_the_migration_and_resume_finishes_it(endpoints, cli
     fresh_table(conn, DB, table, rows=ROWS, seed=22)
     earlier = latest_migration_id(conn, DB, table)
     proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--critical-load", LIMIT,
-                     "--copy-workers", "2", "--chunk-size", "10000", "--batch-size", "300", log=cli_log)
+                     "--copy-workers", "2", "--chunk-size", "10000", "--batch-size", "300",
+                     "--target-batch-time", "0", log=cli_log)
     try:
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
         wait_for(lambda: chunk_progress(conn, migration.id)[0] > 0, 60, "the copy to start")
