@@ -17,6 +17,9 @@ class DatabaseUnreachable(Exception):
     user_facing = True
 
 
+CR_SSL_CONNECTION_ERROR = 2026
+
+
 def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = True,
             read_timeout: float | None = None) -> pymysql.connections.Connection:
     """Open a connection (over TLS as the DSN asks); errors name host:port, never the password."""
@@ -30,11 +33,6 @@ def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = 
     except pymysql.err.OperationalError as exc:
         raise DatabaseUnreachable(f"cannot connect to MySQL at {addr.where()} as {addr.user!r} "
                                   f"({connect_failure(exc, addr)})") from None
-    required = addr.ssl_mode not in ("disabled", "preferred")
-    if required and not query(conn, "SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1]:
-        conn.close()   # PyMySQL before 1.2 falls back to plain text when the server offers no TLS
-        raise DatabaseUnreachable(f"MySQL at {addr.where()} offered no TLS, and the DSN asks for ssl-mode="
-                                  f"{addr.ssl_mode}")
     for statement in SESSION_SETUP:
         query(conn, statement)
     return conn
@@ -63,6 +61,8 @@ def connect_failure(exc: pymysql.err.OperationalError, addr: MySQLAddress) -> st
                 + (", or not issued for this host name" if addr.ssl_mode == "verify-identity" else ""))
     if isinstance(exc.__cause__ or exc.__context__, ssl.SSLError):
         return f"error {code}: the TLS handshake failed"
+    if code == CR_SSL_CONNECTION_ERROR:   # given a TLS context, PyMySQL refuses a server that offers no TLS
+        return f"error {code}: the server offered no TLS, and the DSN asks for ssl-mode={addr.ssl_mode}"
     if code == 1045:
         hint = "; if the user requires TLS, set ssl-mode (docs/connectivity.md)" if addr.ssl_mode == "disabled" else ""
         return f"error 1045: access denied: wrong user name or password{hint}"
