@@ -80,16 +80,24 @@ class MySQLAddress:
         return f"{self.host}:{self.port}"
 
 
+# Where a DSN's options begin: the first '?' that starts a known option.
+OPTIONS_START = re.compile(r"\?(?:" + "|".join(map(re.escape, DSN_OPTIONS)) + ")=")
+
+
 def parse_mysql_dsn(dsn: str) -> MySQLAddress:
     """Parse a mysql:// URL; raise ConfigError without echoing the password (nor anything before the '@').
 
-    The credentials are everything between '//' and the last '@', so a password may hold '?', '/', '#'
-    or '@' as they are; percent-escapes in it are decoded (a literal '%' is written %25).
+    The credentials are everything between '//' and the last '@' before the options (`?ssl-…=`), so a
+    password may hold '?', '/', '#' or '@' as they are, and an option's file path may hold '@';
+    percent-escapes in the password are decoded (a literal '%' is written %25).
     """
     scheme, sep, rest = dsn.partition("://")
     if not sep or scheme.lower() not in ("mysql", "mariadb"):
         raise ConfigError(f"STREAM_OSC_MYSQL_DSN must look like {DSN_SHAPE} (scheme mysql:// or mariadb://)")
-    credentials, at, location = rest.rpartition("@")
+    options = OPTIONS_START.search(rest)
+    before_options = rest[:options.start()] if options else rest
+    credentials, at, location = before_options.rpartition("@")
+    location += rest[len(before_options):]
     hostport = re.split(r"[/?#]", location, maxsplit=1)[0]
     host, colon, port_text = hostport.rpartition(":")
     if not colon or (host.startswith("[") and not host.endswith("]")):   # no port (an IPv6 literal has colons)

@@ -30,6 +30,15 @@ def test_an_ssl_ca_alone_means_full_verification(ca):
     assert parse_mysql_dsn("mysql://u:p@db/").ssl_mode == "preferred"
 
 
+def test_an_at_sign_in_an_option_path_stays_in_the_option(tmp_path):
+    ca = tmp_path / "team@ops" / "ca.pem"
+    ca.parent.mkdir()
+    ca.write_text("not read here")
+    addr = parse_mysql_dsn(f"mysql://u:p@ss@db:3307/?ssl-mode=required&ssl-ca={ca}")
+    assert (addr.user, addr.password, addr.host, addr.port, addr.ssl_mode, addr.ssl_ca) == \
+        ("u", "p@ss", "db", 3307, "required", str(ca))
+
+
 def test_required_encrypts_without_checking_the_certificate():
     context = tls_context(parse_mysql_dsn("mysql://u:p@db/?ssl-mode=required"))
     assert context.verify_mode == ssl.CERT_NONE and not context.check_hostname
