@@ -120,9 +120,20 @@ class Ledger:
         self.writers = [LedgerWriter(addr, db, table, w, seed) for w in range(1, writers + 1)]
 
     def __enter__(self) -> "Ledger":
+        conn = connect(self.addr)
+        try:
+            self.filler = self._filler(conn)   # the rows no writer touches, as they were before any swap
+        finally:
+            conn.close()
         for writer in self.writers:
             writer.start()
         return self
+
+    def _filler(self, conn: pymysql.connections.Connection) -> tuple[int, int]:
+        """(count, checksum) of the filler rows (writer 0), every column the ledger wrote."""
+        row = query(conn, "SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(':', id, seq, counter, payload))), 0) "
+                          f"FROM {qualified(self.db, self.table)} WHERE writer = 0")[0]
+        return int(row[0]), int(row[1])
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
@@ -150,11 +161,14 @@ class Ledger:
         """Every acknowledged write the final table does not show (empty when the promise held)."""
         name = qualified(self.db, self.table)
         problems: list[str] = []
+        filler = self._filler(conn)
+        if filler != self.filler:
+            problems.append(f"filler rows (count, checksum) {filler}, before the migration {self.filler}")
         for w in self.writers:
             rec = w.record
-            rows = {pk: (seq, counter) for pk, seq, counter in
-                    query(conn, f"SELECT id, seq, counter FROM {name} WHERE writer = %s", (w.writer,))}
-            counter = rows.get(w.writer, (None, None))[1]
+            rows = {pk: (seq, counter, payload) for pk, seq, counter, payload in
+                    query(conn, f"SELECT id, seq, counter, payload FROM {name} WHERE writer = %s", (w.writer,))}
+            counter = rows.get(w.writer, (None, None, None))[1]
             if counter is None or not rec.increments <= counter <= rec.increments + rec.uncertain_increments:
                 problems.append(f"writer {w.writer}: counter {counter}, acknowledged increments {rec.increments} "
                                 f"(+{rec.uncertain_increments} uncertain)")
@@ -165,6 +179,8 @@ class Ledger:
                 elif rows.get(pk, (None,))[0] != seq:
                     problems.append(f"writer {w.writer}: inserted row {pk} (seq {seq}) is "
                                     f"{'missing' if pk not in rows else 'wrong: seq ' + str(rows[pk][0])}")
+                elif rows[pk][2] != f"w{w.writer}s{seq}":
+                    problems.append(f"writer {w.writer}: inserted row {pk} has payload {rows[pk][2]!r}")
         return problems
 
     def worst_latency(self, since: float = 0.0, until: float = float("inf")) -> float:
