@@ -1,7 +1,8 @@
 """The application's write latency, sampled the way the application feels it: a tiny autocommit write
-(an UPDATE of the one row of the metadata schema's `latency_probe`) every PROBE_EVERY_S, timed from
-send to commit. It writes nothing while the migration is paused: a pause stops every write of the
-migration (docs/resilience.md).
+(an UPDATE of this process's own row of the metadata schema's `latency_probes`) every PROBE_EVERY_S,
+timed from send to commit. Each process has its own row, so probes never wait on each other's row lock,
+only on what the application waits on. It writes nothing while the migration is paused: a pause stops
+the migration's writes (docs/resilience.md).
 
 Such a write waits for what the application's writes wait for while a copy runs: CPU, the redo log and
 the binlog group commit that a large copy batch fills. Each sample goes to a Yielding (core/yielding.py),
@@ -12,19 +13,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 import pymysql
 
-from core.db import qualified, query
 from core.logs import log_event
-from core.state import Status
+from core.state import StateStore, Status
 from core.yielding import Yielding
 
 log = logging.getLogger("stream_osc.app_latency")
 
 PROBE_EVERY_S = 0.1
-PROBE_TABLE = "latency_probe"   # in the metadata schema; one row, shared by every migration
+STATUS_EVERY_S = 1.0   # how often the pause is looked at
 
 
 class LatencyProbe:
@@ -33,15 +34,15 @@ class LatencyProbe:
     def __init__(self, connect: Callable[[], pymysql.connections.Connection], schema: str, migration_id: int,
                  yielding: Yielding, on_baseline: Callable[[float], None] | None = None) -> None:
         self.connect = connect
-        self.table = qualified(schema, PROBE_TABLE)
-        self.migrations = qualified(schema, "migrations")
+        self.schema = schema
         self.migration_id = migration_id
-        self._paused_read_at = 0.0
-        self._paused = False
+        self.probe = uuid.uuid4().hex
         self.yielding = yielding
         self.on_baseline = on_baseline
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="app-latency-probe", daemon=True)
+        self._status_read_at = 0.0
+        self._paused = False
 
     def start(self) -> "LatencyProbe":
         self.thread.start()
@@ -51,41 +52,40 @@ class LatencyProbe:
         self.stopped.set()
         self.thread.join(timeout=5)
 
-    def _open(self) -> pymysql.connections.Connection:
+    def _open(self) -> tuple[pymysql.connections.Connection, StateStore]:
         conn = self.connect()
-        query(conn, f"CREATE TABLE IF NOT EXISTS {self.table} (id TINYINT NOT NULL PRIMARY KEY, "
-                    "n BIGINT NOT NULL) ENGINE=InnoDB")
-        query(conn, f"INSERT IGNORE INTO {self.table} VALUES (1, 0)")
-        return conn
+        store = StateStore(conn, self.schema)
+        store.add_latency_probe(self.migration_id, self.probe)
+        return conn, store
 
-    def _is_paused(self, conn: pymysql.connections.Connection) -> bool:
-        """The migration's pause, re-read at most once a second."""
-        if time.monotonic() - self._paused_read_at >= 1.0:
-            rows = query(conn, f"SELECT status FROM {self.migrations} WHERE id = %s", (self.migration_id,))
-            self._paused = bool(rows) and rows[0][0] == Status.PAUSED
-            self._paused_read_at = time.monotonic()
+    def _is_paused(self, store: StateStore) -> bool:
+        """The migration's pause, re-read at most every STATUS_EVERY_S."""
+        if time.monotonic() - self._status_read_at >= STATUS_EVERY_S:
+            self._paused = store.status(self.migration_id) == Status.PAUSED
+            self._status_read_at = time.monotonic()
         return self._paused
 
     def _run(self) -> None:
         """Sample until stopped. A failed write gives no sample (an outage stops the work by itself) and is
         logged once per streak."""
         conn: pymysql.connections.Connection | None = None
+        store: StateStore | None = None
         failing = False
         while not self.stopped.is_set():
             began = time.monotonic()
             try:
-                if conn is None:
-                    conn = self._open()
-                if self._is_paused(conn):
+                if conn is None or store is None:
+                    conn, store = self._open()
+                if self._is_paused(store):
                     self.stopped.wait(PROBE_EVERY_S)
                     continue
                 began = time.monotonic()
-                query(conn, f"UPDATE {self.table} SET n = n + 1 WHERE id = 1")
+                store.stamp_latency_probe(self.migration_id, self.probe)
                 latency_ms, failing = (time.monotonic() - began) * 1000, False
             except pymysql.err.MySQLError as exc:
                 if not failing:
-                    log_event(log, "application latency probe failed; copy and validation do not yield until it "
-                                   "works again", logging.WARNING, reason=str(exc))
+                    log_event(log, "application latency probe failed; copy and validation keep their current "
+                                   "pace until it works again", logging.WARNING, reason=str(exc))
                 failing = True
                 if conn is not None:
                     conn.close()

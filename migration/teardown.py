@@ -68,12 +68,14 @@ def tear_down(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
 
 def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
                    migration: Migration) -> None:
-    """Remove the connector (and the password file it read), topics, fence and capture heartbeat tables and Redis
-    keys of a migration."""
+    """Remove the connector (and the password file it read), topics, fence and capture heartbeat tables, latency
+    probe rows and Redis keys of a migration."""
     connect_client(endpoints).remove(migration.connector)
     remove_connector_secret(endpoints, migration.connector)
     delete_topics(endpoints.kafka, TopicNames(migration.prefix, spec.database, spec.table).all())
-    StateStore(conn, spec.metadata_schema).drop_capture_tables(migration.id)
+    store = StateStore(conn, spec.metadata_schema)
+    store.drop_capture_tables(migration.id)
+    store.remove_latency_probes(migration.id)
     redis_keys.clear_migration(redis.Redis.from_url(endpoints.redis_url), migration.id)
 
 

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from core.app_latency import PROBE_TABLE
 from core.db import qualified, query
 from core.spec import MigrationSpec, helper_table_name
+from core.state import LATENCY_PROBES, StateStore
 from tests.integration.helpers import db_conn, latest_migration_id, leftovers, start_cli, status_doc, wait_for
 from tests.integration.ledger import Ledger, create_ledger_table
 
@@ -22,23 +22,21 @@ METADATA = MigrationSpec.metadata_schema
 
 
 class SlowApplicationWrites:
-    """Makes the application's kind of write slow where the tool measures it: the probe row is held by a
+    """Makes the application's kind of write slow where the tool measures it: every probe row is held by a
     transaction again and again, so each probe write waits HOLD_S."""
 
     def __init__(self, endpoints) -> None:
         self.conn = db_conn(endpoints)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._hold, daemon=True)
-        table = qualified(METADATA, PROBE_TABLE)
         query(self.conn, f"CREATE DATABASE IF NOT EXISTS {METADATA}")
-        query(self.conn, f"CREATE TABLE IF NOT EXISTS {table} (id TINYINT NOT NULL PRIMARY KEY, n BIGINT NOT NULL)")
-        query(self.conn, f"INSERT IGNORE INTO {table} VALUES (1, 0)")
-        self.table = table
+        StateStore(self.conn, METADATA).create_latency_probes_table()
+        self.table = qualified(METADATA, LATENCY_PROBES)
 
     def _hold(self) -> None:
         while not self.stop.is_set():
             self.conn.begin()
-            query(self.conn, f"SELECT n FROM {self.table} WHERE id = 1 FOR UPDATE")
+            query(self.conn, f"SELECT n FROM {self.table} FOR UPDATE")   # the rows of probes started meanwhile too
             self.stop.wait(HOLD_S)
             self.conn.commit()
             self.stop.wait(0.02)
@@ -56,6 +54,7 @@ class SlowApplicationWrites:
 def test_copy_runs_one_statement_at_a_time_while_application_writes_are_slow(endpoints, cli_log):
     table = "orders"
     conn = db_conn(endpoints)
+    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")   # kept by an earlier run
     create_ledger_table(conn, DB, table, rows=ROWS, writers=2)
     earlier = latest_migration_id(conn, DB, table)
     with Ledger(endpoints.mysql, DB, table, writers=2, seed=13) as ledger:
