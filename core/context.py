@@ -44,7 +44,7 @@ class RunContext:
     migration: Migration
     pair: TablePair
     stop: threading.Event = field(default_factory=threading.Event)
-    _status_cache: tuple[float, str] = (0.0, Status.RUNNING)
+    _status_cache: tuple[float, str | None] = (0.0, Status.RUNNING)
     yielding: Yielding = field(default_factory=lambda: never_yielding(1))
     throttle: LoadThrottle = field(init=False)
     _shared_redis: redis.Redis | None = None
@@ -69,11 +69,11 @@ class RunContext:
     def store(self, conn: pymysql.connections.Connection) -> StateStore:
         return StateStore(conn, self.spec.metadata_schema)
 
-    def status(self, conn: pymysql.connections.Connection) -> str:
+    def status(self, conn: pymysql.connections.Connection) -> str | None:
         """The migration's durable status (running/paused/aborted...), re-read at most once a second."""
         checked, status = self._status_cache
         if time.monotonic() - checked > 1.0:
-            status = self.store(conn).get(self.migration.id).status
+            status = self.store(conn).status(self.migration.id)
             self._status_cache = (time.monotonic(), status)
         return status
 

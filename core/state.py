@@ -126,6 +126,10 @@ DEFINITION_OPTION = "source_definition"
 # The largest key at init (JSON, core/keys.py): the copy stops there; later keys arrive as changes.
 COPY_UNTIL_OPTION = "copy_until"
 
+# The rows the application latency probes update, one per probing process (core/app_latency.py).
+LATENCY_PROBES = "latency_probes"
+ER_NO_SUCH_TABLE = 1146
+
 _CHUNK_COLUMNS = "chunk_no, start_key, end_key, next_key, rows_copied, done"
 _COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, COALESCE(pk_columns, JSON_ARRAY(pk_column)), error, "
             "validation_diffs, cutover_blocked_ms, cutover_at, options")
@@ -232,6 +236,18 @@ class StateStore:
             raise LookupError(f"migration {migration_id} is not recorded in {self.schema}.migrations")
         return migration
 
+    def status(self, migration_id: int) -> str | None:
+        """The migration's status alone (None if it has no row): what pause, abort and waiting change."""
+        rows = query(self.conn, f"SELECT status FROM {self.t('migrations')} WHERE id=%s", (migration_id,))
+        return rows[0][0] if rows else None
+
+    def set_status(self, migration_id: int, status: str, only_from: tuple[str, ...]) -> bool:
+        """Set the status only if it is one of `only_from` now, so that an operator's pause or abort written
+        meanwhile is never overwritten; True if it was set."""
+        marks = ", ".join(["%s"] * len(only_from))
+        return bool(query_count(self.conn, f"UPDATE {self.t('migrations')} SET status=%s WHERE id=%s "
+                                           f"AND status IN ({marks})", (status, migration_id, *only_from)))
+
     def find(self, migration_id: int) -> Migration | None:
         rows = query(self.conn, f"SELECT {_COLUMNS} FROM {self.t('migrations')} WHERE id=%s", (migration_id,))
         return self._row(rows[0]) if rows else None
@@ -322,6 +338,30 @@ class StateStore:
         """Drop the tables the migration's connector captures besides the source: fence and capture heartbeat."""
         query(self.conn, f"DROP TABLE IF EXISTS {self.t(f'fence_{migration_id}')}, "
                          f"{self.t(capture_heartbeat_table(migration_id))}")
+
+    # application latency probes (core/app_latency.py) ---------------------------------------------
+    def create_latency_probes_table(self) -> None:
+        query(self.conn, f"CREATE TABLE IF NOT EXISTS {self.t(LATENCY_PROBES)} (migration_id BIGINT NOT NULL, "
+                         "probe CHAR(32) NOT NULL, n BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (migration_id, probe)) "
+                         "ENGINE=InnoDB")
+
+    def add_latency_probe(self, migration_id: int, probe: str) -> None:
+        """The row one process's probe updates: its own, so that probes never wait on each other's row lock."""
+        self.create_latency_probes_table()
+        query(self.conn, f"INSERT IGNORE INTO {self.t(LATENCY_PROBES)} (migration_id, probe) VALUES (%s, %s)",
+              (migration_id, probe))
+
+    def stamp_latency_probe(self, migration_id: int, probe: str) -> None:
+        query(self.conn, f"UPDATE {self.t(LATENCY_PROBES)} SET n = n + 1 WHERE migration_id=%s AND probe=%s",
+              (migration_id, probe))
+
+    def remove_latency_probes(self, migration_id: int) -> None:
+        """Forget the migration's probe rows (a missing table means none was ever made)."""
+        try:
+            query(self.conn, f"DELETE FROM {self.t(LATENCY_PROBES)} WHERE migration_id=%s", (migration_id,))
+        except pymysql.err.ProgrammingError as exc:
+            if exc.args[0] != ER_NO_SUCH_TABLE:
+                raise
 
     # chunks -------------------------------------------------------------------------------------
     def add_chunks(self, migration_id: int, ranges: list[tuple[Key | None, Key | None]]) -> None:

@@ -110,8 +110,7 @@ class Runner:
         try:
             return self._run()
         finally:
-            if self.probe is not None:
-                self.probe.stop()
+            self._stop_probe()
             self.lease.stop(self.conn)
             bind_fields(migration=None)   # a later run in this process names its own
 
@@ -175,6 +174,11 @@ class Runner:
         bind_fields(migration=migration.id)
         self.lease.start(migration.id)
         self._start_probe(migration.id)
+
+    def _stop_probe(self) -> None:
+        if self.probe is not None:
+            self.probe.stop()
+            self.probe = None
 
     def _start_probe(self, migration_id: int) -> None:
         """Sample the application's write latency from now on: init takes long enough for the baseline, which
@@ -337,6 +341,7 @@ class Runner:
         if stage == Stage.VALIDATE:
             self._hold_while_paused(ctx)
             self._validate(ctx)
+        self._stop_probe()   # only copy and validation yield to the application's latency
         if self.spec.cutover == "manual":
             self._wait_for_cutover_request(ctx)
         self._cutover(ctx)
@@ -403,9 +408,7 @@ class Runner:
         stats = ApplyStats(ctx.redis(), ctx.migration.id)
         first: tuple[float, int] | None = None
         while True:
-            if self.appliers is not None:
-                self.appliers.raise_if_failed()
-            self._check_health(ctx)
+            self._tick(ctx)
             self._show_throttle(ctx)
             lag = self._lag(ctx)
             applied = stats.read().get("events", 0)
@@ -447,6 +450,7 @@ class Runner:
         while True:
             self._wait_for_lag(ctx, self.spec.max_lag_events)
             self._wait_for_blockers(ctx, "validate")
+            self._hold_while_paused(ctx)   # a pause set during the waits above is kept before any lock
             self._stop_appliers()
             sessions: list[pymysql.connections.Connection] | None = [ctx.db() for _ in range(self.spec.copy_workers)]
             snapshot = Cutover(ctx, self.info.is_mariadb)
@@ -472,6 +476,8 @@ class Runner:
             return sessions
 
     def _cutover(self, ctx: RunContext) -> None:
+        if self.cutover_now:   # `stream-osc cutover` cutting over itself: a request it left for a coordinator
+            self.store.clear_cutover_request(ctx.migration.id)   # that died must not outlive this attempt
         cutover = Cutover(ctx, self.info.is_mariadb)
         try:
             self._cutover_attempts(ctx, cutover)
@@ -492,6 +498,7 @@ class Runner:
             self._wait_for_blockers(ctx, "cutover")
             if not self._window_open(ctx):   # it closed while sessions held the table
                 continue
+            self._hold_while_paused(ctx)   # a pause set during the waits above is kept before any lock
             self._stop_appliers()
             try:
                 result = cutover.attempt(self.spec.cutover_window_s, self.lease.owner)
@@ -550,11 +557,12 @@ class Runner:
         (it reaches this process through the migration's row); the status says `waiting` meanwhile."""
         if self._cutover_asked(ctx):
             return
-        self.store.update(ctx.migration.id, status=Status.WAITING)
+        self._hold_while_paused(ctx)
+        self.store.set_status(ctx.migration.id, Status.WAITING, only_from=(Status.RUNNING,))
         self.progress.say(f"in sync and waiting for cutover: the appliers keep the new table in sync; run "
                           f"`stream-osc cutover --table {self.spec.qualified_name}` to swap the tables")
         self._keep_in_sync_until(ctx, lambda: self._cutover_asked(ctx), "waiting for cutover", waiting_status=True)
-        self.store.update(ctx.migration.id, status=Status.RUNNING)
+        self.store.set_status(ctx.migration.id, Status.RUNNING, only_from=(Status.WAITING,))
 
     def _keep_in_sync_until(self, ctx: RunContext, ready: Callable[[], bool], event: str,
                             waiting_status: bool = False, **fields: object) -> None:
@@ -563,12 +571,9 @@ class Runner:
         stats = ApplyStats(ctx.redis(), ctx.migration.id)
         noted = lag_read = 0.0
         while not ready():
-            if self.appliers is not None:
-                self.appliers.raise_if_failed()
-            self._check_health(ctx)
-            self._hold_while_paused(ctx)
-            if waiting_status and self.store.get(ctx.migration.id).status == Status.RUNNING:
-                self.store.update(ctx.migration.id, status=Status.WAITING)   # resumed after a pause
+            self._tick(ctx)
+            if waiting_status:   # back to waiting after a pause (never over a pause or abort written meanwhile)
+                self.store.set_status(ctx.migration.id, Status.WAITING, only_from=(Status.RUNNING,))
             now = time.monotonic()
             if now - lag_read >= LAG_SHOW_S:
                 lag, lag_read = self._lag(ctx), now
@@ -583,13 +588,16 @@ class Runner:
     def _wait_for_blockers(self, ctx: RunContext, stage: str) -> None:
         """Wait, with the appliers applying and no lock requested, while sessions hold the table
         (cutover/blocker_wait.py); health, abort, pause and applier failures are checked meanwhile."""
-        def tick() -> None:
-            if self.appliers is not None:
-                self.appliers.raise_if_failed()
-            self._check_health(ctx)
-            self._hold_while_paused(ctx)
         BlockerWait(ctx, self.info.is_mariadb, self.blocker_clock).wait(
-            tick, lambda text: self.progress.say(f"{stage}: {text}"))
+            lambda: self._tick(ctx), lambda text: self.progress.say(f"{stage}: {text}"))
+
+    def _tick(self, ctx: RunContext) -> None:
+        """What every wait checks about once a second: an applier's failure, the health of the migration (abort,
+        connector, source table), and the operator's pause (waited out here)."""
+        if self.appliers is not None:
+            self.appliers.raise_if_failed()
+        self._check_health(ctx)
+        self._hold_while_paused(ctx)
 
     def _swap_already_done(self) -> bool:
         """After a crash inside cutover: did the RENAME run?"""
@@ -610,7 +618,7 @@ class Runner:
         """Wait (writing nothing) while an operator has the migration paused."""
         announced = False
         while True:
-            status = self.store.get(ctx.migration.id).status
+            status = self.store.status(ctx.migration.id)
             if status == Status.ABORTED:
                 raise MigrationStopped(f"migration {ctx.migration.id} was aborted", resumable=False)
             if status != Status.PAUSED:
