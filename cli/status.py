@@ -29,6 +29,9 @@ from streams.topics import TopicNames, group_lag
 SCHEMA_VERSION = 1
 LAG_STAGES = (Stage.COPY, Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER)   # the applier group has offsets from init on
 STOPPED_STATUSES = (Status.RUNNING, Status.PAUSED)          # without a live coordinator: stopped
+CAPTURE_UNKNOWN = {   # why the coordinator's note has no capture lag, by its `reason` (monitor/capture_lag.py)
+    "paused": "not measured while the migration is paused: nothing is stamped until it resumes",
+    "unreachable": "not measured now: the coordinator cannot reach Kafka or the database"}
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,8 @@ def status_document(migration: Migration, times: Times, copy: tuple[int, int, in
         "settings": settings_of(migration),
         "connector_state": None, "connector_error": None,
         "apply_lag_events": None, "apply_lag_error": None,
-        "capture_lag_s": None, "capture_heartbeat_age_s": None, "capture_lag_error": None,
+        "capture_lag_s": None, "capture_heartbeat_age_s": None, "capture_lag_reason": None,
+        "capture_lag_error": None,
         "throttled": None, "throttle_reason": None, "throttle_error": None,
         "blockers": None, "blockers_error": None,
         "cutover_window": None,
@@ -155,9 +159,11 @@ def capture_figures(note: bytes | None, stage: Stage) -> dict[str, Any]:
     if note is None:
         return {"capture_lag_error": "not measured now: no coordinator is running the migration"}
     figures = json.loads(note)
+    reason = figures.get("reason")   # absent in notes of earlier versions
     return {"capture_lag_s": figures["capture_lag_s"], "capture_heartbeat_age_s": figures["heartbeat_age_s"],
-            "capture_lag_error": None if figures["capture_lag_s"] is not None else
-            "not measured now: the coordinator cannot reach Kafka or the database"}
+            "capture_lag_reason": reason if figures["capture_lag_s"] is None else None,
+            "capture_lag_error": None if figures["capture_lag_s"] is not None else CAPTURE_UNKNOWN.get(
+                reason, CAPTURE_UNKNOWN["unreachable"])}
 
 
 def window_line(migration: Migration) -> str:

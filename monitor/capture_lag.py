@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
+from typing import Any
 
 import pymysql
 import redis
@@ -102,12 +103,14 @@ class LagWatch:
                     if paused:
                         clock = CaptureLagClock()   # nothing stamped while paused: measured afresh after it
                     heartbeat = self._follow(clock, reader, conn, heartbeat, stamp=not paused)
+                    reason = "paused" if paused else None
                     if started - backlog_at >= BACKLOG_EVERY_S:
                         backlog_at = started
                         self.metrics.apply_backlog(group_lag(self.endpoints.kafka, self.migration.group_id,
                                                              self.names.changes, self.partitions))
                     now = time.time()
-                    self._publish(notes, clock.lag(now), None if heartbeat is None else max(now - heartbeat, 0.0))
+                    self._publish(notes, clock.lag(now), None if heartbeat is None else max(now - heartbeat, 0.0),
+                                  reason)
                     failing = False
                 except (KafkaException, pymysql.err.Error, DatabaseUnreachable, redis.RedisError, OSError) as exc:
                     # the stages meet the same failure and handle it; the figures are only unknown meanwhile
@@ -115,7 +118,7 @@ class LagWatch:
                         log_event(log, "lag not measured", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
                     failing = True
                     conn = _closed(conn)
-                    self._publish(notes, None, None)
+                    self._publish(notes, None, None, "unreachable")
                 if started - logged_at >= self.log_every_s:
                     logged_at = started
                     self.metrics.log_lag()
@@ -124,6 +127,7 @@ class LagWatch:
             _closed(conn)
             if reader is not None:
                 reader.close()
+            notes.close()
 
     def _paused(self, conn: pymysql.connections.Connection) -> bool:
         """A paused migration writes nothing to the database, capture heartbeats included."""
@@ -152,14 +156,23 @@ class LagWatch:
                 heartbeat = max(heartbeat or sent, sent)
         return heartbeat
 
-    def _publish(self, notes: redis.Redis, lag_s: float | None, heartbeat_age_s: float | None) -> None:
+    def _publish(self, notes: redis.Redis, lag_s: float | None, heartbeat_age_s: float | None,
+                 reason: str | None = None) -> None:
+        """Feed the metrics and renew the note `status` reads; `reason` says why the lag is not measured
+        (`paused`: nothing is stamped while paused; `unreachable`: Kafka or the database did not answer)."""
         self.metrics.capture(lag_s, heartbeat_age_s)
-        note = {"capture_lag_s": None if lag_s is None else round(lag_s, 3),
-                "heartbeat_age_s": None if heartbeat_age_s is None else round(heartbeat_age_s, 3)}
+        note = capture_note(lag_s, heartbeat_age_s, reason)
         try:
             notes.set(redis_keys.capture_note(self.migration.id), json.dumps(note), ex=NOTE_TTL_S)
         except redis.RedisError:
             pass   # `status` then says the figure is not known; the metrics still have it
+
+
+def capture_note(lag_s: float | None, heartbeat_age_s: float | None, reason: str | None = None) -> dict[str, Any]:
+    """The figures `status` shows (cli/status.py), as stored in Redis; `reason` only while the lag is unknown."""
+    return {"capture_lag_s": None if lag_s is None else round(lag_s, 3),
+            "heartbeat_age_s": None if heartbeat_age_s is None else round(heartbeat_age_s, 3),
+            "reason": reason if lag_s is None else None}
 
 
 def _closed(conn: pymysql.connections.Connection | None) -> None:
