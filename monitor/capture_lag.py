@@ -19,7 +19,7 @@ from typing import Any
 
 import pymysql
 import redis
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException
 
 from core import redis_keys
 from core.db import DatabaseUnreachable, connect, qualified, query
@@ -28,12 +28,13 @@ from core.logs import log_event
 from core.state import Migration, Status
 from monitor.metrics import LOG_EVERY_S, MigrationMetrics
 from streams.capture_heartbeat import CaptureReader, write_stamp
-from streams.topics import TopicNames, group_lag
+from streams.topics import TopicNames, consumer_lag, group_reader
 
 log = logging.getLogger("stream_osc.lag")
 
 STAMP_EVERY_S = 1.0
-BACKLOG_EVERY_S = 5.0      # the applier group's lag is read from Kafka this often
+BACKLOG_EVERY_S = 5.0      # the applier group's lag is read from Kafka this often, unless the coordinator's
+                           # own waits read it meanwhile (MigrationMetrics.backlog_age)
 NOTE_TTL_S = 10            # the figures `status` shows expire unless renewed
 
 
@@ -86,9 +87,9 @@ class LagWatch:
             self._thread.join()
 
     def _loop(self) -> None:
-        clock, reader, conn, failing = CaptureLagClock(), None, None, False
+        clock, reader, conn, backlog, failing = CaptureLagClock(), None, None, None, False
         heartbeat: float | None = None
-        backlog_at = logged_at = float("-inf")
+        logged_at = float("-inf")
         notes = redis.Redis.from_url(self.endpoints.redis_url, socket_timeout=5)
         try:
             while not self._stop.is_set():
@@ -104,10 +105,10 @@ class LagWatch:
                         clock = CaptureLagClock()   # nothing stamped while paused: measured afresh after it
                     heartbeat = self._follow(clock, reader, conn, heartbeat, stamp=not paused)
                     reason = "paused" if paused else None
-                    if started - backlog_at >= BACKLOG_EVERY_S:
-                        backlog_at = started
-                        self.metrics.apply_backlog(group_lag(self.endpoints.kafka, self.migration.group_id,
-                                                             self.names.changes, self.partitions))
+                    if self.metrics.backlog_age() >= BACKLOG_EVERY_S:   # not read by the coordinator's waits
+                        if backlog is None:
+                            backlog = group_reader(self.endpoints.kafka, self.migration.group_id)
+                        self.metrics.apply_backlog(consumer_lag(backlog, self.names.changes, self.partitions))
                     now = time.time()
                     self._publish(notes, clock.lag(now), None if heartbeat is None else max(now - heartbeat, 0.0),
                                   reason)
@@ -118,6 +119,7 @@ class LagWatch:
                         log_event(log, "lag not measured", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
                     failing = True
                     conn = _closed(conn)
+                    backlog = _consumer_closed(backlog)
                     self._publish(notes, None, None, "unreachable")
                 if started - logged_at >= self.log_every_s:
                     logged_at = started
@@ -127,6 +129,7 @@ class LagWatch:
             _closed(conn)
             if reader is not None:
                 reader.close()
+            _consumer_closed(backlog)
             notes.close()
 
     def _paused(self, conn: pymysql.connections.Connection) -> bool:
@@ -173,6 +176,16 @@ def capture_note(lag_s: float | None, heartbeat_age_s: float | None, reason: str
     return {"capture_lag_s": None if lag_s is None else round(lag_s, 3),
             "heartbeat_age_s": None if heartbeat_age_s is None else round(heartbeat_age_s, 3),
             "reason": reason if lag_s is None else None}
+
+
+def _consumer_closed(consumer: Consumer | None) -> None:
+    """Close `consumer` if made, ignoring a failure to leave cleanly; returns None for the caller's variable."""
+    if consumer is not None:
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError):
+            pass
+    return None
 
 
 def _closed(conn: pymysql.connections.Connection | None) -> None:

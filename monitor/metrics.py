@@ -44,6 +44,7 @@ class MigrationMetrics:
             "apply_lag_events": None, "apply_lag_s": None, "applied_events": None,
             "capture_lag_s": None, "heartbeat_age_s": None}
         self._server: WSGIServer | None = None
+        self.backlog_read_at = float("-inf")   # time.monotonic() of the last apply backlog fed
 
         def gauge(name: str, text: str, *labels: str) -> Gauge:
             return Gauge(name, text, ["table", *labels], registry=self.registry)
@@ -143,7 +144,12 @@ class MigrationMetrics:
         """The applier group's lag alone (read while the appliers do not run, e.g. during the copy)."""
         self.lag_events.labels(self.table).set(lag_events)
         self.lag_figures["apply_lag_events"] = lag_events
+        self.backlog_read_at = time.monotonic()
         self._touch()
+
+    def backlog_age(self) -> float:
+        """Seconds since the apply backlog was last fed (by `apply` or `apply_backlog`); infinite before."""
+        return time.monotonic() - self.backlog_read_at
 
     def capture(self, lag_seconds: float | None, heartbeat_age_seconds: float | None) -> None:
         """Capture lag and the connector's heartbeat age (None: not known now)."""

@@ -114,3 +114,13 @@ def test_a_taken_port_is_one_clear_error():
         port = holder.getsockname()[1]
         with pytest.raises(MetricsUnavailable, match=f"cannot serve metrics on 127.0.0.1:{port}: "):
             MigrationMetrics(TABLE).serve(port)
+
+
+def test_the_backlog_age_counts_from_the_last_figure_fed_by_either_reader():
+    metrics = MigrationMetrics(TABLE)
+    assert metrics.backlog_age() == float("inf")        # the lag watch reads at once
+    metrics.apply(3, 10, None)                          # the coordinator's wait read it
+    assert 0 <= metrics.backlog_age() < 1
+    metrics.backlog_read_at -= 10
+    metrics.apply_backlog(4)                            # the lag watch read it
+    assert 0 <= metrics.backlog_age() < 1
