@@ -56,9 +56,11 @@ class MigrationMetrics:
                                   "Current stage as a number: " + ", ".join(f"{i} {s}" for i, s in enumerate(STAGES)))
         self.rows_copied = gauge("stream_osc_copy_rows", "Rows copied by the bulk copy so far")
         self.rows_estimated = gauge("stream_osc_copy_rows_estimated",
-                                    "Rows the bulk copy will have copied at its end (estimate from progress so far)")
+                                    "Rows the bulk copy will have copied at its end (estimate from progress so far; "
+                                    "-1: unknown, nothing copied yet)")
         self.copy_ratio = gauge("stream_osc_copy_progress_ratio", "Share of the bulk copy done, 0 to 1")
-        self.copy_rows_per_s = gauge("stream_osc_copy_rows_per_second", "Bulk-copy rate since this process started")
+        self.copy_rows_per_s = gauge("stream_osc_copy_rows_per_second",
+                                     "Bulk-copy rate since this process started (-1: unknown, before a 2nd sample)")
         self.copy_eta = gauge("stream_osc_copy_eta_seconds", "Estimated seconds until the bulk copy ends (-1: unknown)")
         self.chunks_done = gauge("stream_osc_copy_chunks_done", "Copy chunks finished")
         self.chunks = gauge("stream_osc_copy_chunks", "Copy chunks planned")
@@ -122,15 +124,16 @@ class MigrationMetrics:
     def copy(self, fraction: float, rows: int, chunks_done: int, chunks: int) -> None:
         rate, eta = self.copy_rate.sample(fraction, rows)
         self.rows_copied.labels(self.table).set(rows)
-        self.rows_estimated.labels(self.table).set(round(rows / fraction) if fraction > 0 else 0)
+        self.rows_estimated.labels(self.table).set(round(rows / fraction) if fraction > 0 else -1)
         self.copy_ratio.labels(self.table).set(fraction)
-        self.copy_rows_per_s.labels(self.table).set(rate)
+        self.copy_rows_per_s.labels(self.table).set(rate if rate is not None else -1)
         self.copy_eta.labels(self.table).set(eta if eta is not None else -1)
         self.chunks_done.labels(self.table).set(chunks_done)
         self.chunks.labels(self.table).set(chunks)
         self._touch()
         if self._due("copy"):
-            log_event(log, "copy progress", rows=rows, progress=round(fraction, 4), rows_per_s=round(rate),
+            log_event(log, "copy progress", rows=rows, progress=round(fraction, 4),
+                      rows_per_s=round(rate) if rate is not None else None,
                       eta_s=round(eta) if eta is not None else None, chunks_done=chunks_done, chunks=chunks)
 
     def apply(self, lag_events: int, applied_events: int, lag_seconds: float | None) -> None:
