@@ -164,18 +164,22 @@ class LagWatch:
         """Feed the metrics and renew the note `status` reads; `reason` says why the lag is not measured
         (`paused`: nothing is stamped while paused; `unreachable`: Kafka or the database did not answer)."""
         self.metrics.capture(lag_s, heartbeat_age_s)
-        note = capture_note(lag_s, heartbeat_age_s, reason)
+        note = capture_note(lag_s, heartbeat_age_s, reason, *self.metrics.copy_estimate)
         try:
             notes.set(redis_keys.capture_note(self.migration.id), json.dumps(note), ex=NOTE_TTL_S)
         except redis.RedisError:
             pass   # `status` then says the figure is not known; the metrics still have it
 
 
-def capture_note(lag_s: float | None, heartbeat_age_s: float | None, reason: str | None = None) -> dict[str, Any]:
-    """The figures `status` shows (cli/status.py), as stored in Redis; `reason` only while the lag is unknown."""
-    return {"capture_lag_s": None if lag_s is None else round(lag_s, 3),
-            "heartbeat_age_s": None if heartbeat_age_s is None else round(heartbeat_age_s, 3),
-            "reason": reason if lag_s is None else None}
+def capture_note(lag_s: float | None, heartbeat_age_s: float | None, reason: str | None = None,
+                 copy_rows_per_s: float | None = None, copy_eta_s: float | None = None) -> dict[str, Any]:
+    """The figures `status` shows (cli/status.py), as stored in Redis: the lags (`reason` only while the capture
+    lag is unknown) and, while copying, the coordinator's copy rate and ETA (those of its progress line)."""
+    def rounded(value: float | None, digits: int) -> float | None:
+        return None if value is None else round(value, digits)
+    return {"capture_lag_s": rounded(lag_s, 3), "heartbeat_age_s": rounded(heartbeat_age_s, 3),
+            "reason": reason if lag_s is None else None,
+            "copy_rows_per_s": rounded(copy_rows_per_s, 1), "copy_eta_s": rounded(copy_eta_s, 1)}
 
 
 def _consumer_closed(consumer: Consumer | None) -> None:

@@ -45,6 +45,7 @@ class MigrationMetrics:
             "capture_lag_s": None, "heartbeat_age_s": None}
         self._server: WSGIServer | None = None
         self.backlog_read_at = float("-inf")   # time.monotonic() of the last apply backlog fed
+        self.copy_estimate: tuple[float | None, float | None] = (None, None)   # (rows/s, ETA s) while copying
 
         def gauge(name: str, text: str, *labels: str) -> Gauge:
             return Gauge(name, text, ["table", *labels], registry=self.registry)
@@ -119,10 +120,13 @@ class MigrationMetrics:
         for each in STAGES:
             self.stage_flag.labels(self.table, each.value).set(1 if each == stage else 0)
         self.stage_number.labels(self.table).set(STAGES.index(stage))
+        if stage != Stage.COPY:
+            self.copy_estimate = (None, None)
         self._touch()
 
     def copy(self, fraction: float, rows: int, chunks_done: int, chunks: int) -> None:
         rate, eta = self.copy_rate.sample(fraction, rows)
+        self.copy_estimate = (rate, eta)
         self.rows_copied.labels(self.table).set(rows)
         self.rows_estimated.labels(self.table).set(round(rows / fraction) if fraction > 0 else -1)
         self.copy_ratio.labels(self.table).set(fraction)

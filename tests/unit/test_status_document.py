@@ -2,6 +2,7 @@
 could be read or not; and a migration that no process runs is `stopped`."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -137,5 +138,19 @@ def test_a_paused_migration_says_so_instead_of_blaming_kafka():
 
 
 def test_the_coordinator_note_names_why_the_lag_is_unknown():
-    assert capture_note(None, 0.5, "paused") == {"capture_lag_s": None, "heartbeat_age_s": 0.5, "reason": "paused"}
+    assert capture_note(None, 0.5, "paused") == {"capture_lag_s": None, "heartbeat_age_s": 0.5, "reason": "paused",
+                                                 "copy_rows_per_s": None, "copy_eta_s": None}
     assert capture_note(0.0421, None, "paused")["reason"] is None
+
+
+def test_while_copying_the_coordinators_rate_is_preferred_to_the_average_over_the_migrations_age():
+    note = json.dumps(capture_note(0.1, 0.5, None, 812.345, 61.26)).encode()
+    live = capture_figures(note, Stage.COPY)
+    doc = status_document(migration(Stage.COPY), TIMES, (1_000, 1, 4, 0.25), ("host:1:abc", 0.5), live)
+    assert doc["copy"]["rows_per_s"] == 812.3 and doc["copy"]["eta_s"] == 61.3
+    assert "copy_measured" not in doc
+    no_rate_yet = capture_figures(json.dumps(capture_note(0.1, 0.5)).encode(), Stage.COPY)
+    doc = status_document(migration(Stage.COPY), TIMES, (1_000, 1, 4, 0.25), ("host:1:abc", 0.5), no_rate_yet)
+    assert doc["copy"] == copy_figures(1_000, 1, 4, 0.25, Stage.COPY, TIMES.age_s)   # rows / age fallback
+    applying = status_document(migration(Stage.APPLY), TIMES, (1_000, 4, 4, 1.0), ("host:1:abc", 0.5), live)
+    assert applying["copy"]["rows_per_s"] is None
