@@ -14,6 +14,7 @@ from applier.apply import ApplyStats
 from bench.table import BenchTable
 from core.db import connect, qualified, query
 from core.endpoints import Endpoints
+from core.spec import MigrationSpec
 from core.state import Migration, StateStore
 from streams.topics import TopicNames, group_lag
 
@@ -89,7 +90,7 @@ class Observer:
         if migration.stage in ("apply", "validate", "cutover"):
             names = TopicNames(migration.prefix, self.table.database, self.table.table)
             lag = group_lag(self.endpoints.kafka, migration.group_id, names.changes,
-                            int(migration.options.get("partitions", 8)))
+                            int(migration.options.get("partitions", MigrationSpec.partitions)))
             if migration.stage != "apply" or lag <= STEADY_LAG:
                 self.steady.set()
         self.samples.append(Sample(round(time.monotonic() - self.started, 2), migration.stage, copied, applied, lag))

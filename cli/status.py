@@ -138,8 +138,8 @@ def live_figures(endpoints: Endpoints, migration: Migration) -> dict[str, Any]:
     if migration.stage in LAG_STAGES:
         names = TopicNames(migration.prefix, migration.database, migration.table)
         try:
-            figures["apply_lag_events"] = group_lag(endpoints.kafka, migration.group_id, names.changes,
-                                                    int(migration.options.get("partitions", 8)))
+            partitions = int(migration.options.get("partitions", MigrationSpec.partitions))
+            figures["apply_lag_events"] = group_lag(endpoints.kafka, migration.group_id, names.changes, partitions)
         except Exception as exc:  # noqa: BLE001 - status still shows the rest
             figures["apply_lag_error"] = str(exc)
     try:
