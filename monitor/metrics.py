@@ -76,7 +76,10 @@ class MigrationMetrics:
         self.heartbeat_age = gauge("stream_osc_capture_heartbeat_age_seconds",
                                    "Seconds since the Debezium connector last sent a heartbeat record (-1: unknown)")
         self.applied = gauge("stream_osc_applied_events", "Change events applied by every applier of the migration")
-        self.throttled = gauge("stream_osc_throttled", "1 while copy, apply and validation hold back for --max-load")
+        self.throttled = gauge("stream_osc_throttled",
+                               "1 while the work holds back: copy, apply and validation for --max-load, "
+                               "--cloudwatch-max-load or --throttle-replicas; copy and validation yielding "
+                               "for --max-app-latency")
         self.throttle_reason = gauge("stream_osc_throttle_reason_info",
                                      "Why the work holds back (value 1, present only while throttled)", "reason")
         self.cutover_attempts = Counter("stream_osc_cutover_attempts", "Cutover attempts made by this process",
