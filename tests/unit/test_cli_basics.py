@@ -55,9 +55,35 @@ def test_a_bad_option_is_one_line_and_exit_2(capsys, argv, message):
     assert len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err, err
 
 
+def readme_exit_codes() -> dict[int, str]:
+    """{code: meaning} from the README's exit codes table."""
+    return {int(code): text for code, text in re.findall(r"^\| `(\d+)` \| (.+) \|$", README.read_text(), re.M)}
+
+
+def epilog_exit_codes() -> dict[int, str]:
+    """{code: meaning} from `stream-osc --help`'s exit codes (continuation lines joined)."""
+    codes: dict[int, str] = {}
+    for line in EPILOG.splitlines()[1:]:
+        entry = re.match(r"^  (\d+) +(.*)$", line)
+        if entry:
+            last = int(entry.group(1))
+            codes[last] = entry.group(2)
+        else:
+            codes[last] += " " + line.strip()
+    return codes
+
+
+def words(text: str) -> str:
+    return re.sub(r"[-_`\s]+", " ", text.lower())
+
+
 def test_exit_codes_are_distinct():
     members = ExitCode.__members__.values()   # aliases included: iterating an enum skips them
     assert len({int(code) for code in members}) == len(members)
+    # the documented tables list exactly the codes there are, each under the meaning its name says
+    for documented in (readme_exit_codes(), epilog_exit_codes()):
+        assert sorted(documented) == sorted(int(code) for code in members)
+        assert {code.name: code.value for code in members if words(code.name) not in words(documented[code])} == {}
 
 
 def test_every_exit_code_is_documented_in_help_and_readme(capsys):
