@@ -14,6 +14,7 @@ from applier.apply import ApplyStats
 from bench.table import BenchTable
 from core.db import connect, qualified, query
 from core.endpoints import Endpoints
+from core.spec import MigrationSpec
 from core.state import Migration, StateStore
 from streams.topics import TopicNames, group_lag
 
@@ -89,7 +90,7 @@ class Observer:
         if migration.stage in ("apply", "validate", "cutover"):
             names = TopicNames(migration.prefix, self.table.database, self.table.table)
             lag = group_lag(self.endpoints.kafka, migration.group_id, names.changes,
-                            int(migration.options.get("partitions", 8)))
+                            int(migration.options.get("partitions", MigrationSpec.partitions)))
             if migration.stage != "apply" or lag <= STEADY_LAG:
                 self.steady.set()
         self.samples.append(Sample(round(time.monotonic() - self.started, 2), migration.stage, copied, applied, lag))
@@ -161,44 +162,38 @@ class Observer:
         return out
 
 
-def latest_migration_id(endpoints: Endpoints, table: BenchTable) -> int:
-    """Id of the table's most recent stream-osc migration (0 if none)."""
+def _latest(endpoints: Endpoints, table: BenchTable, after_id: int = 0) -> Migration | None:
+    """The table's most recent stream-osc migration if its id is above `after_id` (one short connection)."""
     conn = connect(endpoints.mysql)
     try:
         latest = StateStore(conn, "stream_osc").latest(table.database, table.table)
-        return latest.id if latest else 0
     finally:
         conn.close()
+    return latest if latest is not None and latest.id > after_id else None
+
+
+def latest_migration_id(endpoints: Endpoints, table: BenchTable) -> int:
+    """Id of the table's most recent stream-osc migration (0 if none)."""
+    latest = _latest(endpoints, table)
+    return latest.id if latest else 0
 
 
 def cutover_blocked_ms(endpoints: Endpoints, table: BenchTable, after_id: int) -> int | None:
     """Writes blocked at the swap, as the migration recorded it."""
-    conn = connect(endpoints.mysql)
-    try:
-        latest = StateStore(conn, "stream_osc").latest(table.database, table.table)
-        return latest.cutover_blocked_ms if latest and latest.id > after_id else None
-    finally:
-        conn.close()
+    latest = _latest(endpoints, table, after_id)
+    return latest.cutover_blocked_ms if latest else None
 
 
 def swap_finished_at(endpoints: Endpoints, table: BenchTable, after_id: int) -> float | None:
     """Wall-clock time (epoch s) the swap ended: its lock taken at `cutover_at`, writes blocked for
     `cutover_blocked_ms` after it."""
-    conn = connect(endpoints.mysql)
-    try:
-        latest = StateStore(conn, "stream_osc").latest(table.database, table.table)
-        if latest is None or latest.id <= after_id or latest.cutover_at is None:
-            return None
-        return latest.cutover_at + (latest.cutover_blocked_ms or 0) / 1000
-    finally:
-        conn.close()
+    latest = _latest(endpoints, table, after_id)
+    if latest is None or latest.cutover_at is None:
+        return None
+    return latest.cutover_at + (latest.cutover_blocked_ms or 0) / 1000
 
 
 def in_stage(endpoints: Endpoints, table: BenchTable, after_id: int, stage: str) -> bool:
     """True once the table's migration started after `after_id` is in `stage`."""
-    conn = connect(endpoints.mysql)
-    try:
-        latest = StateStore(conn, "stream_osc").latest(table.database, table.table)
-        return latest is not None and latest.id > after_id and latest.stage == stage
-    finally:
-        conn.close()
+    latest = _latest(endpoints, table, after_id)
+    return latest is not None and latest.stage == stage

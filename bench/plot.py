@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench.report import current_invocations, latest_source
 
 TOOL_COLOURS = {"stream-osc": "tab:blue", "server-copy": "tab:gray", "pt-osc": "tab:orange",
                 "gh-ost": "tab:green"}
@@ -29,8 +30,7 @@ def timeline_plot(out_dir: Path, runs: list[dict[str, Any]], invocations: list[d
     """benchmarks-stream-osc-timeline.png from the first finished stream-osc run under the heaviest load,
     of the newest commit measured."""
     plt = _pyplot()
-    source = invocations[-1].get("stream_osc_source") if invocations else None
-    current = {i for i, meta in enumerate(invocations) if meta.get("stream_osc_source") == source}
+    source, current = latest_source(invocations), set(current_invocations(invocations))
     candidates = [r for r in runs if r["tool"] == "stream-osc" and r["finished"] and r.get("timeline")
                   and r.get("invocation", 0) in current]
     if plt is None or not candidates:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -28,15 +29,8 @@ from monitor.progress import Progress
 from core.spec import parse_duration
 from core.endpoints import ConfigError
 
-SPEC_OPTIONS = {
-    "copy_workers": int, "apply_workers": int, "chunk_size": int, "batch_size": int, "apply_batch_size": int,
-    "target_batch_time": str, "max_app_latency": str,
-    "partitions": int, "cutover_window_s": float, "cutover_attempts": int, "max_lag_events": int,
-    "metadata_schema": str, "max_load": str, "critical_load": str, "cloudwatch_max_load": str, "rds_instance": str,
-    "throttle_replicas": str, "max_replica_lag": int,
-    "lock_wait_s": float, "lock_tries": int, "force_kill_blockers_after_s": float, "force_kill_max_rows": int,
-    "cutover_window_schedule": str, "cutover_timezone": str,
-}
+# The spec fields an option or the config file's [migration] section may set (each option's dest is the field).
+SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(MigrationSpec)) - {"database", "table", "alter"}
 
 
 log = logging.getLogger("stream_osc.cli")
@@ -45,9 +39,20 @@ log = logging.getLogger("stream_osc.cli")
 DEFAULTS = MigrationSpec(database="db", table="t", alter="-")
 
 
+def add_store_options(parser: argparse.ArgumentParser, config_help: str = "TOML file with [endpoints]") -> None:
+    """--config and --metadata-schema: where the services are and which schema holds stream-osc's state."""
+    parser.add_argument("--config", help=config_help)
+    parser.add_argument("--metadata-schema", help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
+
+
+def metadata_schema(args: argparse.Namespace, fallback: str | None = None) -> str:
+    """The metadata schema asked for with --metadata-schema, else `fallback`, else the default."""
+    return getattr(args, "metadata_schema", None) or fallback or DEFAULTS.metadata_schema
+
+
 def add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table", help="DB.TABLE to change")
-    parser.add_argument("--config", help="TOML file with [endpoints] and [migration] sections")
+    add_store_options(parser, "TOML file with [endpoints] and [migration] sections")
     parser.add_argument("--copy-workers", type=int,
                         help=f"parallel bulk-copy workers (default {DEFAULTS.copy_workers})")
     parser.add_argument("--apply-workers", type=int,
@@ -88,7 +93,6 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
                                                     "whose replication lag holds copy, apply and validation back")
     parser.add_argument("--max-replica-lag", type=int, help="seconds behind at which a --throttle-replicas replica "
                                                             f"holds the work back (default {DEFAULTS.max_replica_lag})")
-    parser.add_argument("--metadata-schema", help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
     parser.add_argument("--lock-wait-timeout", dest="lock_wait_s", type=float,
                         help="longest one lock request on the table may queue in front of application statements, "
                              f"seconds (default {DEFAULTS.lock_wait_s}; whole seconds, at least 1, on MySQL)")
@@ -130,12 +134,9 @@ def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> Mig
             raise PreflightError("--alter is required")
         alter = _stored_alter(args, table, file_values.get("metadata_schema"))
     values = dict(file_values)
-    for name in SPEC_OPTIONS:
+    for name in SPEC_FIELDS:   # --cutover, --keep-old/--drop-old and --dry-run (migrate only) included
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
-    for flag in ("cutover", "keep_old", "dry_run"):
-        if getattr(args, flag, None) is not None:
-            values[flag] = getattr(args, flag)
     return MigrationSpec.from_table_arg(table, alter, **values)
 
 
@@ -143,7 +144,7 @@ def given_options(args: argparse.Namespace) -> frozenset[str]:
     """Spec fields set for this run, on the command line or in the config file: on `resume` they replace the
     values stored with the migration where that is allowed (migration/runner.py, LOCK_OPTIONS)."""
     file_keys = set(load_migration_file(args.config)) if getattr(args, "config", None) else set()
-    return frozenset(file_keys | {name for name in SPEC_OPTIONS if getattr(args, name, None) is not None})
+    return frozenset(file_keys | {name for name in SPEC_FIELDS if getattr(args, name, None) is not None})
 
 
 def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> str:
@@ -152,8 +153,7 @@ def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> s
     db, tbl = spec_table(table)
     conn = connect(endpoints.mysql)
     try:
-        store_schema = getattr(args, "metadata_schema", None) or schema or DEFAULTS.metadata_schema
-        migration = StateStore(conn, store_schema).active(db, tbl)
+        migration = StateStore(conn, metadata_schema(args, schema)).active(db, tbl)
     finally:
         conn.close()
     if migration is None:
@@ -194,7 +194,7 @@ def _with_store(args: argparse.Namespace):
     endpoints = StackConfig().endpoints(args.config)
     db, tbl = spec_table(args.table)
     conn = connect(endpoints.mysql)
-    return endpoints, conn, StateStore(conn, args.metadata_schema or DEFAULTS.metadata_schema), db, tbl
+    return endpoints, conn, StateStore(conn, metadata_schema(args)), db, tbl
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -221,7 +221,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     endpoints = StackConfig().endpoints(args.config)
     conn = connect(endpoints.mysql)
     try:
-        rows = list_rows(StateStore(conn, args.metadata_schema or DEFAULTS.metadata_schema))
+        rows = list_rows(StateStore(conn, metadata_schema(args)))
     finally:
         conn.close()
     if args.json:
@@ -274,13 +274,13 @@ def add_metrics_options(parser: argparse.ArgumentParser) -> None:
                              "(AWS credentials and region from the environment, as boto3 finds them)")
 
 
-def cmd_pause(args: argparse.Namespace, status: Status = Status.PAUSED) -> int:
+def cmd_pause(args: argparse.Namespace) -> int:
     _, conn, store, db, tbl = _with_store(args)
     migration = store.active(db, tbl)
     if migration is None:
         raise PreflightError(f"no unfinished migration of {args.table}")
-    store.update(migration.id, status=status)
-    print(f"migration {migration.id} of {args.table}: {status}")
+    store.update(migration.id, status=Status.PAUSED)
+    print(f"migration {migration.id} of {args.table}: {Status.PAUSED}")
     return 0
 
 
@@ -311,7 +311,7 @@ def cmd_abort(args: argparse.Namespace) -> int:
     if migration is None:
         raise PreflightError(f"no unfinished migration of {args.table}")
     spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql,
-                         metadata_schema=args.metadata_schema or DEFAULTS.metadata_schema)
+                         metadata_schema=metadata_schema(args))
     if migration.stage in SWAPPED_STAGES:
         live = live_coordinator(store, migration.id)
         if live is not None:
@@ -347,7 +347,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """Join a running migration with more copy workers and appliers."""
     endpoints = StackConfig().endpoints(args.config)
     db, tbl = spec_table(args.table)
-    return JoinedWorker(endpoints, db, tbl, args.metadata_schema or DEFAULTS.metadata_schema,
+    return JoinedWorker(endpoints, db, tbl, metadata_schema(args),
                         Progress(quiet=args.quiet), args.copy_workers, args.apply_workers).run()
 
 
@@ -378,8 +378,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     worker = sub.add_parser("worker", help="add copy workers and appliers to a running migration (any machine)")
     worker.add_argument("--table", required=True, help="DB.TABLE of the running migration")
-    worker.add_argument("--config", help="TOML file with [endpoints]")
-    worker.add_argument("--metadata-schema", help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
+    add_store_options(worker)
     worker.add_argument("--copy-workers", type=int, help="copy threads in this process (default: the migration's)")
     worker.add_argument("--apply-workers", type=int, help="applier threads in this process (default: the migration's)")
     worker.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -390,9 +389,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                              ("abort", cmd_abort, "remove everything a migration created")):
         parser = sub.add_parser(name, help=text)
         parser.add_argument("--table", required=True, help="DB.TABLE")
-        parser.add_argument("--config", help="TOML file with [endpoints]")
-        parser.add_argument("--metadata-schema",
-                            help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
+        add_store_options(parser)
         if name == "status":
             parser.add_argument("--json", action="store_true",
                                 help="one JSON document (docs/status.md); with --watch one per line")
@@ -404,16 +401,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     setting = sub.add_parser("set", help="change settings of a running migration (logged, shown in status)")
     setting.add_argument("--table", required=True, help="DB.TABLE")
-    setting.add_argument("--config", help="TOML file with [endpoints]")
-    setting.add_argument("--metadata-schema",
-                         help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
+    add_store_options(setting)
     setting.add_argument("assignments", nargs="+", metavar="NAME=VALUE",
                          help=f"NAME one of {', '.join(SETTABLE)}, e.g. max-load=Threads_running=30 batch-size=2000")
     setting.set_defaults(func=cmd_set)
 
     listing = sub.add_parser("list", help="every migration recorded: table, stage, state, age")
-    listing.add_argument("--config", help="TOML file with [endpoints]")
-    listing.add_argument("--metadata-schema",
-                         help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
+    add_store_options(listing)
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     listing.set_defaults(func=cmd_list)

@@ -30,9 +30,9 @@ EPILOG = """exit codes:
   3    stopped before the end, state kept: `stream-osc resume` continues
        (status: the migration stopped or failed)
   4    stopped because --critical-load was reached; resumable like 3
-  5    stopped and cannot continue (aborted, the table altered meanwhile, or its
-       binlog position purged): `stream-osc abort` and start again
-  6    abort: the tables had already been swapped; the migration was finished
+  5    failed: stopped and cannot continue (aborted, the table altered meanwhile,
+       or its binlog position purged): `stream-osc abort` and start again
+  6    abort: the tables were found already swapped; the migration was finished
        instead (the new schema is in place, the original kept as <table>_osc_old)
   130  interrupted (Ctrl-C)"""
 

@@ -29,6 +29,9 @@ from streams.topics import TopicNames, group_lag
 SCHEMA_VERSION = 1
 LAG_STAGES = (Stage.COPY, Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER)   # the applier group has offsets from init on
 STOPPED_STATUSES = (Status.RUNNING, Status.PAUSED)          # without a live coordinator: stopped
+CAPTURE_UNKNOWN = {   # why the coordinator's note has no capture lag, by its `reason` (monitor/capture_lag.py)
+    "paused": "not measured while the migration is paused: nothing is stamped until it resumes",
+    "unreachable": "not measured now: the coordinator cannot reach Kafka or the database"}
 
 
 @dataclass(frozen=True)
@@ -60,10 +63,14 @@ def migration_times(store: StateStore, migration_id: int) -> Times:
 
 
 def copy_figures(rows: int, chunks_done: int, chunks: int, progress: float, stage: Stage,
-                 elapsed_s: float) -> dict[str, Any]:
-    """Copy progress; while copying, the average rate since the migration started and the ETA it implies."""
+                 elapsed_s: float, measured: tuple[float | None, float | None] | None = None) -> dict[str, Any]:
+    """Copy progress; while copying, the rate and ETA: `measured` (rows/s, ETA s) by the running coordinator
+    when it has a rate, else rows over the migration's age (init and stopped time included) and the ETA it
+    implies."""
     rate = eta = None
-    if stage == Stage.COPY and elapsed_s > 0 and rows > 0:
+    if stage == Stage.COPY and measured is not None and measured[0] is not None:
+        rate, eta = measured
+    elif stage == Stage.COPY and elapsed_s > 0 and rows > 0:
         rate = rows / elapsed_s
         eta = elapsed_s * (1 - progress) / progress if progress > 0 else None
     return {"rows": rows, "chunks_done": chunks_done, "chunks": chunks, "progress": round(progress, 4),
@@ -79,6 +86,8 @@ def status_document(migration: Migration, times: Times, copy: tuple[int, int, in
                     coordinator: tuple[str, float] | None, live: dict[str, Any]) -> dict[str, Any]:
     """The typed document of docs/status.md; `live` holds the figures read from Connect, Kafka and Redis."""
     names = TopicNames(migration.prefix, migration.database, migration.table)
+    live = dict(live)
+    measured = live.pop("copy_measured", None)   # the coordinator's copy rate and ETA (capture_figures)
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "migration": migration.id,
@@ -96,14 +105,15 @@ def status_document(migration: Migration, times: Times, copy: tuple[int, int, in
         "connector": migration.connector,
         "topic": names.changes,
         "group": migration.group_id,
-        "copy": copy_figures(*copy, migration.stage, times.age_s),
+        "copy": copy_figures(*copy, migration.stage, times.age_s, measured),
         "validation_diffs": int(migration.validation_diffs),
         "cutover_blocked_ms": migration.cutover_blocked_ms,
         "cutover_at": iso(migration.cutover_at),
         "settings": settings_of(migration),
         "connector_state": None, "connector_error": None,
         "apply_lag_events": None, "apply_lag_error": None,
-        "capture_lag_s": None, "capture_heartbeat_age_s": None, "capture_lag_error": None,
+        "capture_lag_s": None, "capture_heartbeat_age_s": None, "capture_lag_reason": None,
+        "capture_lag_error": None,
         "throttled": None, "throttle_reason": None, "throttle_error": None,
         "blockers": None, "blockers_error": None,
         "cutover_window": None,
@@ -128,8 +138,8 @@ def live_figures(endpoints: Endpoints, migration: Migration) -> dict[str, Any]:
     if migration.stage in LAG_STAGES:
         names = TopicNames(migration.prefix, migration.database, migration.table)
         try:
-            figures["apply_lag_events"] = group_lag(endpoints.kafka, migration.group_id, names.changes,
-                                                    int(migration.options.get("partitions", 8)))
+            partitions = int(migration.options.get("partitions", MigrationSpec.partitions))
+            figures["apply_lag_events"] = group_lag(endpoints.kafka, migration.group_id, names.changes, partitions)
         except Exception as exc:  # noqa: BLE001 - status still shows the rest
             figures["apply_lag_error"] = str(exc)
     try:
@@ -149,15 +159,19 @@ def live_figures(endpoints: Endpoints, migration: Migration) -> dict[str, Any]:
 
 
 def capture_figures(note: bytes | None, stage: Stage) -> dict[str, Any]:
-    """Capture lag and heartbeat age as the coordinator last measured them (monitor/capture_lag.py)."""
+    """Capture lag and heartbeat age as the coordinator last measured them (monitor/capture_lag.py), and its copy
+    rate and ETA (`copy_measured`, taken into the document's `copy` by status_document)."""
     if stage not in LAG_STAGES:
         return {}
     if note is None:
         return {"capture_lag_error": "not measured now: no coordinator is running the migration"}
     figures = json.loads(note)
+    reason = figures.get("reason")   # absent in notes of earlier versions
     return {"capture_lag_s": figures["capture_lag_s"], "capture_heartbeat_age_s": figures["heartbeat_age_s"],
-            "capture_lag_error": None if figures["capture_lag_s"] is not None else
-            "not measured now: the coordinator cannot reach Kafka or the database"}
+            "copy_measured": (figures.get("copy_rows_per_s"), figures.get("copy_eta_s")),
+            "capture_lag_reason": reason if figures["capture_lag_s"] is None else None,
+            "capture_lag_error": None if figures["capture_lag_s"] is not None else CAPTURE_UNKNOWN.get(
+                reason, CAPTURE_UNKNOWN["unreachable"])}
 
 
 def window_line(migration: Migration) -> str:

@@ -15,10 +15,11 @@ import logging
 import threading
 import time
 from collections import deque
+from typing import Any
 
 import pymysql
 import redis
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException
 
 from core import redis_keys
 from core.db import DatabaseUnreachable, connect, qualified, query
@@ -27,12 +28,13 @@ from core.logs import log_event
 from core.state import Migration, Status
 from monitor.metrics import LOG_EVERY_S, MigrationMetrics
 from streams.capture_heartbeat import CaptureReader, write_stamp
-from streams.topics import TopicNames, group_lag
+from streams.topics import TopicNames, consumer_lag, group_reader
 
 log = logging.getLogger("stream_osc.lag")
 
 STAMP_EVERY_S = 1.0
-BACKLOG_EVERY_S = 5.0      # the applier group's lag is read from Kafka this often
+BACKLOG_EVERY_S = 5.0      # the applier group's lag is read from Kafka this often, unless the coordinator's
+                           # own waits read it meanwhile (MigrationMetrics.backlog_age)
 NOTE_TTL_S = 10            # the figures `status` shows expire unless renewed
 
 
@@ -85,9 +87,9 @@ class LagWatch:
             self._thread.join()
 
     def _loop(self) -> None:
-        clock, reader, conn, failing = CaptureLagClock(), None, None, False
+        clock, reader, conn, backlog, failing = CaptureLagClock(), None, None, None, False
         heartbeat: float | None = None
-        backlog_at = logged_at = float("-inf")
+        logged_at = float("-inf")
         notes = redis.Redis.from_url(self.endpoints.redis_url, socket_timeout=5)
         try:
             while not self._stop.is_set():
@@ -102,12 +104,14 @@ class LagWatch:
                     if paused:
                         clock = CaptureLagClock()   # nothing stamped while paused: measured afresh after it
                     heartbeat = self._follow(clock, reader, conn, heartbeat, stamp=not paused)
-                    if started - backlog_at >= BACKLOG_EVERY_S:
-                        backlog_at = started
-                        self.metrics.apply_backlog(group_lag(self.endpoints.kafka, self.migration.group_id,
-                                                             self.names.changes, self.partitions))
+                    reason = "paused" if paused else None
+                    if self.metrics.backlog_age() >= BACKLOG_EVERY_S:   # not read by the coordinator's waits
+                        if backlog is None:
+                            backlog = group_reader(self.endpoints.kafka, self.migration.group_id)
+                        self.metrics.apply_backlog(consumer_lag(backlog, self.names.changes, self.partitions))
                     now = time.time()
-                    self._publish(notes, clock.lag(now), None if heartbeat is None else max(now - heartbeat, 0.0))
+                    self._publish(notes, clock.lag(now), None if heartbeat is None else max(now - heartbeat, 0.0),
+                                  reason)
                     failing = False
                 except (KafkaException, pymysql.err.Error, DatabaseUnreachable, redis.RedisError, OSError) as exc:
                     # the stages meet the same failure and handle it; the figures are only unknown meanwhile
@@ -115,7 +119,8 @@ class LagWatch:
                         log_event(log, "lag not measured", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
                     failing = True
                     conn = _closed(conn)
-                    self._publish(notes, None, None)
+                    backlog = _consumer_closed(backlog)
+                    self._publish(notes, None, None, "unreachable")
                 if started - logged_at >= self.log_every_s:
                     logged_at = started
                     self.metrics.log_lag()
@@ -124,6 +129,8 @@ class LagWatch:
             _closed(conn)
             if reader is not None:
                 reader.close()
+            _consumer_closed(backlog)
+            notes.close()
 
     def _paused(self, conn: pymysql.connections.Connection) -> bool:
         """A paused migration writes nothing to the database, capture heartbeats included."""
@@ -152,14 +159,37 @@ class LagWatch:
                 heartbeat = max(heartbeat or sent, sent)
         return heartbeat
 
-    def _publish(self, notes: redis.Redis, lag_s: float | None, heartbeat_age_s: float | None) -> None:
+    def _publish(self, notes: redis.Redis, lag_s: float | None, heartbeat_age_s: float | None,
+                 reason: str | None = None) -> None:
+        """Feed the metrics and renew the note `status` reads; `reason` says why the lag is not measured
+        (`paused`: nothing is stamped while paused; `unreachable`: Kafka or the database did not answer)."""
         self.metrics.capture(lag_s, heartbeat_age_s)
-        note = {"capture_lag_s": None if lag_s is None else round(lag_s, 3),
-                "heartbeat_age_s": None if heartbeat_age_s is None else round(heartbeat_age_s, 3)}
+        note = capture_note(lag_s, heartbeat_age_s, reason, *self.metrics.copy_estimate)
         try:
             notes.set(redis_keys.capture_note(self.migration.id), json.dumps(note), ex=NOTE_TTL_S)
         except redis.RedisError:
             pass   # `status` then says the figure is not known; the metrics still have it
+
+
+def capture_note(lag_s: float | None, heartbeat_age_s: float | None, reason: str | None = None,
+                 copy_rows_per_s: float | None = None, copy_eta_s: float | None = None) -> dict[str, Any]:
+    """The figures `status` shows (cli/status.py), as stored in Redis: the lags (`reason` only while the capture
+    lag is unknown) and, while copying, the coordinator's copy rate and ETA (those of its progress line)."""
+    def rounded(value: float | None, digits: int) -> float | None:
+        return None if value is None else round(value, digits)
+    return {"capture_lag_s": rounded(lag_s, 3), "heartbeat_age_s": rounded(heartbeat_age_s, 3),
+            "reason": reason if lag_s is None else None,
+            "copy_rows_per_s": rounded(copy_rows_per_s, 1), "copy_eta_s": rounded(copy_eta_s, 1)}
+
+
+def _consumer_closed(consumer: Consumer | None) -> None:
+    """Close `consumer` if made, ignoring a failure to leave cleanly; returns None for the caller's variable."""
+    if consumer is not None:
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError):
+            pass
+    return None
 
 
 def _closed(conn: pymysql.connections.Connection | None) -> None:

@@ -44,6 +44,8 @@ class MigrationMetrics:
             "apply_lag_events": None, "apply_lag_s": None, "applied_events": None,
             "capture_lag_s": None, "heartbeat_age_s": None}
         self._server: WSGIServer | None = None
+        self.backlog_read_at = float("-inf")   # time.monotonic() of the last apply backlog fed
+        self.copy_estimate: tuple[float | None, float | None] = (None, None)   # (rows/s, ETA s) while copying
 
         def gauge(name: str, text: str, *labels: str) -> Gauge:
             return Gauge(name, text, ["table", *labels], registry=self.registry)
@@ -55,9 +57,11 @@ class MigrationMetrics:
                                   "Current stage as a number: " + ", ".join(f"{i} {s}" for i, s in enumerate(STAGES)))
         self.rows_copied = gauge("stream_osc_copy_rows", "Rows copied by the bulk copy so far")
         self.rows_estimated = gauge("stream_osc_copy_rows_estimated",
-                                    "Rows the bulk copy will have copied at its end (estimate from progress so far)")
+                                    "Rows the bulk copy will have copied at its end (estimate from progress so far; "
+                                    "-1: unknown, nothing copied yet)")
         self.copy_ratio = gauge("stream_osc_copy_progress_ratio", "Share of the bulk copy done, 0 to 1")
-        self.copy_rows_per_s = gauge("stream_osc_copy_rows_per_second", "Bulk-copy rate since this process started")
+        self.copy_rows_per_s = gauge("stream_osc_copy_rows_per_second",
+                                     "Bulk-copy rate since this process started (-1: unknown, before a 2nd sample)")
         self.copy_eta = gauge("stream_osc_copy_eta_seconds", "Estimated seconds until the bulk copy ends (-1: unknown)")
         self.chunks_done = gauge("stream_osc_copy_chunks_done", "Copy chunks finished")
         self.chunks = gauge("stream_osc_copy_chunks", "Copy chunks planned")
@@ -72,7 +76,10 @@ class MigrationMetrics:
         self.heartbeat_age = gauge("stream_osc_capture_heartbeat_age_seconds",
                                    "Seconds since the Debezium connector last sent a heartbeat record (-1: unknown)")
         self.applied = gauge("stream_osc_applied_events", "Change events applied by every applier of the migration")
-        self.throttled = gauge("stream_osc_throttled", "1 while copy, apply and validation hold back for --max-load")
+        self.throttled = gauge("stream_osc_throttled",
+                               "1 while the work holds back: copy, apply and validation for --max-load, "
+                               "--cloudwatch-max-load or --throttle-replicas; copy and validation yielding "
+                               "for --max-app-latency")
         self.throttle_reason = gauge("stream_osc_throttle_reason_info",
                                      "Why the work holds back (value 1, present only while throttled)", "reason")
         self.cutover_attempts = Counter("stream_osc_cutover_attempts", "Cutover attempts made by this process",
@@ -116,20 +123,24 @@ class MigrationMetrics:
         for each in STAGES:
             self.stage_flag.labels(self.table, each.value).set(1 if each == stage else 0)
         self.stage_number.labels(self.table).set(STAGES.index(stage))
+        if stage != Stage.COPY:
+            self.copy_estimate = (None, None)
         self._touch()
 
     def copy(self, fraction: float, rows: int, chunks_done: int, chunks: int) -> None:
         rate, eta = self.copy_rate.sample(fraction, rows)
+        self.copy_estimate = (rate, eta)
         self.rows_copied.labels(self.table).set(rows)
-        self.rows_estimated.labels(self.table).set(round(rows / fraction) if fraction > 0 else 0)
+        self.rows_estimated.labels(self.table).set(round(rows / fraction) if fraction > 0 else -1)
         self.copy_ratio.labels(self.table).set(fraction)
-        self.copy_rows_per_s.labels(self.table).set(rate)
+        self.copy_rows_per_s.labels(self.table).set(rate if rate is not None else -1)
         self.copy_eta.labels(self.table).set(eta if eta is not None else -1)
         self.chunks_done.labels(self.table).set(chunks_done)
         self.chunks.labels(self.table).set(chunks)
         self._touch()
         if self._due("copy"):
-            log_event(log, "copy progress", rows=rows, progress=round(fraction, 4), rows_per_s=round(rate),
+            log_event(log, "copy progress", rows=rows, progress=round(fraction, 4),
+                      rows_per_s=round(rate) if rate is not None else None,
                       eta_s=round(eta) if eta is not None else None, chunks_done=chunks_done, chunks=chunks)
 
     def apply(self, lag_events: int, applied_events: int, lag_seconds: float | None) -> None:
@@ -143,7 +154,12 @@ class MigrationMetrics:
         """The applier group's lag alone (read while the appliers do not run, e.g. during the copy)."""
         self.lag_events.labels(self.table).set(lag_events)
         self.lag_figures["apply_lag_events"] = lag_events
+        self.backlog_read_at = time.monotonic()
         self._touch()
+
+    def backlog_age(self) -> float:
+        """Seconds since the apply backlog was last fed (by `apply` or `apply_backlog`); infinite before."""
+        return time.monotonic() - self.backlog_read_at
 
     def capture(self, lag_seconds: float | None, heartbeat_age_seconds: float | None) -> None:
         """Capture lag and the connector's heartbeat age (None: not known now)."""

@@ -38,15 +38,16 @@ class CopyRate:
         self.first: tuple[float, float, int] | None = None
         self.last: tuple[float, float, int] | None = None
 
-    def sample(self, fraction: float, rows: int, now: float | None = None) -> tuple[float, float | None]:
-        """Record a sample; return (rows per second, seconds left or None)."""
+    def sample(self, fraction: float, rows: int, now: float | None = None) -> tuple[float | None, float | None]:
+        """Record a sample; return (rows per second, seconds left), each None while not known (the first
+        sample gives no rate)."""
         now = time.monotonic() if now is None else now
         if self.first is None:
             self.first = (now, fraction, rows)
         self.last = (now, fraction, rows)
         elapsed = now - self.first[0]
         if elapsed <= 0:
-            return 0.0, None
+            return None, None
         rate = (rows - self.first[2]) / elapsed
         frac_rate = (fraction - self.first[1]) / elapsed
         eta = (1.0 - fraction) / frac_rate if frac_rate > 0 else None
@@ -92,7 +93,8 @@ class Progress:
     def copy(self, fraction: float, rows: int, chunks_done: int, chunks_total: int, force: bool = False) -> None:
         rate, eta = self.copy_rate.sample(fraction, rows)
         eta_text = format_duration(eta) if eta is not None else "?"
-        self._status(f"copy {bar(fraction)} {fraction * 100:5.1f}%  {rows:,} rows  {rate:,.0f} rows/s  "
+        rate_text = f"{rate:,.0f}" if rate is not None else "?"
+        self._status(f"copy {bar(fraction)} {fraction * 100:5.1f}%  {rows:,} rows  {rate_text} rows/s  "
                      f"chunks {chunks_done}/{chunks_total}  ETA {eta_text}", force)
 
     def apply(self, lag_events: int, applied_events: int, lag_seconds: float | None, force: bool = False) -> None:

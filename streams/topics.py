@@ -167,13 +167,24 @@ def committed_offsets(consumer: Consumer, topic: str, partitions: int) -> dict[i
     return {tp.partition: max(tp.offset, 0) for tp in tps}
 
 
+def group_reader(kafka: KafkaAddress, group: str) -> Consumer:
+    """A consumer that only reads `group`'s committed offsets and the topic's ends (it never subscribes, so it
+    does not join the group); for `consumer_lag`, to be closed by the caller."""
+    return Consumer(consumer_config(kafka, **{"group.id": group, "enable.auto.commit": False}))
+
+
+def consumer_lag(consumer: Consumer, topic: str, partitions: int) -> int:
+    """Events in the topic that the group of `consumer` (see `group_reader`) has not committed yet."""
+    ends = end_offsets(consumer, topic, partitions)
+    done = committed_offsets(consumer, topic, partitions)
+    return sum(max(ends[p] - done.get(p, 0), 0) for p in ends)
+
+
 def group_lag(kafka: KafkaAddress, group: str, topic: str, partitions: int) -> int:
-    """Events in the topic the group has not committed yet."""
-    consumer = Consumer(consumer_config(kafka, **{"group.id": group, "enable.auto.commit": False}))
+    """Events in the topic the group has not committed yet (one read, with a consumer of its own)."""
+    consumer = group_reader(kafka, group)
     try:
-        ends = end_offsets(consumer, topic, partitions)
-        done = committed_offsets(consumer, topic, partitions)
-        return sum(max(ends[p] - done.get(p, 0), 0) for p in ends)
+        return consumer_lag(consumer, topic, partitions)
     finally:
         consumer.close()
 

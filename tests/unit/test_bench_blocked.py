@@ -20,6 +20,18 @@ def test_the_held_table_section_shows_what_the_application_saw_while_held():
                             "blocker_held_s": 25.0, "blocker_to_swap_s": 6.2, "held_app_tps": 248.0,
                             "held_app_p99_ms_worst_second": 312.0, "held_app_stalled_seconds": 0}])
     assert "| 100,000 | stream-osc | 41.0 | 25.0 | 6.2 | 248 | 312 | 0 |" in lines
+    assert not any("killed" in line for line in lines)   # no kill figures: no kill table
+
+
+def test_the_held_table_section_shows_when_stream_osc_killed_the_transaction():
+    lines = _held_section([
+        {"scenario": "blocked", "tool": "stream-osc", "rows": 100_000, "seconds_median": 12.0,
+         "blocker_held_s": 6.0, "blocker_to_swap_s": 6.1, "blocker_seen_to_kill_s": 5.2,
+         "blocker_kill_to_swap_s": 0.7},
+        {"scenario": "blocked", "tool": "gh-ost", "rows": 100_000, "seconds_median": 40.0}])
+    assert "| rows | tool | first seen holding the table → killed s | killed → swap s |" in lines
+    assert "| 100,000 | stream-osc | 5.2 | 0.7 |" in lines
+    assert not any(line.startswith("| 100,000 | gh-ost | –") for line in lines)   # it kills nothing
 
 
 def test_a_transaction_opened_at_cutover_is_for_stream_osc_only_and_its_runs_are_reported_apart():

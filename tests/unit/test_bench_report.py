@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.plot import TOOL_COLOURS, tool_colour
-from bench.report import write_markdown
+from bench.report import current_invocations, latest_source, write_markdown
 
 META = {"command": "python -m bench", "date": "d", "machine": "m", "server": "s", "sizes": [1000], "alter": "a",
         "light_rate": 1, "heavy_rate": 2, "load_threads": 1, "baseline_s": 1.0, "repetitions": 1,
@@ -33,3 +33,9 @@ def test_every_tool_keeps_its_colour():
     assert len(set(TOOL_COLOURS.values())) == len(TOOL_COLOURS)
     assert tool_colour("stream-osc") == TOOL_COLOURS["stream-osc"]
     assert tool_colour("unknown") not in TOOL_COLOURS.values()
+
+
+def test_the_current_invocations_are_those_of_the_newest_commit_measured():
+    invocations = [{"stream_osc_source": "abc"}, {"stream_osc_source": "def"}, {"stream_osc_source": "abc"}]
+    assert (latest_source(invocations), current_invocations(invocations)) == ("abc", [0, 2])
+    assert (latest_source([]), current_invocations([])) == (None, [])

@@ -2,6 +2,7 @@
 exit codes that are distinct, documented in `--help` and the README, and chosen by what stopped the run."""
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -54,9 +55,35 @@ def test_a_bad_option_is_one_line_and_exit_2(capsys, argv, message):
     assert len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err, err
 
 
+def readme_exit_codes() -> dict[int, str]:
+    """{code: meaning} from the README's exit codes table."""
+    return {int(code): text for code, text in re.findall(r"^\| `(\d+)` \| (.+) \|$", README.read_text(), re.M)}
+
+
+def epilog_exit_codes() -> dict[int, str]:
+    """{code: meaning} from `stream-osc --help`'s exit codes (continuation lines joined)."""
+    codes: dict[int, str] = {}
+    for line in EPILOG.splitlines()[1:]:
+        entry = re.match(r"^  (\d+) +(.*)$", line)
+        if entry:
+            last = int(entry.group(1))
+            codes[last] = entry.group(2)
+        else:
+            codes[last] += " " + line.strip()
+    return codes
+
+
+def words(text: str) -> str:
+    return re.sub(r"[-_`\s]+", " ", text.lower())
+
+
 def test_exit_codes_are_distinct():
     members = ExitCode.__members__.values()   # aliases included: iterating an enum skips them
     assert len({int(code) for code in members}) == len(members)
+    # the documented tables list exactly the codes there are, each under the meaning its name says
+    for documented in (readme_exit_codes(), epilog_exit_codes()):
+        assert sorted(documented) == sorted(int(code) for code in members)
+        assert {code.name: code.value for code in members if words(code.name) not in words(documented[code])} == {}
 
 
 def test_every_exit_code_is_documented_in_help_and_readme(capsys):
@@ -110,3 +137,30 @@ def test_bad_observability_options_are_refused_before_any_service_is_asked(monke
     code = main(["migrate", "--table", "shop.orders", "--alter", "ADD COLUMN note INT NULL", *options])
     err = capsys.readouterr().err
     assert code == ExitCode.REFUSED and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def _spec_dests(parser) -> set[str]:
+    return {action.dest for action in parser._actions} - {"help", "table", "alter", "config", "quiet", "func",
+                                                           "metrics_port", "metrics_address", "cloudwatch_namespace",
+                                                           "log_level", "log_format"}
+
+
+def test_every_spec_option_of_migrate_is_a_spec_field_and_reaches_the_spec():
+    from cli.commands import SPEC_FIELDS, given_options, spec_from_args
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert _spec_dests(subparsers.choices["migrate"]) <= SPEC_FIELDS
+    assert _spec_dests(subparsers.choices["resume"]) <= SPEC_FIELDS
+    args = build_parser().parse_args(["migrate", "--table", "shop.orders", "--alter", "ADD COLUMN c INT",
+                                      "--cutover", "manual", "--drop-old", "--dry-run", "--partitions", "3"])
+    spec = spec_from_args(args)
+    assert (spec.cutover, spec.keep_old, spec.dry_run, spec.partitions) == ("manual", False, True, 3)
+    assert {"cutover", "keep_old", "dry_run", "partitions"} <= given_options(args)
+    assert "chunk_size" not in given_options(args)
+
+
+@pytest.mark.parametrize("command", ["migrate", "resume", "cutover", "worker", "status", "pause", "abort", "set",
+                                     "list"])
+def test_every_command_on_a_migration_takes_the_store_options(command):
+    argv = {"set": ["set", "--table", "a.b", "x=1"], "list": ["list"]}.get(command, [command, "--table", "a.b"])
+    args = build_parser().parse_args([*argv, "--config", "c.toml", "--metadata-schema", "osc_meta"])
+    assert (args.config, args.metadata_schema) == ("c.toml", "osc_meta")

@@ -21,6 +21,8 @@ def fed_metrics() -> MigrationMetrics:
     metrics = MigrationMetrics(TABLE)
     metrics.migration(7, "streamosc-orders-7", "streamosc_orders_7.shop.orders", "streamosc_orders_7.appliers")
     metrics.stage(Stage.APPLY)
+    metrics.copy(0.5, 2_000, 2, 4)
+    metrics.copy_rate.first = (metrics.copy_rate.first[0] - 10, 0.5, 2_000)   # 10 s ago: a rate is known
     metrics.copy(1.0, 4_000, 4, 4)
     metrics.apply(250, 9_000, 1.5)
     metrics.throttle("Threads_running=31 >= 25")

@@ -114,3 +114,27 @@ def test_a_taken_port_is_one_clear_error():
         port = holder.getsockname()[1]
         with pytest.raises(MetricsUnavailable, match=f"cannot serve metrics on 127.0.0.1:{port}: "):
             MigrationMetrics(TABLE).serve(port)
+
+
+def test_the_backlog_age_counts_from_the_last_figure_fed_by_either_reader():
+    metrics = MigrationMetrics(TABLE)
+    assert metrics.backlog_age() == float("inf")        # the lag watch reads at once
+    metrics.apply(3, 10, None)                          # the coordinator's wait read it
+    assert 0 <= metrics.backlog_age() < 1
+    metrics.backlog_read_at -= 10
+    metrics.apply_backlog(4)                            # the lag watch read it
+    assert 0 <= metrics.backlog_age() < 1
+
+
+def test_copy_figures_not_known_yet_are_minus_one_not_zero(served):
+    served.copy(0.0, 0, 0, 4)                # first sample, nothing copied: no rate, no estimate
+    samples = scrape(served)
+    assert value(samples, "stream_osc_copy_rows_estimated") == -1
+    assert value(samples, "stream_osc_copy_rows_per_second") == -1
+    assert value(samples, "stream_osc_copy_eta_seconds") == -1
+    served.copy_rate.first = (served.copy_rate.first[0] - 10, 0.0, 0)   # the first sample 10 s ago
+    served.copy(0.5, 1_000, 2, 4)
+    samples = scrape(served)
+    assert value(samples, "stream_osc_copy_rows_estimated") == 2_000
+    assert 99 < value(samples, "stream_osc_copy_rows_per_second") <= 100
+    assert value(samples, "stream_osc_copy_eta_seconds") >= 0

@@ -36,3 +36,11 @@ def test_copy_fraction_counts_rows_not_key_span():
     assert copy_fraction(chunks, 100) == (1.0 + 0.5 + 0.0) / 3
     assert copy_fraction([Chunk(0, 1, 9, 5, 500, False)], 100) == 0.99     # never 100 % before done
     assert copy_fraction([], 100) == 1.0
+
+
+def test_the_first_sample_gives_no_rate_rather_than_zero():
+    rate = CopyRate()
+    assert rate.sample(0.1, 100, now=5.0) == (None, None)
+    out = io.StringIO()
+    Progress(stream=out, interval_s=0).copy(0.1, 100, 0, 2, force=True)
+    assert "? rows/s" in out.getvalue() and "ETA ?" in out.getvalue()

@@ -2,6 +2,7 @@
 could be read or not; and a migration that no process runs is `stopped`."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from cli.status import Times, capture_figures, copy_figures, iso, status_document, status_lines
 from core.state import Migration, Stage, Status
+from monitor.capture_lag import capture_note
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "status.md"
 JSON_TYPES = {"integer": int, "number": (int, float), "string": str, "boolean": bool, "object": dict, "array": list,
@@ -120,3 +122,35 @@ def test_capture_lag_is_shown_with_the_heartbeat_age_or_why_it_is_unknown():
         "capture_lag_error": "not measured now: no coordinator is running the migration"}
     assert capture_figures(b'{"capture_lag_s": null, "heartbeat_age_s": null}', Stage.CUTOVER)["capture_lag_error"]
     assert capture_figures(None, Stage.DONE) == {}
+
+
+def test_a_paused_migration_says_so_instead_of_blaming_kafka():
+    paused = capture_figures(b'{"capture_lag_s": null, "heartbeat_age_s": 0.5, "reason": "paused"}', Stage.APPLY)
+    assert paused["capture_lag_reason"] == "paused" and "paused" in paused["capture_lag_error"]
+    assert "Kafka" not in paused["capture_lag_error"]
+    cut = capture_figures(b'{"capture_lag_s": null, "heartbeat_age_s": null, "reason": "unreachable"}', Stage.COPY)
+    assert cut["capture_lag_reason"] == "unreachable" and "Kafka" in cut["capture_lag_error"]
+    measured = capture_figures(b'{"capture_lag_s": 0.1, "heartbeat_age_s": 0.5, "reason": null}', Stage.COPY)
+    assert measured["capture_lag_reason"] is None and measured["capture_lag_error"] is None
+    lines = status_lines(status_document(migration(status=Status.PAUSED), TIMES, (0, 0, 0, 1.0), ("host:1:abc", 0.5),
+                                         paused))
+    assert any(line.endswith("capture lag: unknown (" + paused["capture_lag_error"] + ")") for line in lines)
+
+
+def test_the_coordinator_note_names_why_the_lag_is_unknown():
+    assert capture_note(None, 0.5, "paused") == {"capture_lag_s": None, "heartbeat_age_s": 0.5, "reason": "paused",
+                                                 "copy_rows_per_s": None, "copy_eta_s": None}
+    assert capture_note(0.0421, None, "paused")["reason"] is None
+
+
+def test_while_copying_the_coordinators_rate_is_preferred_to_the_average_over_the_migrations_age():
+    note = json.dumps(capture_note(0.1, 0.5, None, 812.345, 61.26)).encode()
+    live = capture_figures(note, Stage.COPY)
+    doc = status_document(migration(Stage.COPY), TIMES, (1_000, 1, 4, 0.25), ("host:1:abc", 0.5), live)
+    assert doc["copy"]["rows_per_s"] == 812.3 and doc["copy"]["eta_s"] == 61.3
+    assert "copy_measured" not in doc
+    no_rate_yet = capture_figures(json.dumps(capture_note(0.1, 0.5)).encode(), Stage.COPY)
+    doc = status_document(migration(Stage.COPY), TIMES, (1_000, 1, 4, 0.25), ("host:1:abc", 0.5), no_rate_yet)
+    assert doc["copy"] == copy_figures(1_000, 1, 4, 0.25, Stage.COPY, TIMES.age_s)   # rows / age fallback
+    applying = status_document(migration(Stage.APPLY), TIMES, (1_000, 4, 4, 1.0), ("host:1:abc", 0.5), live)
+    assert applying["copy"]["rows_per_s"] is None
