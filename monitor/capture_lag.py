@@ -22,10 +22,10 @@ import redis
 from confluent_kafka import Consumer, KafkaException
 
 from core import redis_keys
-from core.db import DatabaseUnreachable, connect, qualified, query
+from core.db import DatabaseUnreachable, connect
 from core.endpoints import Endpoints
 from core.logs import log_event
-from core.state import Migration, Status
+from core.state import Migration, StateStore, Status
 from monitor.metrics import LOG_EVERY_S, MigrationMetrics
 from streams.capture_heartbeat import CaptureReader, write_stamp
 from streams.topics import TopicNames, consumer_lag, group_reader
@@ -134,9 +134,7 @@ class LagWatch:
 
     def _paused(self, conn: pymysql.connections.Connection) -> bool:
         """A paused migration writes nothing to the database, capture heartbeats included."""
-        rows = query(conn, f"SELECT status FROM {qualified(self.schema, 'migrations')} WHERE id=%s",
-                     (self.migration.id,))
-        return bool(rows) and rows[0][0] == Status.PAUSED
+        return StateStore(conn, self.schema).status(self.migration.id) == Status.PAUSED
 
     def _follow(self, clock: CaptureLagClock, reader: CaptureReader, conn: pymysql.connections.Connection,
                 heartbeat: float | None, stamp: bool) -> float | None:
