@@ -373,8 +373,8 @@ class Runner:
         chunks = self.store.chunks(ctx.migration.id)
         rows = sum(c.rows_copied for c in chunks)
         fraction, done = copy_fraction(chunks, self.spec.chunk_size), sum(c.done for c in chunks)
-        self.progress.copy(fraction, rows, done, len(chunks), force)
-        self.metrics.copy(fraction, rows, done, len(chunks))
+        self.metrics.copy(fraction, rows, done, len(chunks))   # samples the copy rate, once for both displays
+        self.progress.copy(fraction, rows, done, len(chunks), *self.metrics.copy_estimate, force=force)
 
     def _show_throttle(self, ctx: RunContext) -> None:
         """Say when the workers start or stop holding back for --max-load."""

@@ -64,7 +64,6 @@ class Progress:
         self.interval = interval_s if interval_s is not None else (0.5 if self.tty else 5.0)
         self.last_write = 0.0
         self.open_line = False
-        self.copy_rate = CopyRate()
 
     def _status(self, text: str, force: bool = False) -> None:
         if self.quiet:
@@ -90,8 +89,9 @@ class Progress:
         self.stream.write(text + "\n")
         self.stream.flush()
 
-    def copy(self, fraction: float, rows: int, chunks_done: int, chunks_total: int, force: bool = False) -> None:
-        rate, eta = self.copy_rate.sample(fraction, rows)
+    def copy(self, fraction: float, rows: int, chunks_done: int, chunks_total: int, rate: float | None = None,
+             eta: float | None = None, force: bool = False) -> None:
+        """The copy line; `rate` and `eta` come from the coordinator's one CopyRate (MigrationMetrics)."""
         eta_text = format_duration(eta) if eta is not None else "?"
         rate_text = f"{rate:,.0f}" if rate is not None else "?"
         self._status(f"copy {bar(fraction)} {fraction * 100:5.1f}%  {rows:,} rows  {rate_text} rows/s  "

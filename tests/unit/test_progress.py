@@ -23,10 +23,10 @@ def test_copy_rate_and_eta():
 def test_progress_lines_on_a_pipe():
     out = io.StringIO()
     progress = Progress(stream=out, interval_s=0)
-    progress.copy(0.5, 500, 1, 2, force=True)
+    progress.copy(0.5, 500, 1, 2, rate=250.0, eta=2.0, force=True)
     progress.say("done")
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("copy [") and "500 rows" in lines[0]
+    assert lines[0].startswith("copy [") and "500 rows" in lines[0] and "250 rows/s" in lines[0]
     assert lines[-1] == "done"
 
 
