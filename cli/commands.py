@@ -16,7 +16,8 @@ from core.db import connect
 from core.logs import log_event
 from core.replica_lag import ReplicaLag
 from stack.config import StackConfig
-from migration.lease import STALE_S, live_coordinator
+from core.state import STALE_S
+from migration.lease import live_coordinator
 from migration.runner import Runner
 from migration.teardown import Metadata, finish_swapped, tables_swapped, tear_down
 from core.spec import MigrationSpec, load_migration_file

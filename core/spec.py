@@ -11,6 +11,7 @@ from core.endpoints import ConfigError
 from core.load import parse_cloudwatch_thresholds, parse_thresholds
 from core.replica_lag import parse_replicas
 from core.schedule import CutoverSchedule, parse_schedule
+from core.state import HEARTBEAT_S, STALE_S
 
 _TABLE_PART = re.compile(r"`((?:[^`]|``)+)`|([^.`]+)")
 MAX_NAME_CHARS = 64
@@ -157,6 +158,13 @@ class MigrationSpec:
             raise ConfigError("--force-kill-blockers-after must not be negative")
         if self.force_kill_max_rows < 0:
             raise ConfigError("--force-kill-max-rows must not be negative")
+        locked_s = self.cutover_window_s + self.lock_tries * self.lock_wait_s
+        if locked_s >= STALE_S - 2 * HEARTBEAT_S:
+            # the cutover holds the metadata table READ-locked (cutover/README.md, "One coordinator"): every
+            # coordinator's heartbeat waits meanwhile, and one silent for STALE_S is taken for dead
+            raise ConfigError(f"--cutover-window plus --lock-tries x --lock-wait-timeout is {locked_s:g} s; it must "
+                              f"stay under {STALE_S - 2 * HEARTBEAT_S:g} s, or coordinators' heartbeats would "
+                              "stall long enough to be taken for dead")
 
     def target_batch_s(self) -> float:
         """--target-batch-time in seconds (0: batches of --batch-size rows); ConfigError if malformed."""

@@ -130,6 +130,11 @@ COPY_UNTIL_OPTION = "copy_until"
 LATENCY_PROBES = "latency_probes"
 ER_NO_SUCH_TABLE = 1146
 
+# The coordinator lease (migration/lease.py): renewed this often; a coordinator silent for STALE_S is taken
+# for dead and another may take over.
+HEARTBEAT_S = 2.0
+STALE_S = 15.0
+
 _CHUNK_COLUMNS = "chunk_no, start_key, end_key, next_key, rows_copied, done"
 _COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, COALESCE(pk_columns, JSON_ARRAY(pk_column)), error, "
             "validation_diffs, cutover_blocked_ms, cutover_at, options")

@@ -12,12 +12,10 @@ import pymysql
 from core.db import connect
 from core.endpoints import MySQLAddress
 from core.logs import log_event
-from core.state import StateStore
+from core.state import HEARTBEAT_S, STALE_S, StateStore
 
 log = logging.getLogger("stream_osc.lease")
 
-HEARTBEAT_S = 2.0
-STALE_S = 15.0   # a coordinator silent this long is taken for dead; another may take over
 
 
 def owner_name() -> str:

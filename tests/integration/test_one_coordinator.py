@@ -15,7 +15,8 @@ import cutover.swap as swap_module
 from core.db import qualified, query
 from core.spec import MigrationSpec
 from core.state import StateStore
-from migration.lease import STALE_S, CoordinatorLease
+from core.state import STALE_S
+from migration.lease import CoordinatorLease
 from migration.runner import MigrationStopped, Runner
 from migration.teardown import tables_swapped
 from monitor.progress import Progress

@@ -105,3 +105,10 @@ def test_capture_heartbeats_go_to_their_own_topic_and_every_captured_change_to_t
 
 def test_debezium_topic_names_keep_only_kafkas_alphabet():
     assert data_topic("p", "osc meta.ü", "t-1") == "p.osc_meta._.t-1"
+
+
+def test_a_cutover_window_that_would_stall_coordinator_heartbeats_past_their_lease_is_refused():
+    spec = MigrationSpec("d", "t", "ADD x INT", cutover_window_s=6.0, lock_tries=5, lock_wait_s=0.5)
+    assert spec.validate() is spec
+    with pytest.raises(ConfigError, match="heartbeats would stall"):
+        MigrationSpec("d", "t", "ADD x INT", cutover_window_s=9.0, lock_tries=5, lock_wait_s=0.5).validate()
