@@ -78,14 +78,19 @@ def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: Chu
     chunk = ctx.store(conn).find_chunk(ctx.migration.id, chunk_no)
     position, done = chunk.next, chunk.done
     copied = 0
+
+    def renew() -> None:
+        if not queue.renew(chunk_no):
+            raise LeaseLost(f"lease of chunk {chunk_no} expired")
+
     while not done:
         if not ctx.wait_while_paused_or_throttled(conn):
             return copied
-        with ctx.yielding.turn(ctx.stop.is_set) as allowed:
-            if not allowed:
+        with ctx.yielding.turn(ctx.stop.is_set, waiting=renew) as allowed:
+            # a pause set while this worker waited for its turn holds it here, before the batch
+            if not allowed or not ctx.wait_while_paused_or_throttled(conn):
                 return copied
-            if not queue.renew(chunk_no):
-                raise LeaseLost(f"lease of chunk {chunk_no} expired")
+            renew()
             sizer.restart(ctx.spec.batch_size, ctx.spec.target_batch_s())
             began = time.monotonic()
             boundary = next_boundary(conn, ctx.pair.source_name, ctx.pair.pk, position, chunk.end, sizer.rows(),

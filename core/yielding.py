@@ -117,12 +117,15 @@ class Yielding:
                 f"{self.allowed} of {self.workers} workers, batches of {self.time_scale:.0%} of the target time")
 
     @contextmanager
-    def turn(self, stopped: Callable[[], bool]) -> Iterator[bool]:
+    def turn(self, stopped: Callable[[], bool], waiting: Callable[[], None] | None = None) -> Iterator[bool]:
         """Hold one of the `allowed` places while a statement runs; yields False (without a place) when
-        `stopped()` became true while waiting."""
+        `stopped()` became true while waiting. `waiting` runs about every half second of the wait (a copy
+        worker renews its chunk's lease there, so that waiting for a place does not lose the chunk)."""
         with self._changed:
             while self._running >= self.allowed and not stopped():
                 self._changed.wait(0.5)
+                if waiting is not None and self._running >= self.allowed:
+                    waiting()
             if stopped():
                 yield False
                 return

@@ -241,8 +241,8 @@ def validate_range(ctx: RunContext, hasher: RowHasher, lo: Key | None, hi: Key |
     try:
         if not ctx.wait_while_paused_or_throttled(conn):
             raise WorkStopped(f"validation of {ctx.spec.qualified_name} stopped")
-        with ctx.yielding.turn(ctx.stop.is_set) as allowed:
-            if not allowed:
+        with ctx.yielding.turn(ctx.stop.is_set) as allowed:   # the checksums and the repair alike
+            if not allowed or not ctx.wait_while_paused_or_throttled(conn):
                 raise WorkStopped(f"validation of {ctx.spec.qualified_name} stopped")
             if snapshots is None:
                 diff = differing_keys(conn, hasher, lo, hi).keys
@@ -252,7 +252,7 @@ def validate_range(ctx: RunContext, hasher: RowHasher, lo: Key | None, hi: Key |
                     diff = differing_keys(session, hasher, lo, hi).keys
                 finally:
                     snapshots.put(session)
-        return repair_range(conn, hasher, lo, hi, diff, ctx.spec.qualified_name)
+            return repair_range(conn, hasher, lo, hi, diff, ctx.spec.qualified_name)
     finally:
         conn.close()
 

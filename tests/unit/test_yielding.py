@@ -156,3 +156,16 @@ def test_max_app_latency_values(text, expected):
 def test_bad_pacing_options_are_refused(field, text):
     with pytest.raises(ConfigError, match=field.replace("_", "-")):
         MigrationSpec("d", "t", "ADD x INT", **{field: text}).validate()
+
+
+def test_a_worker_waiting_for_its_turn_keeps_renewing_what_it_holds():
+    yielding = Yielding(2, 10.0)
+    feed(yielding, 50.0, windows=2)
+    assert yielding.allowed == 1
+    renewed = threading.Event()
+    with yielding.turn(lambda: False):
+        waiter = threading.Thread(target=lambda: yielding.turn(lambda: renewed.is_set(),
+                                                               waiting=renewed.set).__enter__())
+        waiter.start()
+        waiter.join(10)
+    assert renewed.is_set() and not waiter.is_alive()
