@@ -48,7 +48,7 @@ class RunContext:
     yielding: Yielding = field(default_factory=lambda: never_yielding(1))
     throttle: LoadThrottle = field(init=False)
     _shared_redis: redis.Redis | None = None
-    _throttle_noted: bool = False
+    _throttle_noted: tuple[str | None, float] = (None, 0.0)   # the note last written, and when
 
     def __post_init__(self) -> None:
         self.throttle = LoadThrottle(*self.spec.load_limits(), throttle_sources(self.spec, self.endpoints))
@@ -78,15 +78,17 @@ class RunContext:
         return status
 
     def _note_throttle(self, reason: str | None) -> None:
-        """Tell `status` why the workers hold back, or that they no longer do (best effort: display only)."""
-        if reason is None and not self._throttle_noted:
+        """Tell `status` why the workers hold back, or that they no longer do (best effort: display only).
+        Workers ask before every batch: the same reason is written again only when its note nears expiry."""
+        noted, noted_at = self._throttle_noted
+        if reason == noted and (reason is None or time.monotonic() - noted_at < NOTE_TTL_S / 2):
             return
         try:
             if reason is None:
                 self.shared_redis().delete(redis_keys.throttle_note(self.migration.id))
             else:
                 self.shared_redis().set(redis_keys.throttle_note(self.migration.id), reason, ex=NOTE_TTL_S)
-            self._throttle_noted = reason is not None
+            self._throttle_noted = (reason, time.monotonic())
         except redis.RedisError:
             pass
 
