@@ -19,7 +19,7 @@ import pymysql
 from bench.credentials import client_option_file
 from bench.table import BenchTable
 from core.db import connect, qualified, query, scalar
-from core.endpoints import ENV_KEYS, OPTIONAL_KEYS, Endpoints
+from core.endpoints import ENV_KEYS, OPTIONAL_KEYS, OPTIONS_START, Endpoints
 
 CODE_ROOT = Path(__file__).resolve().parent.parent   # the checkout whose stream-osc is measured
 
@@ -200,6 +200,10 @@ def stream_osc_command(run: ToolRun) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ)
     env.update({var: getattr(run.endpoints, key) for key, var in {**ENV_KEYS, **OPTIONAL_KEYS}.items()
                 if getattr(run.endpoints, key)})
+    if OPTIONS_START.search(env["STREAM_OSC_MYSQL_DSN"]) is None:
+        # sysbench and pt-osc connect in clear; so does stream-osc here, unless the DSN says otherwise (its
+        # default, ssl-mode=preferred, would encrypt on a server that offers TLS, as the embedded one does)
+        env["STREAM_OSC_MYSQL_DSN"] += "?ssl-mode=disabled"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CODE_ROOT), env.get("PYTHONPATH")) if p)
     table = f"{run.table.database}.{run.table.table}"
     return [sys.executable, "-m", "cli.main", "--log-level", "INFO", "migrate", "--table", table, "--alter",
