@@ -82,8 +82,8 @@ def detection(conn: pymysql.connections.Connection, is_mariadb: bool) -> Detecti
 
 
 def find_blockers(conn: pymysql.connections.Connection, database: str, table: str, is_mariadb: bool,
-                  method: Detection | None = None, min_age_s: float = MIN_AGE_S) -> list[Blocker]:
-    """Sessions (other than `conn`'s) that have held the table's metadata lock for at least `min_age_s`,
+                  method: Detection | None = None) -> list[Blocker]:
+    """Sessions (other than `conn`'s) that have held the table's metadata lock for at least MIN_AGE_S,
     oldest first; `method` overrides the best available source (tests)."""
     method = method or detection(conn, is_mariadb)
     if method == Detection.METADATA_LOCK_INFO:
@@ -93,7 +93,7 @@ def find_blockers(conn: pymysql.connections.Connection, database: str, table: st
     else:
         rows = [r for r in _transactions(conn, is_mariadb) if suspected(r, database, table)]
     found: dict[int, Blocker] = {}
-    for blocker in (_blocker(r) for r in rows if _counts(r, min_age_s)):   # a session may hold several locks
+    for blocker in (_blocker(r) for r in rows if _counts(r)):   # a session may hold several locks
         known = found.get(blocker.connection_id)
         if known is None or blocker.seconds > known.seconds:
             found[blocker.connection_id] = blocker
@@ -132,8 +132,8 @@ def suspected(session: Session, database: str, table: str) -> bool:
     return session.in_transaction and (session.schema or "").lower() == database.lower()
 
 
-def _counts(session: Session, min_age_s: float) -> bool:
-    return (session.seconds >= min_age_s and session.user not in IGNORED_USERS
+def _counts(session: Session) -> bool:
+    return (session.seconds >= MIN_AGE_S and session.user not in IGNORED_USERS
             and session.command not in IGNORED_COMMANDS)
 
 
@@ -150,11 +150,22 @@ def _age(command_s: float | None, transaction_s: float | None) -> float:
     return max(float(command_s or 0), float(transaction_s or 0) - TRX_START_RESOLUTION_S, 0.0)
 
 
+# The open transaction of a session (INNODB_TRX as x): its age in seconds, rows changed, identity.
+TRX_COLUMNS = ("TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified, "
+               "CONCAT(x.trx_id, '@', x.trx_started)")
+
+
+def _session(connection_id: object, user: str, host: str, command: str | None, command_s: float | None,
+             info: str | None, db: str | None, trx_s: float | None, modified: object, trx: object) -> Session:
+    """A Session from a row of PROCESSLIST-like columns followed by TRX_COLUMNS."""
+    return Session(int(connection_id), user, host, command or "", _age(command_s, trx_s), info, db,
+                   trx_s is not None, _int(modified), _text(trx))
+
+
 def _metadata_lock_info(conn: pymysql.connections.Connection, database: str, table: str) -> list[Session]:
-    rows = query(conn, """
+    rows = query(conn, f"""
         SELECT p.ID, p.USER, p.HOST, p.COMMAND, m.LOCK_TIME_MS / 1000, p.TIME_MS / 1000, p.INFO, p.DB,
-               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified,
-               CONCAT(x.trx_id, '@', x.trx_started)
+               {TRX_COLUMNS}
         FROM information_schema.METADATA_LOCK_INFO m
         JOIN information_schema.PROCESSLIST p ON p.ID = m.THREAD_ID
         LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = m.THREAD_ID
@@ -167,34 +178,28 @@ def _metadata_lock_info(conn: pymysql.connections.Connection, database: str, tab
 
 
 def _performance_schema(conn: pymysql.connections.Connection, database: str, table: str) -> list[Session]:
-    rows = query(conn, """
+    rows = query(conn, f"""
         SELECT t.PROCESSLIST_ID, t.PROCESSLIST_USER, t.PROCESSLIST_HOST, t.PROCESSLIST_COMMAND,
                t.PROCESSLIST_TIME, t.PROCESSLIST_INFO, t.PROCESSLIST_DB,
-               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified,
-               CONCAT(x.trx_id, '@', x.trx_started)
+               {TRX_COLUMNS}
         FROM performance_schema.metadata_locks m
         JOIN performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID
         LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = t.PROCESSLIST_ID
         WHERE m.OBJECT_TYPE = 'TABLE' AND m.OBJECT_SCHEMA = %s AND m.OBJECT_NAME = %s
           AND m.LOCK_STATUS = 'GRANTED' AND t.PROCESSLIST_ID IS NOT NULL AND t.PROCESSLIST_ID <> CONNECTION_ID()""",
         (database, table))
-    return [Session(int(i), user, host, command or "", _age(command_s, trx_s), info, db,
-                    trx_s is not None, _int(modified), _text(trx))
-            for i, user, host, command, command_s, info, db, trx_s, modified, trx in rows]
+    return [_session(*row) for row in rows]
 
 
 def _transactions(conn: pymysql.connections.Connection, is_mariadb: bool) -> list[Session]:
     command_age = "p.TIME_MS / 1000" if is_mariadb else "p.TIME"
     rows = query(conn, f"""
         SELECT p.ID, p.USER, p.HOST, p.COMMAND, {command_age}, p.INFO, p.DB,
-               TIMESTAMPDIFF(MICROSECOND, x.trx_started, NOW(6)) / 1e6, x.trx_rows_modified,
-               CONCAT(x.trx_id, '@', x.trx_started)
+               {TRX_COLUMNS}
         FROM information_schema.PROCESSLIST p
         LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = p.ID
         WHERE p.ID <> CONNECTION_ID() AND (x.trx_id IS NOT NULL OR p.COMMAND <> 'Sleep')""")
-    return [Session(int(i), user, host, command or "", _age(command_s, trx_s), info, db,
-                    trx_s is not None, _int(modified), _text(trx))
-            for i, user, host, command, command_s, info, db, trx_s, modified, trx in rows]
+    return [_session(*row) for row in rows]
 
 
 def _int(value: object) -> int | None:
