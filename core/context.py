@@ -21,14 +21,18 @@ from core.replica_lag import ReplicaLag
 from core.yielding import Yielding, never_yielding
 
 
-def throttle_sources(spec: MigrationSpec, endpoints: Endpoints) -> list[Callable[[], str | None]]:
-    """What besides the server's status counters may hold the work back: CloudWatch, replicas."""
+def throttle_for(spec: MigrationSpec, endpoints: Endpoints) -> LoadThrottle:
+    """The server's status counters, and what else may hold the work back: CloudWatch, replicas (whose
+    sessions the throttle closes when it is replaced or the run ends)."""
     sources: list[Callable[[], str | None]] = []
+    closers: list[Callable[[], None]] = []
     if spec.cloudwatch_limits():
         sources.append(CloudWatchLoad(spec.rds_instance, spec.cloudwatch_limits()).reason)
     if spec.replicas():
-        sources.append(ReplicaLag(endpoints.mysql, spec.replicas(), spec.max_replica_lag).reason)
-    return sources
+        replicas = ReplicaLag(endpoints.mysql, spec.replicas(), spec.max_replica_lag)
+        sources.append(replicas.reason)
+        closers.append(replicas.close)
+    return LoadThrottle(*spec.load_limits(), sources, closers)
 
 
 class WorkStopped(Exception):
@@ -46,12 +50,27 @@ class RunContext:
     stop: threading.Event = field(default_factory=threading.Event)
     _status_cache: tuple[float, str | None] = (0.0, Status.RUNNING)
     yielding: Yielding = field(default_factory=lambda: never_yielding(1))
-    throttle: LoadThrottle = field(init=False)
+    throttle: LoadThrottle | None = None   # shared by the copies a worker group makes (dataclasses.replace)
     _shared_redis: redis.Redis | None = None
     _throttle_noted: tuple[str | None, float] = (None, 0.0)   # the note last written, and when
 
     def __post_init__(self) -> None:
-        self.throttle = LoadThrottle(*self.spec.load_limits(), throttle_sources(self.spec, self.endpoints))
+        if self.throttle is None:
+            self.throttle = throttle_for(self.spec, self.endpoints)
+
+    def retune(self, spec: MigrationSpec) -> None:
+        """Take up new settings (`stream-osc set`): the spec, and a throttle built from it."""
+        replaced, self.spec = self.throttle, spec
+        self.throttle = throttle_for(spec, self.endpoints)
+        if replaced is not None:
+            replaced.close()
+
+    def close(self) -> None:
+        """Close what the context opened for its workers (replica sessions, the shared Redis client)."""
+        if self.throttle is not None:
+            self.throttle.close()
+        if self._shared_redis is not None:
+            self._shared_redis.close()
 
     def db(self, autocommit: bool = True) -> pymysql.connections.Connection:
         """A new connection to the source server."""

@@ -79,13 +79,19 @@ class LoadThrottle:
     """
 
     def __init__(self, max_load: dict[str, int], critical_load: dict[str, int],
-                 more: Sequence[Callable[[], str | None]] = ()) -> None:
+                 more: Sequence[Callable[[], str | None]] = (), closers: Sequence[Callable[[], None]] = ()) -> None:
         self.max_load, self.critical_load = max_load, critical_load
         self.names = sorted({*max_load, *critical_load})
         self.more = more
+        self.closers = closers
         self._lock = threading.Lock()
         self._read_at = 0.0
         self._reason: str | None = None
+
+    def close(self) -> None:
+        """Close the sessions the sources keep (replicas)."""
+        for close in self.closers:
+            close()
 
     def reason(self, conn: pymysql.connections.Connection) -> str | None:
         """Why work must hold back now, naming the option (None: go ahead); raises CriticalLoad at a critical

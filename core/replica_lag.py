@@ -89,6 +89,12 @@ class ReplicaLag:
                 raise ConfigError(f"--throttle-replicas: {addr.where()} is not a replica (SHOW REPLICA STATUS is "
                                   "empty)")
 
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._conns.values():
+                conn.close()
+            self._conns.clear()
+
     def reason(self) -> str | None:
         with self._lock:
             if self._read_at is None or self.clock() - self._read_at >= READ_EVERY_S:

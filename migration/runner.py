@@ -23,8 +23,7 @@ from cutover.validate import validate
 from migration.checks import PreflightError, check_blocker_privileges
 from migration.cutover_request import ask_coordinator
 from core.app_latency import LatencyProbe
-from core.context import RunContext, throttle_sources
-from core.load import LoadThrottle
+from core.context import RunContext
 from core.db import ServerInfo, connect
 from core.endpoints import Endpoints
 from migration.init_stage import run_init
@@ -305,10 +304,12 @@ class Runner:
             if migration.stage in WORKING_STAGES:
                 watch = LagWatch(self.endpoints, self.spec.metadata_schema, migration, self.spec.partitions,
                                  self.metrics).start()
+                ctx = self._context(migration)
                 try:
-                    self._work(self._context(migration))
+                    self._work(ctx)
                 finally:
                     watch.stop()
+                    ctx.close()
             self._cleanup(self.store.get(migration.id))
             return 0
         except ConstraintViolated:
@@ -677,9 +678,8 @@ class Runner:
         changed = {name: value for name, value in settings.items() if getattr(before, name) != value}
         if not changed:
             return
-        ctx.spec = self.spec
         self.yielding.configure(self.spec.copy_workers, self.spec.app_latency_target())
-        ctx.throttle = LoadThrottle(*self.spec.load_limits(), throttle_sources(self.spec, self.endpoints))
+        ctx.retune(self.spec)
         log_event(log, "settings changed", **changed)
         self.progress.say("settings changed: " + ", ".join(f"{name}={value}" for name, value in changed.items()))
         self.restart_copy = True

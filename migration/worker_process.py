@@ -129,6 +129,7 @@ class JoinedWorker:
                     break
         finally:
             group.stop()
+            ctx.close()
             if probe is not None:
                 probe.stop()
         if group.errors and not self._ended_by_swap(group.errors[0]):

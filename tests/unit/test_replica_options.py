@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.context import throttle_sources
+from core.context import throttle_for
 from core.endpoints import ConfigError, Endpoints
 from core.replica_lag import parse_replicas
 from core.spec import MigrationSpec
@@ -29,4 +29,5 @@ def test_max_replica_lag_must_be_a_second_or_more():
 def test_no_replicas_and_no_cloudwatch_limits_mean_no_other_throttle_source():
     spec = MigrationSpec(database="shop", table="orders", alter="ADD COLUMN n INT").validate()
     endpoints = Endpoints("mysql://osc:secret@db:3306/", "kafka:9092", "http://connect:8083", "redis://redis:6379/0")
-    assert throttle_sources(spec, endpoints) == []
+    throttle = throttle_for(spec, endpoints)
+    assert (throttle.more, throttle.closers) == ([], [])
