@@ -29,16 +29,17 @@ STATUS_EVERY_S = 1.0   # how often the pause is looked at
 
 
 class LatencyProbe:
-    """A daemon thread feeding `yielding` with samples until stopped; `on_baseline` gets the baseline once."""
+    """A daemon thread feeding `yielding` with samples until stopped; with `records_baseline` (the coordinator),
+    the baseline it establishes is recorded in the migration's options."""
 
     def __init__(self, connect: Callable[[], pymysql.connections.Connection], schema: str, migration_id: int,
-                 yielding: Yielding, on_baseline: Callable[[float], None] | None = None) -> None:
+                 yielding: Yielding, records_baseline: bool = False) -> None:
         self.connect = connect
         self.schema = schema
         self.migration_id = migration_id
         self.probe = uuid.uuid4().hex
         self.yielding = yielding
-        self.on_baseline = on_baseline
+        self.records_baseline = records_baseline
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="app-latency-probe", daemon=True)
         self._status_read_at = 0.0
@@ -96,8 +97,8 @@ class LatencyProbe:
             if baseline is not None:
                 log_event(log, "application write latency before the work", baseline_ms=round(baseline, 2),
                           target_ms=round(self.yielding.target_ms or 0, 2))
-                if self.on_baseline is not None:
-                    self.on_baseline(baseline)
+                if self.records_baseline:
+                    store.record_app_latency_baseline(self.migration_id, baseline)
             self.stopped.wait(max(0.0, PROBE_EVERY_S - (time.monotonic() - began)))
         if conn is not None:
             conn.close()

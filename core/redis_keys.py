@@ -55,8 +55,3 @@ def clear_migration(client: redis.Redis, migration_id: int) -> int:
     if keys:
         client.delete(*keys)
     return len(keys)
-
-
-def app_latency_baseline(migration_id: int) -> str:
-    """The application's write latency (ms) the coordinator measured before the copy, for joined workers."""
-    return f"{_base(migration_id)}:app-latency-baseline"

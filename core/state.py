@@ -106,6 +106,12 @@ class Migration:
         """The largest key at init: the bulk copy covers keys up to it (None: no bound recorded)."""
         return load_key(self.options.get(COPY_UNTIL_OPTION))
 
+    @property
+    def app_latency_baseline_ms(self) -> float | None:
+        """The application's write latency measured before the copy (core/app_latency.py), if recorded."""
+        value = self.options.get(APP_LATENCY_BASELINE_OPTION)
+        return float(value) if value is not None else None
+
 
 # columns added after the first release of the metadata schema: name -> definition
 LATER_COLUMNS = {"coordinator": "VARCHAR(200) NULL", "heartbeat_at": "TIMESTAMP(6) NULL", "pk_columns": "TEXT NULL",
@@ -125,6 +131,8 @@ POSITIONS_AS_KEYS = ("start_key = CONCAT('[', start_pk, ']'), "
 DEFINITION_OPTION = "source_definition"
 # The largest key at init (JSON, core/keys.py): the copy stops there; later keys arrive as changes.
 COPY_UNTIL_OPTION = "copy_until"
+# The application's write latency before the copy (ms), which copy and validation yield against.
+APP_LATENCY_BASELINE_OPTION = "app_latency_baseline_ms"
 
 # The rows the application latency probes update, one per probing process (core/app_latency.py).
 LATENCY_PROBES = "latency_probes"
@@ -355,6 +363,13 @@ class StateStore:
         self.create_latency_probes_table()
         query(self.conn, f"INSERT IGNORE INTO {self.t(LATENCY_PROBES)} (migration_id, probe) VALUES (%s, %s)",
               (migration_id, probe))
+
+    def record_app_latency_baseline(self, migration_id: int, baseline_ms: float) -> None:
+        """Kept in the migration's options, so a resumed run or a joined worker yields against the latency
+        measured before the copy, not one measured while it runs."""
+        query(self.conn, f"UPDATE {self.t('migrations')} SET options = "
+                         f"JSON_SET(options, '$.{APP_LATENCY_BASELINE_OPTION}', %s) WHERE id=%s",
+              (round(baseline_ms, 3), migration_id))
 
     def stamp_latency_probe(self, migration_id: int, probe: str) -> None:
         query(self.conn, f"UPDATE {self.t(LATENCY_PROBES)} SET n = n + 1 WHERE migration_id=%s AND probe=%s",

@@ -184,23 +184,11 @@ class Runner:
         the copy's workers (here and in joined `worker` processes) then yield against."""
         if self.probe is not None:
             return
-        try:   # resumed: yield against the baseline taken before the copy began, not one taken during it
-            known = redis.Redis.from_url(self.endpoints.redis_url, socket_timeout=5).get(
-                redis_keys.app_latency_baseline(migration_id))
-        except redis.RedisError:
-            known = None
+        known = self.store.get(migration_id).app_latency_baseline_ms   # resumed: the one taken before the copy
         if known is not None:
-            self.yielding.set_baseline(float(known))
-
-        def share(baseline_ms: float) -> None:
-            try:
-                redis.Redis.from_url(self.endpoints.redis_url, socket_timeout=5).set(
-                    redis_keys.app_latency_baseline(migration_id), f"{baseline_ms:.3f}")
-            except redis.RedisError as exc:   # joined workers then measure their own
-                log_event(log, "application latency baseline not shared", logging.WARNING, reason=str(exc))
-
+            self.yielding.set_baseline(known)
         self.probe = LatencyProbe(lambda: connect(self.endpoints.mysql), self.spec.metadata_schema, migration_id,
-                                  self.yielding, share).start()
+                                  self.yielding, records_baseline=known is None).start()
 
     def _run_stages_retrying(self, migration_id: int) -> int:
         """Run the stages; after a passing failure (a service restarting, a cut connection) wait and resume

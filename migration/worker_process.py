@@ -12,13 +12,11 @@ import time
 from collections.abc import Callable
 
 import pymysql
-import redis
 
 from applier.apply import apply_worker
 from applier.copy import copy_worker
 from core.table import load_pair
 from migration.checks import PreflightError
-from core import redis_keys
 from core.app_latency import LatencyProbe
 from core.context import RunContext
 from core.db import connect, qualified
@@ -140,13 +138,8 @@ class JoinedWorker:
         coordinator measured before the copy (measured here only when it is not known: a baseline taken
         while the copy runs would be too high)."""
         yielding = Yielding(spec.copy_workers, spec.app_latency_target())
-        try:
-            shared = redis.Redis.from_url(self.endpoints.redis_url, socket_timeout=5).get(
-                redis_keys.app_latency_baseline(migration.id))
-        except redis.RedisError:
-            shared = None
-        if shared is not None:
-            yielding.set_baseline(float(shared))
+        if migration.app_latency_baseline_ms is not None:
+            yielding.set_baseline(migration.app_latency_baseline_ms)
         probe = LatencyProbe(lambda: connect(self.endpoints.mysql), spec.metadata_schema, migration.id,
                              yielding).start()
         return yielding, probe
