@@ -80,10 +80,11 @@ def write_connector_secret(endpoints: Endpoints, connector: str) -> None:
         return
     path = secret_file(endpoints.connector_secrets_dir, connector)
     temporary = path.with_name(f".{path.name}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    temporary.unlink(missing_ok=True)   # left by a killed write; a fresh file is made below, never reused
+    # O_EXCL with O_NOFOLLOW: the password never goes into a file or link planted under that name
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         try:
-            os.fchmod(fd, 0o600)   # an older file of that name keeps its mode otherwise
             lines = "".join(f"{key}={properties_value(value)}\n" for key, value in entries.items())
             os.write(fd, lines.encode("ascii"))
             os.fsync(fd)
