@@ -32,12 +32,13 @@ LOOK_BACK = dt.timedelta(minutes=5)
 PERIOD_S = 60
 
 
-def cloudwatch_client() -> Any:
-    """A CloudWatch client from the environment's credentials and region; ConfigError without a region."""
+def cloudwatch_client(option: str = OPTION) -> Any:
+    """A CloudWatch client from the environment's credentials and region; ConfigError naming `option` (the one
+    that needs CloudWatch) without a region."""
     try:
         return boto3.client("cloudwatch")
     except botocore.exceptions.NoRegionError as exc:
-        raise ConfigError(f"{OPTION} needs an AWS region: set AWS_REGION or a profile's region") from exc
+        raise ConfigError(f"{option} needs an AWS region: set AWS_REGION or a profile's region") from exc
 
 
 class CloudWatchLoad:

@@ -13,9 +13,10 @@ import logging
 import threading
 from typing import Any
 
-import boto3
 import botocore.exceptions
 
+from core.cloudwatch_load import cloudwatch_client
+from core.endpoints import ConfigError
 from core.logs import log_event
 from monitor.metrics import MigrationMetrics
 
@@ -74,10 +75,9 @@ class CloudWatchPublisher:
         self.metrics = metrics
         self.namespace = check_namespace(namespace)
         try:
-            self.client = client or boto3.client("cloudwatch")
-        except botocore.exceptions.NoRegionError as exc:
-            raise CloudWatchUnavailable("--cloudwatch-namespace needs an AWS region: set AWS_REGION or a profile's "
-                                        "region") from exc
+            self.client = client or cloudwatch_client("--cloudwatch-namespace")
+        except ConfigError as exc:
+            raise CloudWatchUnavailable(str(exc)) from exc
         self.every_s = every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="cloudwatch", daemon=True)
