@@ -327,13 +327,17 @@ class Runner:
             self._wait_for_lag(ctx, self.spec.max_lag_events)
             self._enter_stage(ctx.migration.id, Stage.VALIDATE)
             stage = Stage.VALIDATE
-        if stage == Stage.VALIDATE:
-            self._hold_while_paused(ctx)
-            self._validate(ctx)
-        self._stop_probe()   # only copy and validation yield to the application's latency
-        if self.spec.cutover == "manual":
-            self._wait_for_cutover_request(ctx)
-        self._cutover(ctx)
+        cutover = Cutover(ctx, self.info.is_mariadb)   # one for the validation snapshot and every attempt: its
+        try:                                           # fence consumer is made once, not after every wait
+            if stage == Stage.VALIDATE:
+                self._hold_while_paused(ctx)
+                self._validate(ctx, cutover)
+            self._stop_probe()   # only copy and validation yield to the application's latency
+            if self.spec.cutover == "manual":
+                self._wait_for_cutover_request(ctx)
+            self._cutover(ctx, cutover)
+        finally:
+            cutover.close()
 
     # stages --------------------------------------------------------------------------------------
     def _copy(self, ctx: RunContext) -> None:
@@ -396,8 +400,10 @@ class Runner:
         clock starts when one appears, not when the lag allows the next look."""
         stats = ApplyStats(ctx.redis(), ctx.migration.id)
         first: tuple[float, int] | None = None
-        while True:
-            self._tick(ctx)
+        while True:   # a pause does not hold this wait (the appliers hold themselves): the stage may move on
+            if self.appliers is not None:
+                self.appliers.raise_if_failed()
+            self._check_health(ctx)
             self._show_throttle(ctx)
             lag = self._lag(ctx)
             applied = stats.read().get("events", 0)
@@ -414,8 +420,8 @@ class Runner:
                 return lag
             time.sleep(0.5)
 
-    def _validate(self, ctx: RunContext) -> None:
-        snapshots = self._consistent_snapshots(ctx)
+    def _validate(self, ctx: RunContext, cutover: Cutover) -> None:
+        snapshots = self._consistent_snapshots(ctx, cutover)
         try:
             where = "in one consistent snapshot" if snapshots else "against the live tables"
             self.progress.say(f"validate: comparing checksums of every PK range {where}")
@@ -427,7 +433,7 @@ class Runner:
         self.metrics.validation(repaired)
         self.progress.say(f"validate: clean ({repaired} differing rows re-copied and re-checked)")
 
-    def _consistent_snapshots(self, ctx: RunContext) -> list[pymysql.connections.Connection] | None:
+    def _consistent_snapshots(self, ctx: RunContext, cutover: Cutover) -> list[pymysql.connections.Connection] | None:
         """Sessions sharing one snapshot in which the new table equals the source, or None if that
         moment could not be had within the cutover window (validation then compares live tables).
 
@@ -442,9 +448,8 @@ class Runner:
             self._hold_while_paused(ctx)   # a pause set during the waits above is kept before any lock
             self._stop_appliers()
             sessions: list[pymysql.connections.Connection] | None = [ctx.db() for _ in range(self.spec.copy_workers)]
-            snapshot = Cutover(ctx, self.info.is_mariadb)
             try:
-                blocked = snapshot.consistent_snapshots(self.spec.cutover_window_s, sessions)
+                blocked = cutover.consistent_snapshots(self.spec.cutover_window_s, sessions)
                 self.progress.say(f"validate: consistent snapshot taken; writes waited {blocked:.0f} ms")
             except BaseException as exc:
                 for session in sessions:
@@ -459,24 +464,15 @@ class Runner:
                 log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc))
                 self.progress.say(f"validate: no consistent snapshot within the window ({exc})")
                 return None
-            finally:
-                snapshot.close()
             self._start_appliers(ctx)
             return sessions
 
-    def _cutover(self, ctx: RunContext) -> None:
+    def _cutover(self, ctx: RunContext, cutover: Cutover) -> None:
+        """Attempts until one swaps (holders waited for, not counted); the new table is ANALYZEd once the swap
+        may run (inside its window), so its statistics are fresh when the application meets it."""
         if self.cutover_now:   # `stream-osc cutover` cutting over itself: a request it left for a coordinator
             self.store.clear_cutover_request(ctx.migration.id)   # that died must not outlive this attempt
-        cutover = Cutover(ctx, self.info.is_mariadb)
-        try:
-            self._cutover_attempts(ctx, cutover)
-        finally:
-            cutover.close()
-
-    def _cutover_attempts(self, ctx: RunContext, cutover: Cutover) -> None:
-        """ANALYZE the new table, then attempts until one swaps (holders waited for, not counted)."""
-        took = cutover.refresh_statistics()
-        self.progress.say(f"cutover: ANALYZE TABLE {self.spec.new_table} took {took * 1000:.0f} ms")
+        analyzed = False
         attempt = 0
         while attempt < self.spec.cutover_attempts:
             self._hold_while_paused(ctx)
@@ -484,6 +480,9 @@ class Runner:
                 self._start_appliers(ctx)
             self._wait_for_lag(ctx, self.spec.max_lag_events, look_for_blockers=True)
             self._wait_for_window(ctx)
+            if not analyzed:
+                took, analyzed = cutover.refresh_statistics(), True
+                self.progress.say(f"cutover: ANALYZE TABLE {self.spec.new_table} took {took * 1000:.0f} ms")
             self._wait_for_blockers(ctx, "cutover")
             if not self._window_open(ctx):   # it closed while sessions held the table
                 continue

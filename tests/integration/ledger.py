@@ -7,9 +7,12 @@ taken from the tool's idea of when the swap happened.
 """
 from __future__ import annotations
 
+import hashlib
 import random
 import threading
+import zlib
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pymysql
@@ -128,6 +131,15 @@ class Ledger:
         for writer in self.writers:
             writer.start()
         return self
+
+    def filler_rewritten(self, ids: Iterable[int], payload: str) -> None:
+        """Take into the expected filler rows an acknowledged write of the test's own that set their payload
+        (each row as create_ledger_table made it: id = seq, counter 0, payload MD5(seq))."""
+        count, checksum = self.filler
+        for pk in ids:
+            checksum += zlib.crc32(f"{pk}:{pk}:0:{payload}".encode()) - \
+                zlib.crc32(f"{pk}:{pk}:0:{hashlib.md5(str(pk).encode()).hexdigest()}".encode())
+        self.filler = (count, checksum)
 
     def _filler(self, conn: pymysql.connections.Connection) -> tuple[int, int]:
         """(count, checksum) of the filler rows (writer 0), every column the ledger wrote."""
