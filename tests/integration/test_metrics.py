@@ -3,33 +3,19 @@ write traffic, it shows the stage moving through copy and apply to the end and t
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from core.db import query
 from core.spec import helper_table_name
 from demo.traffic import Traffic, create_sample_table
 from monitor.metrics import STAGES
 from stack.process import free_ports
-from tests.integration.helpers import db_conn, start_cli
+from tests.integration.helpers import db_conn, scrape, start_cli
 
 pytestmark = pytest.mark.integration
 
 DB = "metrics"
-
-
-def scrape(port: int) -> dict[tuple[str, tuple], float] | None:
-    """{(sample name, sorted labels): value} of /metrics, or None while nothing answers."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            text = response.read().decode()
-    except (urllib.error.URLError, ConnectionError):
-        return None
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def test_metrics_endpoint_shows_stage_and_lag_moving_during_a_migration(endpoints, tmp_path):
