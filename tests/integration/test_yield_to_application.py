@@ -73,6 +73,7 @@ def copy_statements_at_once(conn, new_table: str, seconds: float = 2.0, every_s:
 def test_copy_runs_one_statement_at_a_time_while_application_writes_are_slow(endpoints, cli_log):
     table = "orders"
     conn = db_conn(endpoints)
+    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")   # kept by an earlier run
     create_ledger_table(conn, DB, table, rows=ROWS, writers=2)
     earlier = latest_migration_id(conn, DB, table)
     with Ledger(endpoints.mysql, DB, table, writers=2, seed=13) as ledger:
