@@ -6,17 +6,29 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from connectors.rest import ConnectClient
 from cutover.swap import SENTRY_COMMENT
 from core.db import connect, query
 from core.endpoints import Endpoints
+from core.keys import KeyColumn, PrimaryKey
+from core.spec import MigrationSpec, helper_table_name
 from core.state import Migration, StateStore, capture_heartbeat_table
 from demo.traffic import create_sample_table
+from migration.init_stage import topic_prefix
+from migration.teardown import remove_capture
+from streams.events import decode_event
+from streams.fence import fence_ids_for
 from streams.topics import existing_topics
-from core.spec import helper_table_name
 
 
 def db_conn(endpoints: Endpoints):
@@ -170,3 +182,76 @@ def waiting_without_coordinator(conn, db: str, table: str, *migrate_args: str) -
     proc = waiting_for_cutover(conn, db, table, *migrate_args)
     proc.kill()
     proc.wait(30)
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float] | None:
+    """{(sample name, sorted labels): value} of /metrics on 127.0.0.1:`port`, or None while nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, ConnectionError):
+        return None
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def forms(password: str) -> list[bytes]:
+    """The password as it would appear in a document: raw, and JSON-escaped both ways."""
+    return [password.encode(), json.dumps(password)[1:-1].encode(), json.dumps(password, ensure_ascii=False)[1:-1]
+            .encode()]
+
+
+ID_KEY = PrimaryKey((KeyColumn("id", "int", "int(11)", None, None),))
+
+
+def changed_keys(bootstrap: str, topic: str, partitions: int, table: str = "items") -> list[int]:
+    """Keys of `table`'s change events in the topic (fence rows left out; its key is one INT `id`), waiting up
+    to 30 s for one."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "secrets-test", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    keys: list[int] = []
+    try:
+        for _ in range(150):
+            for msg in consumer.consume(100, timeout=0.2):
+                event = decode_event(msg.key(), msg.value(), ID_KEY)
+                if event is not None and event.table == table:
+                    keys.append(event.pk[0])
+            if keys:
+                return keys
+        return keys
+    finally:
+        consumer.close()
+
+
+@dataclass(frozen=True)
+class RecordedMigration:
+    spec: MigrationSpec
+    store: StateStore
+    migration: Migration
+
+
+@contextmanager
+def recorded_migration(conn, endpoints: Endpoints, db: str, table: str,
+                       columns: str = "id INT PRIMARY KEY, v VARCHAR(20)", rows: Sequence[tuple] = (),
+                       alter: str = "ADD COLUMN x INT", partitions: int = 2) -> Iterator[RecordedMigration]:
+    """db.table created afresh (`columns`, holding `rows`) and a migration of it recorded as init records one:
+    validated spec, metadata row and fence table; capture is the test's to start. On leaving, whatever capture
+    it started is removed with the migration's metadata, the table and its helper tables (all idempotent: an
+    `abort` the test ran may have removed some already)."""
+    query(conn, f"CREATE DATABASE IF NOT EXISTS {db}")
+    helpers = [f"{db}.{helper_table_name(table, kind)}" for kind in ("new", "old")]
+    query(conn, f"DROP TABLE IF EXISTS {db}.{table}, {', '.join(helpers)}")
+    query(conn, f"CREATE TABLE {db}.{table} ({columns})")
+    for row in rows:
+        query(conn, f"INSERT INTO {db}.{table} VALUES ({', '.join(['%s'] * len(row))})", row)
+    spec = MigrationSpec(database=db, table=table, alter=alter, partitions=partitions).validate()
+    store = StateStore(conn, spec.metadata_schema)
+    store.ensure_schema()
+    migration = store.create(db, table, spec.alter, topic_prefix(spec), ("id",), {})
+    try:
+        store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
+        yield RecordedMigration(spec, store, migration)
+    finally:
+        remove_capture(conn, endpoints, spec, migration)
+        store.delete(migration.id)
+        query(conn, f"DROP TABLE IF EXISTS {db}.{table}, {', '.join(helpers)}")

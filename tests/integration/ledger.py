@@ -48,6 +48,44 @@ def create_ledger_table(conn: pymysql.connections.Connection, db: str, table: st
                     f"FROM `{db}`.seq_{lo}_to_{hi}")
 
 
+class AcknowledgedWriter(threading.Thread):
+    """One application session writing until stopped; subclasses implement `write` (one write, noting in
+    their own record what the server acknowledged) and may give their own `session`.
+
+    A refused write (MySQLError) is noted in `errors` and the session is opened again; `write` may note
+    errors of its own there. `writes` counts the writes that returned; one returning False ends the session.
+    """
+
+    def __init__(self, addr: MySQLAddress, name: str) -> None:
+        super().__init__(daemon=True, name=name)
+        self.addr = addr
+        self.stop_event = threading.Event()
+        self.errors: list[str] = []
+        self.writes = 0
+
+    def session(self) -> pymysql.connections.Connection:
+        return connect(self.addr)
+
+    def write(self, conn: pymysql.connections.Connection) -> bool | None:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        conn = self.session()
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    if self.write(conn) is False:
+                        return
+                    self.writes += 1
+                except pymysql.err.MySQLError as exc:
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                    conn.close()
+                    time.sleep(0.05)
+                    conn = self.session()
+        finally:
+            conn.close()
+
+
 @dataclass
 class WriterRecord:
     """What one writer was told: committed inserts (id -> seq), deletes, increments; and the unknowns."""
@@ -56,63 +94,44 @@ class WriterRecord:
     deleted: set[int] = field(default_factory=set)
     increments: int = 0
     uncertain_increments: int = 0   # the connection broke before the answer: applied or not
-    errors: list[str] = field(default_factory=list)
-    writes: int = 0
     slow: list[tuple[float, float]] = field(default_factory=list)   # (wall-clock start, seconds) of slow writes
 
 
-class LedgerWriter(threading.Thread):
+class LedgerWriter(AcknowledgedWriter):
     """One application session writing as fast as it can and recording what was acknowledged."""
 
     def __init__(self, addr: MySQLAddress, db: str, table: str, writer: int, seed: int) -> None:
-        super().__init__(daemon=True, name=f"writer-{writer}")
-        self.addr, self.name_sql, self.writer = addr, qualified(db, table), writer
+        super().__init__(addr, name=f"writer-{writer}")
+        self.name_sql, self.writer = qualified(db, table), writer
         self.rng = random.Random(seed * 1000 + writer)
-        self.stop_event = threading.Event()
         self.record = WriterRecord()
         self.seq = 0
 
-    def run(self) -> None:
-        conn = connect(self.addr)
-        try:
-            while not self.stop_event.is_set():
-                conn = self._one(conn)
-        finally:
-            conn.close()
-
-    def _one(self, conn: pymysql.connections.Connection) -> pymysql.connections.Connection:
+    def write(self, conn: pymysql.connections.Connection) -> None:
         roll = self.rng.random()
         started, clock = time.time(), time.monotonic()
-        try:
-            if roll < 0.5:
-                self.seq += 1
-                with conn.cursor() as cur:
-                    cur.execute(f"INSERT INTO {self.name_sql} (writer, seq, payload) VALUES (%s, %s, %s)",
-                                (self.writer, self.seq, f"w{self.writer}s{self.seq}"))
-                    self.record.inserted[cur.lastrowid] = self.seq
-            elif roll < 0.85:
-                try:
-                    query(conn, f"UPDATE {self.name_sql} SET counter = counter + 1 WHERE id = %s", (self.writer,))
-                except pymysql.err.OperationalError:
-                    self.record.uncertain_increments += 1
-                    raise
-                self.record.increments += 1
-            else:
-                mine = [k for k in self.record.inserted if k not in self.record.deleted]
-                if mine:
-                    victim = self.rng.choice(mine)
-                    query(conn, f"DELETE FROM {self.name_sql} WHERE id = %s", (victim,))
-                    self.record.deleted.add(victim)
-            self.record.writes += 1
-            took = time.monotonic() - clock
-            if took >= SLOW_WRITE_S:
-                self.record.slow.append((started, took))
-        except pymysql.err.MySQLError as exc:
-            self.record.errors.append(f"{type(exc).__name__}: {exc}")
-            conn.close()
-            time.sleep(0.05)
-            return connect(self.addr)
-        return conn
+        if roll < 0.5:
+            self.seq += 1
+            with conn.cursor() as cur:
+                cur.execute(f"INSERT INTO {self.name_sql} (writer, seq, payload) VALUES (%s, %s, %s)",
+                            (self.writer, self.seq, f"w{self.writer}s{self.seq}"))
+                self.record.inserted[cur.lastrowid] = self.seq
+        elif roll < 0.85:
+            try:
+                query(conn, f"UPDATE {self.name_sql} SET counter = counter + 1 WHERE id = %s", (self.writer,))
+            except pymysql.err.OperationalError:
+                self.record.uncertain_increments += 1
+                raise
+            self.record.increments += 1
+        else:
+            mine = [k for k in self.record.inserted if k not in self.record.deleted]
+            if mine:
+                victim = self.rng.choice(mine)
+                query(conn, f"DELETE FROM {self.name_sql} WHERE id = %s", (victim,))
+                self.record.deleted.add(victim)
+        took = time.monotonic() - clock
+        if took >= SLOW_WRITE_S:
+            self.record.slow.append((started, took))
 
 
 class Ledger:
@@ -158,7 +177,7 @@ class Ledger:
 
     @property
     def writes(self) -> int:
-        return sum(w.record.writes for w in self.writers)
+        return sum(w.writes for w in self.writers)
 
     def wait_for_writes(self, more: int, timeout: float = 60.0) -> None:
         """Block until the writers acknowledged `more` further writes (they are running, not stalled)."""
@@ -202,4 +221,4 @@ class Ledger:
                     if start <= until and start + took >= since), default=0.0)
 
     def errors(self) -> list[str]:
-        return [e for w in self.writers for e in w.record.errors]
+        return [e for w in self.writers for e in w.errors]

@@ -14,19 +14,22 @@ from core.db import ServerInfo, qualified, query, scalar
 from core.keys import primary_key
 from core.spec import MigrationSpec
 from core.state import Stage, StateStore, Status
-from streams.fence import fence_ids_for
 from streams.topics import TopicNames, existing_topics
-from tests.integration.helpers import leftovers, migration_row
+from tests.integration.helpers import leftovers, migration_row, recorded_migration
 
 pytestmark = pytest.mark.integration
 
 DB = "abort_truth"
 
 
+SAMPLE_ROWS = [(1, 10), (2, 20), (3, 30)]
+
+
 def sample_table(conn, table: str) -> None:
     query(conn, f"DROP TABLE IF EXISTS {DB}.{table}, {DB}.{table}_osc_new, {DB}.{table}_osc_old")
     query(conn, f"CREATE TABLE {DB}.{table} (id INT PRIMARY KEY, v INT)")
-    query(conn, f"INSERT INTO {DB}.{table} VALUES (1, 10), (2, 20), (3, 30)")
+    query(conn, f"INSERT INTO {DB}.{table} VALUES " + ", ".join(["(%s, %s)"] * len(SAMPLE_ROWS)),
+          tuple(v for row in SAMPLE_ROWS for v in row))
 
 
 def columns(conn, table: str) -> list[str]:
@@ -36,34 +39,30 @@ def columns(conn, table: str) -> list[str]:
 
 def test_abort_after_a_swap_the_metadata_missed_says_so_and_finishes_the_cleanup(endpoints, conn, capsys):
     """The coordinator died between the RENAME and recording it: the table already has the new schema."""
-    sample_table(conn, "items")
-    spec = MigrationSpec(database=DB, table="items", alter="ADD COLUMN x INT", partitions=2).validate()
-    store = StateStore(conn, spec.metadata_schema)
-    store.ensure_schema()
-    migration = store.create(DB, "items", spec.alter, init_stage.topic_prefix(spec), ("id",), {})
-    init_stage.create_new_table(conn, spec, primary_key(conn, DB, "items"))
-    store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
-    init_stage.start_capture(conn, endpoints, spec, ServerInfo.read(conn), migration)
-    store.enter_stage(migration.id, Stage.CUTOVER)
-    query(conn, f"INSERT INTO {DB}.items_osc_new SELECT id, v, NULL FROM {DB}.items")
-    query(conn, f"RENAME TABLE {qualified(DB, 'items')} TO {qualified(DB, 'items_osc_old')}, "
-                f"{qualified(DB, 'items_osc_new')} TO {qualified(DB, 'items')}")
-    query(conn, f"INSERT INTO {DB}.items VALUES (4, 40, 1)")   # the application writes to the new table
+    with recorded_migration(conn, endpoints, DB, "items", columns="id INT PRIMARY KEY, v INT",
+                            rows=SAMPLE_ROWS) as recorded:
+        spec, store, migration = recorded.spec, recorded.store, recorded.migration
+        init_stage.create_new_table(conn, spec, primary_key(conn, DB, "items"))
+        init_stage.start_capture(conn, endpoints, spec, ServerInfo.read(conn), migration)
+        store.enter_stage(migration.id, Stage.CUTOVER)
+        query(conn, f"INSERT INTO {DB}.items_osc_new SELECT id, v, NULL FROM {DB}.items")
+        query(conn, f"RENAME TABLE {qualified(DB, 'items')} TO {qualified(DB, 'items_osc_old')}, "
+                    f"{qualified(DB, 'items_osc_new')} TO {qualified(DB, 'items')}")
+        query(conn, f"INSERT INTO {DB}.items VALUES (4, 40, 1)")   # the application writes to the new table
 
-    code = main(["abort", "--table", f"{DB}.items"])
-    out = capsys.readouterr().out
-    assert code == 6, out
-    assert "already been swapped" in out and f"{DB}.items_osc_old" in out
-    assert "is the original table" not in out and "untouched" not in out
-    assert columns(conn, "items") == ["id", "v", "x"]
-    assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.items") == 4, "the new table and its writes stay in place"
-    assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.items_osc_old") == 3, "the original is kept, not dropped"
-    row = migration_row(conn, DB, "items")
-    assert (row.stage, row.status) == (Stage.DONE, Status.DONE)
-    assert not ConnectClient(endpoints.connect_url).exists(migration.connector)
-    assert not set(TopicNames(migration.prefix, DB, "items").all()) & set(existing_topics(endpoints.kafka))
-    assert leftovers(endpoints, DB, "items") == [f"table {DB}.items_osc_old"]
-    query(conn, f"DROP TABLE {DB}.items, {DB}.items_osc_old")
+        code = main(["abort", "--table", f"{DB}.items"])
+        out = capsys.readouterr().out
+        assert code == 6, out
+        assert "already been swapped" in out and f"{DB}.items_osc_old" in out
+        assert "is the original table" not in out and "untouched" not in out
+        assert columns(conn, "items") == ["id", "v", "x"]
+        assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.items") == 4, "the new table and its writes stay in place"
+        assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.items_osc_old") == 3, "the original is kept, not dropped"
+        row = migration_row(conn, DB, "items")
+        assert (row.stage, row.status) == (Stage.DONE, Status.DONE)
+        assert not ConnectClient(endpoints.connect_url).exists(migration.connector)
+        assert not set(TopicNames(migration.prefix, DB, "items").all()) & set(existing_topics(endpoints.kafka))
+        assert leftovers(endpoints, DB, "items") == [f"table {DB}.items_osc_old"]
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ the record only follows what each writer did to the keys it owns.
 from __future__ import annotations
 
 import random
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -27,6 +25,7 @@ from core.spec import MigrationSpec
 from migration.runner import Runner
 from monitor.progress import Progress
 from tests.integration.helpers import db_conn, leftovers, wait_for
+from tests.integration.ledger import AcknowledgedWriter
 
 pytestmark = pytest.mark.integration
 
@@ -92,19 +91,16 @@ class Record:
 
     rows: dict[int, tuple[Key, int]] = field(default_factory=dict)
     next_slot: int = SEED_SLOTS
-    writes: int = 0
-    errors: list[str] = field(default_factory=list)
 
 
-class KeyWriter(threading.Thread):
+class KeyWriter(AcknowledgedWriter):
     """An application session changing keys as fast as it can; the record follows every acknowledged
     statement. Its sessions use a UTC+05:30 time zone (the tool's are UTC)."""
 
     def __init__(self, addr: MySQLAddress, table: str, shape: Shape, writer: int) -> None:
-        super().__init__(daemon=True, name=f"key-writer-{writer}")
-        self.addr, self.table, self.shape, self.writer = addr, table, shape, writer
+        super().__init__(addr, name=f"key-writer-{writer}")
+        self.table, self.shape, self.writer = table, shape, writer
         self.rng = random.Random(7919 * writer + len(table))
-        self.stop_event = threading.Event()
         self.record = Record({n: (shape.make_key(writer, n), 0) for n in range(SEED_SLOTS)})
         self.where = " AND ".join(f"{quote_ident(c)} = %s" for c in shape.key_columns)
         self.columns = ", ".join(quote_ident(c) for c in shape.key_columns)
@@ -115,41 +111,26 @@ class KeyWriter(threading.Thread):
         query(conn, "SET time_zone = '+05:30'")
         return conn
 
-    def run(self) -> None:
-        conn = self.session()
-        try:
-            while not self.stop_event.is_set():
-                try:
-                    self.one(conn)
-                    self.record.writes += 1
-                except pymysql.err.MySQLError as exc:
-                    self.record.errors.append(f"{type(exc).__name__}: {exc}")
-                    conn.close()
-                    time.sleep(0.05)
-                    conn = self.session()
-        finally:
-            conn.close()
-
-    def write(self, conn: pymysql.connections.Connection, sql: str, params: tuple) -> None:
+    def statement(self, conn: pymysql.connections.Connection, sql: str, params: tuple) -> None:
         """Run one statement of the application; it must touch exactly its one row (the row the record
         says is there): a row the tool lost or duplicated would show here too, not only at the end."""
         touched = query_count(conn, sql, params)
         if touched != 1:
-            self.record.errors.append(f"{sql.split()[0]} {params!r} touched {touched} rows, the record says 1")
+            self.errors.append(f"{sql.split()[0]} {params!r} touched {touched} rows, the record says 1")
 
-    def one(self, conn: pymysql.connections.Connection) -> None:
+    def write(self, conn: pymysql.connections.Connection) -> None:
         rows, roll = self.record.rows, self.rng.random()
         slot = self.rng.choice(list(rows))
         key, counter = rows[slot]
         values = ", ".join(["%s"] * (len(key) + 2))
         if roll < 0.35:
-            self.write(conn, f"UPDATE {self.table} SET counter = counter + 1 WHERE {self.where}", key)
+            self.statement(conn, f"UPDATE {self.table} SET counter = counter + 1 WHERE {self.where}", key)
             rows[slot] = (key, counter + 1)
         elif roll < 0.55:                                    # a key change: the row moves to a new slot
             new_slot, self.record.next_slot = self.record.next_slot, self.record.next_slot + 1
             new_key = self.shape.make_key(self.writer, new_slot)
             sets = ", ".join(f"{quote_ident(c)} = %s" for c in self.shape.key_columns)
-            self.write(conn, f"UPDATE {self.table} SET {sets} WHERE {self.where}", (*new_key, *key))
+            self.statement(conn, f"UPDATE {self.table} SET {sets} WHERE {self.where}", (*new_key, *key))
             del rows[slot]
             rows[new_slot] = (new_key, counter)
         elif roll < 0.7:                                     # same row under the collation, other bytes
@@ -157,22 +138,22 @@ class KeyWriter(threading.Thread):
             if other is None:
                 return
             sets = ", ".join(f"{quote_ident(c)} = %s" for c in self.shape.key_columns)
-            self.write(conn, f"UPDATE {self.table} SET {sets} WHERE {self.where}", (*other, *key))
+            self.statement(conn, f"UPDATE {self.table} SET {sets} WHERE {self.where}", (*other, *key))
             rows[slot] = (other, counter)
         elif roll < 0.8:                                     # delete, then insert the key again (maybe recased)
-            self.write(conn, f"DELETE FROM {self.table} WHERE {self.where}", key)
+            self.statement(conn, f"DELETE FROM {self.table} WHERE {self.where}", key)
             del rows[slot]
             again = self.shape.variant(key, self.rng) or key
-            self.write(conn, f"INSERT INTO {self.table} ({self.columns}, counter, note) VALUES ({values})",
+            self.statement(conn, f"INSERT INTO {self.table} ({self.columns}, counter, note) VALUES ({values})",
                   (*again, 0, f"again {slot}"))
             rows[slot] = (again, 0)
         elif roll < 0.9:
-            self.write(conn, f"DELETE FROM {self.table} WHERE {self.where}", key)
+            self.statement(conn, f"DELETE FROM {self.table} WHERE {self.where}", key)
             del rows[slot]
         else:
             new_slot, self.record.next_slot = self.record.next_slot, self.record.next_slot + 1
             new_key = self.shape.make_key(self.writer, new_slot)
-            self.write(conn, f"INSERT INTO {self.table} ({self.columns}, counter, note) VALUES ({values})",
+            self.statement(conn, f"INSERT INTO {self.table} ({self.columns}, counter, note) VALUES ({values})",
                   (*new_key, 0, f"again {new_slot}"))
             rows[new_slot] = (new_key, 0)
 
@@ -213,19 +194,19 @@ def migrate_under_key_changes(endpoints, db: str, table: str, shape: Shape) -> N
     for writer in writers:
         writer.start()
     try:
-        wait_for(lambda: sum(w.record.writes for w in writers) >= 300, what="writes before the migration")
+        wait_for(lambda: sum(w.writes for w in writers) >= 300, what="writes before the migration")
         spec = MigrationSpec(database=db, table=table, alter="ADD COLUMN extra INT NULL", copy_workers=2,
                              apply_workers=2, chunk_size=1_000, batch_size=300, partitions=4, keep_old=False,
                              max_lag_events=200).validate()
         assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
-        done = sum(w.record.writes for w in writers)
-        wait_for(lambda: sum(w.record.writes for w in writers) >= done + 200, what="writes after the swap")
+        done = sum(w.writes for w in writers)
+        wait_for(lambda: sum(w.writes for w in writers) >= done + 200, what="writes after the swap")
     finally:
         for writer in writers:
             writer.stop_event.set()
         for writer in writers:
             writer.join(timeout=30)
-    assert [e for w in writers for e in w.record.errors] == []
+    assert [e for w in writers for e in w.errors] == []
     acknowledged = {(*key, counter) for w in writers for key, counter in w.record.rows.values()}
     found = final_rows(writers[0], db, table)
     assert sorted(map(repr, acknowledged - found))[:10] == [], "acknowledged rows missing or stale"

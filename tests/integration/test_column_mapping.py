@@ -3,19 +3,19 @@ recomputed by the server (invariant 9). Whole migrations, with writes to the ren
 from __future__ import annotations
 
 import random
-import threading
 
 import pymysql
 import pytest
 
 from cutover.compare import compare_tables
-from core.db import connect, query
+from core.db import query
 from core.endpoints import Endpoints
 from migration.runner import Runner
 from core.spec import MigrationSpec
 from core.state import StateStore
 from monitor.progress import Progress
 from tests.integration.helpers import cli, db_conn, fresh_table, leftovers
+from tests.integration.ledger import AcknowledgedWriter
 
 pytestmark = pytest.mark.integration
 
@@ -23,36 +23,33 @@ DB = "colmap"
 ROWS = 3_000
 
 
-class NoteWriter(threading.Thread):
+class NoteWriter(AcknowledgedWriter):
     """Updates `note` of random rows (seeded) until stopped or until `note` no longer exists (the swap);
     remembers the last acknowledged value per key."""
 
     def __init__(self, endpoints: Endpoints, table: str, seed: int) -> None:
-        super().__init__(daemon=True)
-        self.endpoints, self.table, self.rng = endpoints, table, random.Random(seed)
+        super().__init__(endpoints.mysql, name=f"note-writer-{table}")
+        self.table, self.rng = table, random.Random(seed)
         self.acknowledged: dict[int, str] = {}
-        self.stop = threading.Event()
-        self.error: pymysql.err.MySQLError | None = None
+        self.n = 0
 
-    def run(self) -> None:
-        conn = connect(self.endpoints.mysql)
+    @property
+    def error(self) -> str | None:
+        """The first write refused, if any."""
+        return self.errors[0] if self.errors else None
+
+    def write(self, conn: pymysql.connections.Connection) -> bool:
+        key, self.n = self.rng.randint(1, ROWS), self.n + 1
+        value = f"w{self.n}" + self.rng.choice(["", "é", " ,#", "ü"])
         try:
-            n = 0
-            while not self.stop.is_set():
-                key, n = self.rng.randint(1, ROWS), n + 1
-                value = f"w{n}" + self.rng.choice(["", "é", " ,#", "ü"])
-                try:
-                    query(conn, f"UPDATE {DB}.{self.table} SET note = %s WHERE id = %s", (value, key))
-                except pymysql.err.OperationalError as exc:
-                    if exc.args[0] == 1054:   # unknown column: the table is the new one now
-                        return
-                    raise
-                self.acknowledged[key] = value
-                self.stop.wait(0.002)
-        except pymysql.err.MySQLError as exc:
-            self.error = exc
-        finally:
-            conn.close()
+            query(conn, f"UPDATE {DB}.{self.table} SET note = %s WHERE id = %s", (value, key))
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] == 1054:   # unknown column: the table is the new one now
+                return False
+            raise
+        self.acknowledged[key] = value
+        self.stop_event.wait(0.002)
+        return True
 
 
 def run_migration(endpoints: Endpoints, table: str, alter: str) -> None:
@@ -77,7 +74,7 @@ def test_a_renamed_column_carries_every_value(endpoints, alter):
     try:
         run_migration(endpoints, table, alter)
     finally:
-        writer.stop.set()
+        writer.stop_event.set()
         writer.join(30)
     assert writer.error is None, writer.error
     assert writer.acknowledged, "no write reached the table during the migration"

@@ -12,14 +12,9 @@ from dataclasses import replace
 import pytest
 
 from core.db import ServerInfo, query
-from core.spec import MigrationSpec
-from core.state import StateStore
-from migration.init_stage import start_capture, topic_prefix
-from migration.teardown import remove_capture
-from streams.fence import fence_ids_for
+from migration.init_stage import start_capture
 from streams.topics import TopicNames, existing_topics
-from tests.integration.helpers import leftovers
-from tests.integration.test_secrets import changed_keys, forms
+from tests.integration.helpers import changed_keys, forms, leftovers, recorded_migration
 
 pytestmark = pytest.mark.integration
 
@@ -44,15 +39,9 @@ def sasl_endpoints(stack_config, endpoints, tmp_path):
 
 def test_capture_runs_through_the_sasl_listener_with_the_login_only_by_reference(stack_config, sasl_endpoints, conn):
     endpoints = sasl_endpoints
-    query(conn, f"DROP TABLE IF EXISTS {DB}.items")
-    query(conn, f"CREATE TABLE {DB}.items (id INT PRIMARY KEY, v VARCHAR(20))")
-    spec = MigrationSpec(database=DB, table="items", alter="ADD COLUMN x INT", partitions=2).validate()
-    store = StateStore(conn, spec.metadata_schema)
-    store.ensure_schema()
-    migration = store.create(DB, "items", spec.alter, topic_prefix(spec), ("id",), {})
-    store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
-    names = TopicNames(migration.prefix, DB, "items")
-    try:
+    with recorded_migration(conn, endpoints, DB, "items") as recorded:
+        spec, migration = recorded.spec, recorded.migration
+        names = TopicNames(migration.prefix, DB, "items")
         # topic created and fences read by the tool's clients, schema history written by the connector's:
         # all through the listener that refuses clients without the login
         start_capture(conn, endpoints, spec, ServerInfo.read(conn), migration)
@@ -71,10 +60,6 @@ def test_capture_runs_through_the_sasl_listener_with_the_login_only_by_reference
         query(conn, f"INSERT INTO {DB}.items VALUES (7, 'after')")
         plain_listener = f"{stack_config.host}:{stack_config.kafka_port}"   # the test's own reader: same broker
         assert changed_keys(plain_listener, names.changes, 2) == [7]
-    finally:
-        remove_capture(conn, endpoints, spec, migration)
-        store.delete(migration.id)
-        query(conn, f"DROP TABLE {DB}.items")
     assert leftovers(endpoints, DB, "items") == []
 
 

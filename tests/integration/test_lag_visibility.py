@@ -14,9 +14,8 @@ from confluent_kafka.admin import AdminClient
 from demo.traffic import Traffic, SampleRows
 from stack.process import free_ports
 from streams.topics import TopicNames
-from tests.integration.helpers import cli, db_conn, fresh_table, latest_migration_id, new_migration_row, start_cli, \
-    status_doc, wait_for
-from tests.integration.test_metrics import scrape
+from tests.integration.helpers import cli, db_conn, fresh_table, latest_migration_id, new_migration_row, scrape, \
+    start_cli, status_doc, wait_for
 
 pytestmark = pytest.mark.integration
 

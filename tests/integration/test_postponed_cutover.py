@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from core.db import query, scalar
+from core.db import qualified, query, scalar
+from core.spec import helper_table_name
 from tests.integration.helpers import (cli, leftovers, migration_row, start_cli, status_doc, wait_for,
                                        waiting_for_cutover, waiting_without_coordinator)
 from tests.integration.ledger import Ledger, create_ledger_table
@@ -83,11 +84,20 @@ def lag_stays_small(ledger: Ledger, table: str) -> int:
     return worst
 
 
+MARKER_WRITER = WRITERS + 1   # a writer id no ledger writer has: its row is outside the ledger's record
+
+
+def marker_payload(conn, name: str) -> str | None:
+    """The payload of the marker row in the table `name` (qualified), None while it has none."""
+    return scalar(conn, f"SELECT payload FROM {name} WHERE writer = %s AND seq = 1", (MARKER_WRITER,))
+
+
 def test_a_manual_cutover_waits_applying_in_its_own_process_through_pause_and_crash(endpoints, conn, cli_log):
     """`migrate --cutover manual` stays running once in sync, its own appliers keeping the lag small under
     unthrottled writes; pause, resume and a crash leave it waiting (resume keeps manual); `stream-osc cutover`
     is carried out by the waiting coordinator; every acknowledged write is in the final table."""
     table = "manual"
+    new_table = qualified(DB, helper_table_name(table, "new"))
     fresh(conn, table, rows=10_000, writers=WRITERS)
     with Ledger(endpoints.mysql, DB, table, writers=WRITERS, seed=12) as ledger:
         ledger.wait_for_writes(200)
@@ -98,6 +108,11 @@ def test_a_manual_cutover_waits_applying_in_its_own_process_through_pause_and_cr
             doc = status_doc(DB, table)
             assert (doc["stage"], doc["status"], doc["coordinator"] is not None) == ("cutover", "waiting", True), doc
             waiting_lag = lag_stays_small(ledger, table)
+            # the effect, not only the figure: a change made now reaches the new table through its appliers
+            query(conn, f"INSERT INTO {DB}.{table} (writer, seq, payload) VALUES (%s, 1, 'while waiting')",
+                  (MARKER_WRITER,))
+            wait_for(lambda: marker_payload(conn, new_table) == "while waiting", 60,
+                     "the waiting coordinator's appliers to apply the marker")
 
             assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
             wait_for(lambda: status_doc(DB, table)["status"] == "paused", 30, "the pause")
@@ -113,6 +128,10 @@ def test_a_manual_cutover_waits_applying_in_its_own_process_through_pause_and_cr
             assert coordinator.poll() is None and migration_row(conn, DB, table).status == "waiting"
             wait_for(lambda: apply_lag(table) < LAG_BOUND, 120, "the resumed appliers to catch up")
             resumed_lag = lag_stays_small(ledger, table)
+            query(conn, f"UPDATE {DB}.{table} SET payload = 'after the crash' WHERE writer = %s AND seq = 1",
+                  (MARKER_WRITER,))
+            wait_for(lambda: marker_payload(conn, new_table) == "after the crash", 60,
+                     "the resumed coordinator's appliers to apply the marker's change")
 
             asked = time.monotonic()
             result = cli("cutover", "--table", f"{DB}.{table}")
@@ -134,6 +153,7 @@ def test_a_manual_cutover_waits_applying_in_its_own_process_through_pause_and_cr
     assert "note" in columns(conn, table)
     assert ledger.errors() == []
     assert ledger.missing(conn) == []
+    assert marker_payload(conn, qualified(DB, table)) == "after the crash"
 
 
 def columns(conn, table: str) -> list[str]:

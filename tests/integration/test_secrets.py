@@ -15,17 +15,9 @@ from confluent_kafka import Consumer, TopicPartition
 from cli.main import main
 from connectors.secrets import secret_file
 from core.db import ServerInfo, connect, query
-from core.keys import KeyColumn, PrimaryKey
-from core.spec import MigrationSpec
-from core.state import StateStore
-from migration.init_stage import start_capture, topic_prefix
-from migration.teardown import remove_capture
-from streams.events import decode_event
-from streams.fence import fence_ids_for
+from migration.init_stage import start_capture
 from streams.topics import TopicNames
-from tests.integration.helpers import leftovers
-
-ID = PrimaryKey((KeyColumn("id", "int", "int(11)", None, None),))
+from tests.integration.helpers import changed_keys, forms, leftovers, recorded_migration
 
 pytestmark = pytest.mark.integration
 
@@ -34,12 +26,6 @@ USER = "osc_secret_test"
 # every character a URL, a properties file or a JSON document treats specially (ASCII: PyMySQL sends a
 # password encoded as latin-1)
 PASSWORD = "pw#1:a=b c\\d?e/f@g%h!\"'"
-
-
-def forms(password: str) -> list[bytes]:
-    """The password as it would appear in a document: raw, and JSON-escaped both ways."""
-    return [password.encode(), json.dumps(password)[1:-1].encode(), json.dumps(password, ensure_ascii=False)[1:-1]
-            .encode()]
 
 
 @pytest.fixture
@@ -83,58 +69,34 @@ def test_password_is_in_no_config_connect_returns_or_stores_and_capture_works(st
         pytest.skip("reads the embedded stack's Connect config topic and log")
     endpoints = secret_user_endpoints
     conn = connect(endpoints.mysql)   # the tool itself runs as the special user too
-    query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
-    query(conn, f"DROP TABLE IF EXISTS {DB}.items")
-    query(conn, f"CREATE TABLE {DB}.items (id INT PRIMARY KEY, v VARCHAR(20))")
-    spec = MigrationSpec(database=DB, table="items", alter="ADD COLUMN x INT", partitions=2).validate()
-    store = StateStore(conn, spec.metadata_schema)
-    store.ensure_schema()
-    migration = store.create(DB, "items", spec.alter, topic_prefix(spec), ("id",), {})
-    store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
-    path = secret_file(endpoints.connector_secrets_dir, migration.connector)
     try:
-        start_capture(conn, endpoints, spec, ServerInfo.read(conn), migration)   # proves capture: fences seen
-        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        with recorded_migration(conn, endpoints, DB, "items") as recorded:
+            spec, migration = recorded.spec, recorded.migration
+            path = secret_file(endpoints.connector_secrets_dir, migration.connector)
+            start_capture(conn, endpoints, spec, ServerInfo.read(conn), migration)   # proves capture: fences seen
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
-        config = rest(endpoints, f"/connectors/{migration.connector}/config")
-        assert json.loads(config)["database.password"] == f"${{file:{path}:database.password}}"
-        documents = {"GET config": config, "GET tasks": rest(endpoints, f"/connectors/{migration.connector}/tasks"),
-                     "GET connector": rest(endpoints, f"/connectors/{migration.connector}")}
-        config_topic = f"{stack_config.connect_group}-configs"
-        stored = config_topic_values(endpoints.kafka_bootstrap, config_topic, migration.connector)
-        assert any(b"database.password" in value for value in stored), "the connector's stored config was not read"
-        documents.update({f"config topic record {n}": value for n, value in enumerate(stored)})
-        log = stack_config.log_file("connect").read_bytes()
-        for where, document in {**documents, "connect log": log}.items():
-            for form in forms(PASSWORD):
-                assert form not in document, f"the password is in {where}"
+            config = rest(endpoints, f"/connectors/{migration.connector}/config")
+            assert json.loads(config)["database.password"] == f"${{file:{path}:database.password}}"
+            documents = {"GET config": config,
+                         "GET tasks": rest(endpoints, f"/connectors/{migration.connector}/tasks"),
+                         "GET connector": rest(endpoints, f"/connectors/{migration.connector}")}
+            config_topic = f"{stack_config.connect_group}-configs"
+            stored = config_topic_values(endpoints.kafka_bootstrap, config_topic, migration.connector)
+            assert any(b"database.password" in value for value in stored), \
+                "the connector's stored config was not read"
+            documents.update({f"config topic record {n}": value for n, value in enumerate(stored)})
+            log = stack_config.log_file("connect").read_bytes()
+            for where, document in {**documents, "connect log": log}.items():
+                for form in forms(PASSWORD):
+                    assert form not in document, f"the password is in {where}"
 
-        query(conn, f"INSERT INTO {DB}.items VALUES (7, 'after')")
-        assert changed_keys(endpoints.kafka_bootstrap, TopicNames(migration.prefix, DB, "items").changes, 2) == [7]
+            query(conn, f"INSERT INTO {DB}.items VALUES (7, 'after')")
+            changes = TopicNames(migration.prefix, DB, "items").changes
+            assert changed_keys(endpoints.kafka_bootstrap, changes, 2) == [7]
     finally:
-        remove_capture(conn, endpoints, spec, migration)
-        store.delete(migration.id)
-        query(conn, f"DROP TABLE {DB}.items")
         conn.close()
     assert not path.exists(), "the password file outlived its connector"
-
-
-def changed_keys(bootstrap: str, topic: str, partitions: int) -> list[int]:
-    """Keys of the table's change events in the topic (fence rows left out), waiting up to 30 s for one."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "secrets-test", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    keys: list[int] = []
-    try:
-        for _ in range(150):
-            for msg in consumer.consume(100, timeout=0.2):
-                event = decode_event(msg.key(), msg.value(), ID)
-                if event is not None and event.table == "items":
-                    keys.append(event.pk[0])
-            if keys:
-                return keys
-        return keys
-    finally:
-        consumer.close()
 
 
 def test_migrate_is_refused_when_the_password_could_only_go_in_clear(endpoints, conn, capsys, monkeypatch):

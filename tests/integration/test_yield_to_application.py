@@ -4,13 +4,15 @@ workers; every acknowledged write of the unthrottled writers is in the final tab
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from core.db import qualified, query
 from core.spec import MigrationSpec, helper_table_name
 from core.state import LATENCY_PROBES, StateStore
-from tests.integration.helpers import db_conn, latest_migration_id, leftovers, start_cli, status_doc, wait_for
+from tests.integration.helpers import chunk_progress, db_conn, latest_migration_id, leftovers, start_cli, \
+    status_doc, wait_for
 from tests.integration.ledger import Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
@@ -51,6 +53,21 @@ class SlowApplicationWrites:
         self.conn.close()
 
 
+def copy_statements_at_once(conn, new_table: str, seconds: float = 2.0, every_s: float = 0.02) -> tuple[int, int]:
+    """Sample the server's sessions for `seconds`, every `every_s`: (the most sessions seen running an INSERT
+    INTO the new table `new_table` in one sample, how many samples saw at least one)."""
+    statement = f"INSERT INTO {qualified(DB, new_table)} "
+    most = busy = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        running = [info for (info,) in query(conn, "SELECT INFO FROM information_schema.PROCESSLIST WHERE INFO LIKE %s",
+                                             (statement.rstrip() + "%",))
+                   if info.startswith(statement)]
+        most, busy = max(most, len(running)), busy + bool(running)
+        time.sleep(every_s)
+    return most, busy
+
+
 def test_copy_runs_one_statement_at_a_time_while_application_writes_are_slow(endpoints, cli_log):
     table = "orders"
     conn = db_conn(endpoints)
@@ -66,11 +83,20 @@ def test_copy_runs_one_statement_at_a_time_while_application_writes_are_slow(end
                 wait_for(lambda: latest_migration_id(conn, DB, table) > earlier, 60, "the migration row")
                 wait_for(lambda: "1 of 4 workers" in (status_doc(DB, table)["throttle_reason"] or ""), 120,
                          "status to show the copy yielding to the application")
+                migration_id = latest_migration_id(conn, DB, table)
+                copied_before = chunk_progress(conn, migration_id)[0]
+                most, busy = copy_statements_at_once(conn, helper_table_name(table, "new"))
+                copied_after = chunk_progress(conn, migration_id)[0]
+                assert "1 of 4 workers" in (status_doc(DB, table)["throttle_reason"] or ""), \
+                    "the copy stopped yielding while the application's writes were still slow"
             except BaseException:
                 proc.kill()
                 raise
         assert proc.wait(300) == 0, cli_log.read_text()[-3000:]
         ledger.wait_for_writes(50)
+    # the effect, not only the words: while yielding, the copy went on, never two statements at once
+    assert copied_after > copied_before, (copied_before, copied_after)
+    assert most <= 1, f"{most} copy statements ran at once while yielding ({busy} samples saw one running)"
     assert ledger.missing(conn) == []
     assert leftovers(endpoints, DB, table) == [f"table {DB}.{helper_table_name(table, 'old')}"]
     assert "application write latency" in cli_log.read_text()

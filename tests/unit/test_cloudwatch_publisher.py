@@ -17,18 +17,9 @@ TABLE = "shop.orders"
 NAMESPACE = "StreamOsc/Test"
 
 
-def fed_metrics() -> MigrationMetrics:
-    metrics = MigrationMetrics(TABLE)
-    metrics.migration(7, "streamosc-orders-7", "streamosc_orders_7.shop.orders", "streamosc_orders_7.appliers")
-    metrics.stage(Stage.APPLY)
-    metrics.copy(0.5, 2_000, 2, 4)
-    metrics.copy_rate.first = (metrics.copy_rate.first[0] - 10, 0.5, 2_000)   # 10 s ago: a rate is known
-    metrics.copy(1.0, 4_000, 4, 4)
-    metrics.apply(250, 9_000, 1.5)
-    metrics.throttle("Threads_running=31 >= 25")
-    metrics.cutover_attempt(False, 3_100.0)
-    metrics.validation(3)
-    return metrics
+@pytest.fixture
+def fed_metrics(feed_every_figure) -> MigrationMetrics:
+    return feed_every_figure(MigrationMetrics(TABLE))
 
 
 def latest(client, name: str, **dimensions: str) -> float:
@@ -42,8 +33,8 @@ def latest(client, name: str, **dimensions: str) -> float:
     return points[0]["Maximum"]
 
 
-def test_published_figures_are_the_exporters_with_table_dimension(aws):
-    assert CloudWatchPublisher(fed_metrics(), NAMESPACE, client=aws).publish()
+def test_published_figures_are_the_exporters_with_table_dimension(aws, fed_metrics):
+    assert CloudWatchPublisher(fed_metrics, NAMESPACE, client=aws).publish()
     assert latest(aws, "stage_number") == list(Stage).index(Stage.APPLY)
     assert latest(aws, "copy_rows") == 4_000
     assert latest(aws, "apply_lag_events") == 250
@@ -58,8 +49,8 @@ def test_published_figures_are_the_exporters_with_table_dimension(aws):
     assert not names & {"stage", "migration_info", "throttle_reason_info", "last_update_timestamp_seconds"}
 
 
-def test_units_follow_the_metric_names():
-    units = {d["MetricName"]: d["Unit"] for d in datums(fed_metrics())}
+def test_units_follow_the_metric_names(fed_metrics):
+    units = {d["MetricName"]: d["Unit"] for d in datums(fed_metrics)}
     assert units["apply_lag_seconds"] == "Seconds"
     assert units["cutover_blocked_milliseconds"] == "Milliseconds"
     assert units["copy_rows_per_second"] == "Count/Second"
@@ -73,16 +64,16 @@ def test_unknown_figures_are_left_out():
     assert "apply_lag_seconds" not in {d["MetricName"] for d in datums(metrics)}
 
 
-def test_close_puts_the_final_figures(aws):
-    metrics = fed_metrics()
+def test_close_puts_the_final_figures(aws, fed_metrics):
+    metrics = fed_metrics
     publisher = CloudWatchPublisher(metrics, NAMESPACE, client=aws, every_s=3600).start()
     metrics.stage(Stage.DONE)
     publisher.close()
     assert latest(aws, "stage_number") == list(Stage).index(Stage.DONE)
 
 
-def test_a_refused_publish_is_logged_not_raised(aws, caplog):
-    publisher = CloudWatchPublisher(fed_metrics(), NAMESPACE, client=boto3.client("cloudwatch",
+def test_a_refused_publish_is_logged_not_raised(aws, caplog, fed_metrics):
+    publisher = CloudWatchPublisher(fed_metrics, NAMESPACE, client=boto3.client("cloudwatch",
                                                                                   region_name="eu-west-1"))
     publisher.client.meta.events.register("before-send.cloudwatch.PutMetricData", _refuse)
     with caplog.at_level("WARNING", logger="stream_osc.cloudwatch"):

@@ -16,16 +16,9 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.js
 METRIC = re.compile(r"\bstream_osc_[a-z_]+\b")
 
 
-def served_names() -> set[str]:
+def served_names(feed_every_figure) -> set[str]:
     """Every sample name the exporter serves once it has been fed each kind of figure."""
-    metrics = MigrationMetrics("shop.orders")
-    metrics.migration(1, "c", "t", "g")
-    metrics.stage(Stage.COPY)
-    metrics.copy(0.5, 10, 1, 2)
-    metrics.apply(1, 1, 1.0)
-    metrics.throttle("Threads_running=30 >= 25")
-    metrics.cutover_attempt(True, 10.0)
-    metrics.validation(0)
+    metrics = feed_every_figure(MigrationMetrics("shop.orders"))
     text = generate_latest(metrics.registry).decode()
     return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
 
@@ -47,11 +40,11 @@ def queries(node: object) -> list[str]:
     return found
 
 
-def test_dashboard_uses_only_metrics_the_exporter_serves():
+def test_dashboard_uses_only_metrics_the_exporter_serves(feed_every_figure):
     dashboard = json.loads(DASHBOARD.read_text())
     used = {name for text in queries(dashboard) for name in METRIC.findall(text)}
     assert used, "the dashboard queries no stream_osc_ metric"
-    assert used - served_names() == set()
+    assert used - served_names(feed_every_figure) == set()
 
 
 def test_every_panel_queries_stream_osc_metrics_by_table():

@@ -33,15 +33,8 @@ def value(samples, name: str, **labels: str) -> float:
     return samples[(name, frozenset({"table": TABLE, **labels}.items()))]
 
 
-def test_every_metric_is_named_stream_osc_and_labelled_with_the_table(served):
-    served.migration(7, "streamosc-orders-7", "streamosc_orders_7.shop.orders", "streamosc_orders_7.appliers")
-    served.stage(Stage.COPY)
-    served.copy(0.25, 500, 1, 4)
-    served.apply(10, 100, 2.0)
-    served.throttle("Threads_running=31 >= 25")
-    served.cutover_attempt(False, 3100.0)
-    served.validation(2)
-    samples = scrape(served)
+def test_every_metric_is_named_stream_osc_and_labelled_with_the_table(served, feed_every_figure):
+    samples = scrape(feed_every_figure(served))
     assert samples and all(name.startswith("stream_osc_") for name, _ in samples)
     assert all(dict(labels)["table"] == TABLE for _, labels in samples)
 

@@ -21,16 +21,19 @@ def feed(yielding: Yielding, latency_ms: float, windows: int = 1, start: float =
     return now
 
 
-def test_a_slow_batch_makes_the_next_one_smaller_at_once():
-    sizer = BatchSizer(start_rows=5_000, target_s=0.25)
-    sizer.observe(rows=5_000, seconds=1.0)
-    assert sizer.rows() == 1_250
-
-
-def test_a_fast_batch_grows_the_next_one_only_gradually():
-    sizer = BatchSizer(start_rows=1_000, target_s=0.25)
-    sizer.observe(rows=1_000, seconds=0.01)          # would ideally be 25,000 rows
-    assert sizer.rows() == 1_500
+@pytest.mark.parametrize("start_rows, target_s, rows, seconds, time_scale, expected", [
+    pytest.param(5_000, 0.25, 5_000, 1.0, 1.0, 1_250, id="a slow batch makes the next one smaller at once"),
+    pytest.param(1_000, 0.25, 1_000, 0.01, 1.0, 1_500,        # would ideally be 25,000 rows
+                 id="a fast batch grows the next one only gradually"),
+    pytest.param(5_000, 0.25, 10, 2.0, 1.0, 5_000,            # the last few rows of a range: says nothing
+                 id="a range tail does not resize the batch"),
+    pytest.param(5_000, 0.0, 5_000, 30.0, 1.0, 5_000, id="target zero keeps batches at the row count"),
+    pytest.param(4_000, 0.5, 4_000, 0.5, 0.25, 1_000, id="yielding shortens the batch target"),
+])
+def test_the_next_batch_size(start_rows, target_s, rows, seconds, time_scale, expected):
+    sizer = BatchSizer(start_rows=start_rows, target_s=target_s)
+    sizer.observe(rows=rows, seconds=seconds, time_scale=time_scale)
+    assert sizer.rows() == expected
 
 
 def test_batch_sizes_stay_within_bounds():
@@ -39,24 +42,6 @@ def test_batch_sizes_stay_within_bounds():
     assert sizer.rows() == MAX_ROWS
     sizer.observe(rows=MAX_ROWS, seconds=10_000)
     assert sizer.rows() == MIN_ROWS
-
-
-def test_a_range_tail_does_not_resize_the_batch():
-    sizer = BatchSizer(start_rows=5_000, target_s=0.25)
-    sizer.observe(rows=10, seconds=2.0)              # the last few rows of a range: says nothing about speed
-    assert sizer.rows() == 5_000
-
-
-def test_target_zero_keeps_batches_at_the_row_count():
-    sizer = BatchSizer(start_rows=5_000, target_s=0.0)
-    sizer.observe(rows=5_000, seconds=30.0)
-    assert sizer.rows() == 5_000
-
-
-def test_yielding_shortens_the_batch_target():
-    sizer = BatchSizer(start_rows=4_000, target_s=0.5)
-    sizer.observe(rows=4_000, seconds=0.5, time_scale=0.25)
-    assert sizer.rows() == 1_000
 
 
 def test_auto_target_is_twice_the_baseline_with_a_floor():
@@ -110,11 +95,12 @@ def test_only_the_allowed_number_of_statements_run_at_once():
     feed(yielding, 50.0, windows=2)
     assert yielding.allowed == 1
     inside, most, lock, release = [0], [0], threading.Lock(), threading.Event()
+    turns: list[bool] = []
 
     def statement() -> None:
         with yielding.turn(lambda: False) as allowed:
-            assert allowed
             with lock:
+                turns.append(allowed)
                 inside[0] += 1
                 most[0] = max(most[0], inside[0])
             release.wait(0.05)
@@ -126,6 +112,8 @@ def test_only_the_allowed_number_of_statements_run_at_once():
         thread.start()
     for thread in threads:
         thread.join(10)
+    assert not [thread for thread in threads if thread.is_alive()]
+    assert turns == [True] * 4
     assert most[0] == 1
 
 
