@@ -18,7 +18,7 @@ from tests.integration.ledger import Ledger, create_ledger_table
 pytestmark = pytest.mark.integration
 
 DB = "yielding"
-ROWS = 100_000
+ROWS = 150_000   # in 100-row statements: a copy that lasts while the test watches it yield
 HOLD_S = 0.3     # each hold of the probe row: six times the target below
 METADATA = MigrationSpec.metadata_schema
 
@@ -78,7 +78,7 @@ def test_copy_runs_one_statement_at_a_time_while_application_writes_are_slow(end
         with SlowApplicationWrites(endpoints):
             proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note INT NULL",
                              "--max-app-latency", "50ms", "--copy-workers", "4", "--chunk-size", "5000",
-                             "--batch-size", "500", "--target-batch-time", "0", log=cli_log)
+                             "--batch-size", "100", "--target-batch-time", "0", log=cli_log)
             try:
                 wait_for(lambda: latest_migration_id(conn, DB, table) > earlier, 60, "the migration row")
                 wait_for(lambda: "1 of 4 workers" in (status_doc(DB, table)["throttle_reason"] or ""), 120,
