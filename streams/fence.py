@@ -57,13 +57,22 @@ class FenceReader:
         """
         tokens = {token} if isinstance(token, str) else set(token)
         self._position(start)
+        try:
+            return self._read_to_fence(tokens, timeout, on_key)
+        finally:
+            # between reads nothing is assigned: a kept consumer would otherwise go on fetching the change
+            # topic in the background (every fetch.wait.max.ms) through every wait of the cutover
+            self.consumer.unassign()
+
+    def _read_to_fence(self, tokens: set[str], timeout: float, on_key: Callable[[bytes], None] | None
+                       ) -> dict[int, int]:
         waiting = set(self.partitions)
         after_fence: dict[int, int] = {}
         deadline = time.monotonic() + timeout
         while waiting:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise FenceTimeout(f"fence {token} not seen in partitions {sorted(waiting)} of {self.topic} "
+                raise FenceTimeout(f"fence {sorted(tokens)} not seen in partitions {sorted(waiting)} of {self.topic} "
                                    f"after {timeout:.1f} s")
             for msg in self.consumer.consume(num_messages=5000, timeout=min(remaining, 0.005)):
                 if msg.error() or msg.partition() not in waiting:
