@@ -7,9 +7,11 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from confluent_kafka import ConsumerGroupState
+from confluent_kafka.admin import AdminClient
 
 from core.db import qualified, query, scalar
-from core.spec import helper_table_name
+from core.spec import MigrationSpec, helper_table_name
 from tests.integration.helpers import (cli, leftovers, migration_row, start_cli, status_doc, wait_for,
                                        waiting_for_cutover, waiting_without_coordinator)
 from tests.integration.ledger import Ledger, create_ledger_table
@@ -75,6 +77,15 @@ def apply_lag(table: str) -> int:
     return lag
 
 
+def applier_group_settled(endpoints, group: str) -> bool:
+    """The applier group is stable with exactly the live coordinator's appliers: the members of a killed
+    process hold their partitions, unconsumed, until their session times out."""
+    admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap})
+    described = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    return described.state == ConsumerGroupState.STABLE and \
+        len(described.members) == MigrationSpec.apply_workers
+
+
 def lag_stays_small(ledger: Ledger, table: str) -> int:
     """The worst of a few apply-lag readings taken while the writers write 3 x LAG_BOUND more events."""
     worst = 0
@@ -107,6 +118,8 @@ def test_a_manual_cutover_waits_applying_in_its_own_process_through_pause_and_cr
             assert "in sync and waiting for cutover" in cli_log.read_text()
             doc = status_doc(DB, table)
             assert (doc["stage"], doc["status"], doc["coordinator"] is not None) == ("cutover", "waiting", True), doc
+            group = migration_row(conn, DB, table).group_id   # the appliers restarted after validation's snapshot:
+            wait_for(lambda: applier_group_settled(endpoints, group), 60, "the applier group to settle")
             waiting_lag = lag_stays_small(ledger, table)
             # the effect, not only the figure: a change made now reaches the new table through its appliers
             query(conn, f"INSERT INTO {DB}.{table} (writer, seq, payload) VALUES (%s, 1, 'while waiting')",
@@ -126,6 +139,8 @@ def test_a_manual_cutover_waits_applying_in_its_own_process_through_pause_and_cr
             wait_for(lambda: cli_log.read_text().count("in sync and waiting for cutover") == 2 or
                      coordinator.poll() is not None, 300, "the resumed migration to wait again")
             assert coordinator.poll() is None and migration_row(conn, DB, table).status == "waiting"
+            wait_for(lambda: applier_group_settled(endpoints, group), 60,
+                     "the applier group to let go of the killed coordinator's appliers")
             wait_for(lambda: apply_lag(table) < LAG_BOUND, 120, "the resumed appliers to catch up")
             resumed_lag = lag_stays_small(ledger, table)
             query(conn, f"UPDATE {DB}.{table} SET payload = 'after the crash' WHERE writer = %s AND seq = 1",
