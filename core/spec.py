@@ -158,13 +158,14 @@ class MigrationSpec:
             raise ConfigError("--force-kill-blockers-after must not be negative")
         if self.force_kill_max_rows < 0:
             raise ConfigError("--force-kill-max-rows must not be negative")
-        locked_s = self.cutover_window_s + self.lock_tries * self.lock_wait_s
+        locked_s = self.cutover_window_s + self.lock_wait_s
         if locked_s >= STALE_S - 2 * HEARTBEAT_S:
             # the cutover holds the metadata table READ-locked (cutover/README.md, "One coordinator"): every
-            # coordinator's heartbeat waits meanwhile, and one silent for STALE_S is taken for dead
-            raise ConfigError(f"--cutover-window plus --lock-tries x --lock-wait-timeout is {locked_s:g} s; it must "
-                              f"stay under {STALE_S - 2 * HEARTBEAT_S:g} s, or coordinators' heartbeats would "
-                              "stall long enough to be taken for dead")
+            # coordinator's heartbeat waits behind one lock try and the window, and one silent for STALE_S is
+            # taken for dead (between tries the lock request is withdrawn, so heartbeats get through)
+            raise ConfigError(f"--cutover-window plus --lock-wait-timeout is {locked_s:g} s; it must stay under "
+                              f"{STALE_S - 2 * HEARTBEAT_S:g} s, or coordinators' heartbeats would stall long "
+                              "enough to be taken for dead")
 
     def target_batch_s(self) -> float:
         """--target-batch-time in seconds (0: batches of --batch-size rows); ConfigError if malformed."""

@@ -108,7 +108,7 @@ def test_debezium_topic_names_keep_only_kafkas_alphabet():
 
 
 def test_a_cutover_window_that_would_stall_coordinator_heartbeats_past_their_lease_is_refused():
-    spec = MigrationSpec("d", "t", "ADD x INT", cutover_window_s=6.0, lock_tries=5, lock_wait_s=0.5)
-    assert spec.validate() is spec
+    spec = MigrationSpec("d", "t", "ADD x INT", cutover_window_s=10.0, lock_tries=20, lock_wait_s=0.5)
+    assert spec.validate() is spec   # tries are apart: between them no lock request holds heartbeats back
     with pytest.raises(ConfigError, match="heartbeats would stall"):
-        MigrationSpec("d", "t", "ADD x INT", cutover_window_s=9.0, lock_tries=5, lock_wait_s=0.5).validate()
+        MigrationSpec("d", "t", "ADD x INT", cutover_window_s=10.0, lock_wait_s=1.0).validate()
