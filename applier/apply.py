@@ -92,6 +92,7 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
     consumer = applier_consumer(ctx, f"{ctx.migration.prefix}-applier-{worker_no}")
     consumer.subscribe([names.changes])
     conn = ctx.db(autocommit=True)
+    target = ctx.target_db() if ctx.pair.remote else None
     stats = ApplyStats(ctx.redis(), ctx.migration.id)
     committer = OffsetCommitter(consumer, worker_no)
     pk = ctx.pair.pk
@@ -114,9 +115,11 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
                 if change is not None and not change.is_fence:
                     keys.add(change.pk)
             if keys:
-                with_retry(lambda keys=keys: recopy_keys(conn, ctx.pair, keys))
+                with_retry(lambda keys=keys: recopy_keys(conn, ctx.pair, keys, target=target))
             committer.after_batch()
             stats.add(len(messages), len(keys), (time.monotonic() - started) * 1000)
     finally:
         conn.close()
+        if target is not None:
+            target.close()
         consumer.close()

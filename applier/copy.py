@@ -8,6 +8,7 @@ import pymysql
 
 from applier.chunks import ChunkQueue, next_boundary
 from applier.conflicts import ROUNDS, Probe, with_refusals_resolved
+from applier.remote import read_keys, read_rows, write_rows
 from core.context import RunContext
 from core.db import query
 from core.keys import Key, dump_key
@@ -22,7 +23,7 @@ class LeaseLost(Exception):
 
 
 def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,
-               hi: Key | None, last: bool) -> int:
+               hi: Key | None, last: bool, target: pymysql.connections.Connection | None = None) -> int:
     """Copy the keys [lo, hi) up to the largest key at init (the plan's last chunk is open-ended: keys
     written since, such as rows the application keeps moving to new keys, arrive as changes and must not
     race the copy) and advance the chunk's durable position to `hi` in the same transaction.
@@ -31,7 +32,13 @@ def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: 
     (invariants 6 and 9). The refusal is then decided by the server (applier/conflicts.py): rules the
     source's current rows really break stop the migration (ConstraintViolated); a stale row copied
     earlier, whose change is in the topic, is removed and the batch written again.
+
+    A new table on another server is written through `target` (_copy_batch_remote).
     """
+    if ctx.pair.remote:
+        assert target is not None, "a new table on another server is written through its own session"
+        return _copy_batch_remote(conn, target, ctx, chunk_no, lo, hi, last)
+
     def still_ours() -> None:
         """Before the careful rounds: a chunk that moved on has its rows in, copied by another worker."""
         if query(conn, f"SELECT 1 FROM {ctx.store(conn).t('chunks')} WHERE migration_id=%s AND chunk_no=%s "
@@ -71,8 +78,37 @@ def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no:
         raise
 
 
+def _copy_batch_remote(conn: pymysql.connections.Connection, target: pymysql.connections.Connection,
+                       ctx: RunContext, chunk_no: int, lo: Key | None, hi: Key | None, last: bool) -> int:
+    """copy_batch for a new table on another server, where rows and progress cannot share a transaction.
+
+    The chunk's row is locked (FOR UPDATE, still at `lo` and not done) for the whole batch: a worker that
+    lost the chunk cannot write the target after its new owner moved on. The target transaction deletes the
+    range and inserts the rows read (applier/remote.py), so a batch whose progress was lost to a crash after
+    the target's commit is written again, not twice; the progress commits after the rows.
+    """
+    pair, store = ctx.pair, ctx.store(conn)
+    where, params = pair.pk.in_range(lo, hi, ctx.migration.copy_until)
+    conn.begin()
+    try:
+        if query(conn, f"SELECT 1 FROM {store.t('chunks')} WHERE migration_id=%s AND chunk_no=%s "
+                       "AND next_key <=> %s AND NOT done FOR UPDATE", (ctx.migration.id, chunk_no, dump_key(lo))) \
+                != [(1,)]:
+            raise LeaseLost(f"chunk {chunk_no} moved on without us")
+        rows = read_rows(conn, pair, where, params)
+        write_rows(target, pair, where, params, rows, lambda keys: read_keys(conn, pair, keys), during_apply=False)
+        query(conn, f"UPDATE {store.t('chunks')} SET next_key=%s, rows_copied=rows_copied+%s, done=%s "
+                    "WHERE migration_id=%s AND chunk_no=%s", (dump_key(hi), len(rows), int(last), ctx.migration.id,
+                                                             chunk_no))
+        conn.commit()
+        return len(rows)
+    except BaseException:
+        conn.rollback()
+        raise
+
+
 def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: ChunkQueue, chunk_no: int,
-               sizer: BatchSizer) -> int:
+               sizer: BatchSizer, target: pymysql.connections.Connection | None = None) -> int:
     """Copy one chunk from its last committed batch onward, in batches sized by `sizer`, each run while
     holding one of the places the application's latency allows (core/yielding.py); returns rows copied now."""
     chunk = ctx.store(conn).find_chunk(ctx.migration.id, chunk_no)
@@ -97,7 +133,7 @@ def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: Chu
                                      ctx.migration.copy_until)
             done = boundary is None
             hi = chunk.end if done else boundary
-            rows = copy_batch(conn, ctx, chunk_no, position, hi, last=done)
+            rows = copy_batch(conn, ctx, chunk_no, position, hi, last=done, target=target)
             sizer.observe(rows, time.monotonic() - began, ctx.yielding.time_scale)
         copied += rows
         position = hi
@@ -108,6 +144,7 @@ def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: Chu
 def copy_worker(ctx: RunContext, worker_no: int) -> None:
     """Claim and copy chunks until none is pending or the run stops."""
     conn = ctx.db(autocommit=True)
+    target = ctx.target_db() if ctx.pair.remote else None
     queue = ChunkQueue(ctx.redis(), ctx.migration.id)
     sizer = BatchSizer(ctx.spec.batch_size, ctx.spec.target_batch_s())
     try:
@@ -121,7 +158,7 @@ def copy_worker(ctx: RunContext, worker_no: int) -> None:
                 ctx.stop.wait(0.5)  # the rest is leased by other workers; a dead one's lease expires
                 continue
             try:
-                rows = copy_chunk(conn, ctx, queue, chunk_no, sizer)
+                rows = copy_chunk(conn, ctx, queue, chunk_no, sizer, target)
                 log_event(log, "chunk copied", worker=worker_no, chunk=chunk_no, rows=rows)
             except LeaseLost as exc:
                 log_event(log, "chunk given up", logging.WARNING, worker=worker_no, reason=str(exc))
@@ -129,3 +166,5 @@ def copy_worker(ctx: RunContext, worker_no: int) -> None:
                 queue.release(chunk_no)
     finally:
         conn.close()
+        if target is not None:
+            target.close()

@@ -11,6 +11,7 @@ from typing import TypeVar
 import pymysql
 
 from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
+from applier.remote import read_keys, write_rows
 from core.keys import Key
 from core.table import TablePair
 from core.db import query, query_count
@@ -21,7 +22,8 @@ PK_RACE_RETRIES = 5        # a concurrent re-copy of the same key (an applier an
 
 
 def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Collection[Key],
-                in_transaction: bool = True) -> tuple[int, int]:
+                in_transaction: bool = True,
+                target: pymysql.connections.Connection | None = None) -> tuple[int, int]:
     """Make the new table's rows of `keys` what the source holds now, in one transaction: a locking read
     of the source, then the new table's rows of the keys deleted and the present ones inserted by
     INSERT … SELECT; returns (rows written, rows of the new table deleted).
@@ -43,10 +45,16 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Col
 
     With in_transaction=False (the session holding LOCK TABLES, where BEGIN would release the locks)
     the transaction is opened by turning autocommit off, which keeps the table locks.
+
+    A new table on another server is written through `target` (applier/remote.py): the source's locking
+    read is held until the target has committed, so two re-copies of a key write it in the order they read it.
     """
     if not keys:
         return 0, 0
     distinct = list(dict.fromkeys(keys))   # exact duplicates only: equality under a collation is the server's
+    if pair.remote:
+        assert target is not None, "a new table on another server is written through its own session"
+        return _write_remote(conn, target, pair, distinct, in_transaction)
     return with_refusals_resolved(conn, pair, lambda probe: _write_racing(conn, pair, distinct, in_transaction, probe),
                                   during_apply=True, rounds=ROUNDS)
 
@@ -81,6 +89,27 @@ def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence
                 probe.clear_way(present)
             query(conn, f"INSERT INTO {pair.target_name} ({pair.target_column_list}) SELECT {pair.source_column_list} "
                         f"FROM {pair.source_name} WHERE {pk.in_list(len(present))}", pk.flat(present))
+        conn.commit()
+        return len(present), deleted
+    except BaseException:
+        conn.rollback()
+        raise
+    finally:
+        if not in_transaction:
+            conn.autocommit(True)
+
+
+def _write_remote(conn: pymysql.connections.Connection, target: pymysql.connections.Connection, pair: TablePair,
+                  keys: Sequence[Key], in_transaction: bool) -> tuple[int, int]:
+    """recopy_keys for a new table on another server: the source transaction's locking read, the target's write."""
+    if in_transaction:
+        conn.begin()
+    else:
+        conn.autocommit(False)
+    try:
+        present = read_keys(conn, pair, keys, locking=True)
+        deleted = write_rows(target, pair, pair.pk.in_list(len(keys)), pair.pk.flat(keys), present,
+                             lambda more: read_keys(conn, pair, more, locking=True), during_apply=True)
         conn.commit()
         return len(present), deleted
     except BaseException:

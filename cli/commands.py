@@ -20,7 +20,7 @@ from core.state import STALE_S
 from migration.lease import live_coordinator
 from migration.runner import Runner
 from migration.teardown import Metadata, finish_swapped, tables_swapped, tear_down
-from core.spec import MigrationSpec, load_migration_file
+from core.spec import TARGET_OPTIONS, MigrationSpec, load_migration_file
 from core.state import SWAPPED_STAGES, StateStore, Status
 from migration.settings import SETTABLE, options_with, parse_assignments
 from migration.worker_process import JoinedWorker, spec_of
@@ -28,7 +28,7 @@ from monitor.cloudwatch import CloudWatchPublisher
 from monitor.metrics import DEFAULT_ADDRESS, MigrationMetrics
 from monitor.progress import Progress
 from core.spec import parse_duration
-from core.endpoints import ConfigError
+from core.endpoints import ConfigError, refuse_password_on_command_line
 
 # The spec fields an option or the config file's [migration] section may set (each option's dest is the field).
 SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(MigrationSpec)) - {"database", "table", "alter"}
@@ -130,14 +130,18 @@ def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> Mig
         raise PreflightError("--table DB.TABLE is required")
     alter = getattr(args, "alter", None) or file_values.pop("alter", None)
     file_values.pop("alter", None)
+    values = dict(file_values)
     if alter is None:
         if alter_required:
             raise PreflightError("--alter is required")
-        alter = _stored_alter(args, table, file_values.get("metadata_schema"))
-    values = dict(file_values)
+        alter, stored = _stored_migration(args, table, file_values.get("metadata_schema"))
+        values.update({k: stored[k] for k in TARGET_OPTIONS if k in stored})
     for name in SPEC_FIELDS:   # --cutover, --keep-old/--drop-old and --dry-run (migrate only) included
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
+    if getattr(args, "target_dsn", None) is not None:
+        refuse_password_on_command_line(args.target_dsn)
+        values["target_server"] = True
     return MigrationSpec.from_table_arg(table, alter, **values)
 
 
@@ -148,8 +152,8 @@ def given_options(args: argparse.Namespace) -> frozenset[str]:
     return frozenset(file_keys | {name for name in SPEC_FIELDS if getattr(args, name, None) is not None})
 
 
-def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> str:
-    """The ALTER of the table's unfinished migration (for resume/cutover/abort)."""
+def _stored_migration(args: argparse.Namespace, table: str, schema: str | None) -> tuple[str, dict]:
+    """The ALTER and options of the table's unfinished migration (for resume/cutover/abort)."""
     endpoints = StackConfig().endpoints(args.config)
     db, tbl = spec_table(table)
     conn = connect(endpoints.mysql)
@@ -159,7 +163,7 @@ def _stored_alter(args: argparse.Namespace, table: str, schema: str | None) -> s
         conn.close()
     if migration is None:
         raise PreflightError(f"no unfinished migration of {table}")
-    return migration.alter_sql
+    return migration.alter_sql, migration.options
 
 
 def cmd_migrate(args: argparse.Namespace, cutover_now: bool = False) -> int:
@@ -311,8 +315,8 @@ def cmd_abort(args: argparse.Namespace) -> int:
     migration = store.active(db, tbl)
     if migration is None:
         raise PreflightError(f"no unfinished migration of {args.table}")
-    spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql,
-                         metadata_schema=metadata_schema(args))
+    spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql, metadata_schema=metadata_schema(args),
+                         **{k: migration.options[k] for k in TARGET_OPTIONS if k in migration.options})
     if migration.stage in SWAPPED_STAGES:
         live = live_coordinator(store, migration.id)
         if live is not None:
@@ -330,7 +334,8 @@ def cmd_abort(args: argparse.Namespace) -> int:
               "(connector and topics removed) and the migration is recorded as done.")
         return ExitCode.ALREADY_SWAPPED
     tear_down(conn, endpoints, spec, migration, drop_new_table=True, metadata=Metadata.WORK)   # a sentry too
-    print(f"migration {migration.id} of {args.table} aborted; connector, topics, {spec.new_table} and its copy plan "
+    new = f"{spec.target_database}.{spec.new_table} on the target server" if spec.target_server else spec.new_table
+    print(f"migration {migration.id} of {args.table} aborted; connector, topics, {new} and its copy plan "
           f"removed (its row stays, marked aborted); {args.table} is the original table")
     return 0
 
@@ -367,6 +372,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="keep the original table as <table>_osc_old (default)")
     migrate.add_argument("--drop-old", dest="keep_old", action="store_false", help="drop the original table after")
     migrate.add_argument("--dry-run", action="store_true", default=None, help="run every check, change nothing")
+    migrate.add_argument("--target-dsn", nargs="?", const="", metavar="DSN",
+                         help="move the table to another server: copy and keep it in sync there, then rename the "
+                              "original away at the cutover (docs/move.md). DSN without a password "
+                              "(mysql://user@host:port/); alone, the server of STREAM_OSC_TARGET_DSN")
+    migrate.add_argument("--target-table", metavar="DB.TABLE",
+                         help="the table's name on the target server (default: the same)")
+    migrate.add_argument("--where", metavar="PREDICATE",
+                         help="with --target-dsn: copy and keep in sync only the rows matching this SQL predicate")
     add_metrics_options(migrate)
     migrate.set_defaults(func=cmd_migrate)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pymysql
 import redis
 
-from core.table import TablePair
+from core.table import TablePair, load_pair
 from core.db import connect
 from core.endpoints import Endpoints
 from core.spec import MigrationSpec
@@ -33,6 +33,18 @@ def throttle_for(spec: MigrationSpec, endpoints: Endpoints) -> LoadThrottle:
         sources.append(replicas.reason)
         closers.append(replicas.close)
     return LoadThrottle(*spec.load_limits(), sources, closers)
+
+
+def target_connection(endpoints: Endpoints, spec: MigrationSpec) -> pymysql.connections.Connection | None:
+    """A connection to the target server of a migration to another server; None on the same server."""
+    return connect(endpoints.target(spec.target_dsn)) if spec.target_server else None
+
+
+def spec_pair(conn: pymysql.connections.Connection, spec: MigrationSpec,
+              target_conn: pymysql.connections.Connection | None) -> TablePair:
+    """The spec's table pair; `target_conn` is the target server's session (None on the same server)."""
+    return load_pair(conn, spec.database, spec.table, spec.new_table, spec.alter, target_conn,
+                     spec.target_database, spec.where)
 
 
 class WorkStopped(Exception):
@@ -75,6 +87,10 @@ class RunContext:
     def db(self, autocommit: bool = True) -> pymysql.connections.Connection:
         """A new connection to the source server."""
         return connect(self.endpoints.mysql, autocommit=autocommit)
+
+    def target_db(self) -> pymysql.connections.Connection:
+        """A new connection to the server of the new table (the source server unless it moves elsewhere)."""
+        return target_connection(self.endpoints, self.spec) or self.db()
 
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url(self.endpoints.redis_url, socket_timeout=10, socket_connect_timeout=5)

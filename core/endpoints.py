@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
@@ -46,7 +47,9 @@ CONNECT_AUTH_KEYS = {
     "connect_password_file": "STREAM_OSC_CONNECT_PASSWORD_FILE",
     "connect_ca": "STREAM_OSC_CONNECT_CA",
 }
-OPTIONAL_KEYS = {**CONNECTOR_SECRET_KEYS, **KAFKA_CLIENT_KEYS, **CONNECTOR_DATABASE_KEYS, **CONNECT_AUTH_KEYS}
+TARGET_KEYS = {"target_dsn": "STREAM_OSC_TARGET_DSN"}
+OPTIONAL_KEYS = {**TARGET_KEYS, **CONNECTOR_SECRET_KEYS, **KAFKA_CLIENT_KEYS, **CONNECTOR_DATABASE_KEYS,
+                 **CONNECT_AUTH_KEYS}
 
 # ${provider:path:key} or ${provider:key}, as Kafka's ConfigTransformer reads it
 PROVIDER_REFERENCE = re.compile(r"\$\{[A-Za-z0-9_.-]+:[^}]+\}")
@@ -82,6 +85,13 @@ class MySQLAddress:
 
 # Where a DSN's options begin: the first '?' that starts a known option.
 OPTIONS_START = re.compile(r"\?(?:" + "|".join(map(re.escape, DSN_OPTIONS)) + ")=")
+
+
+def refuse_password_on_command_line(dsn: str) -> None:
+    """ConfigError when a DSN given on the command line holds a password (`ps` shows it to every user)."""
+    if dsn and parse_mysql_dsn(dsn).password:
+        raise ConfigError("--target-dsn holds a password: `ps` shows command lines to every user of the machine; "
+                          "put the whole DSN in STREAM_OSC_TARGET_DSN instead")
 
 
 def parse_mysql_dsn(dsn: str) -> MySQLAddress:
@@ -184,6 +194,16 @@ class Endpoints:
     connect_password: str = ""
     connect_password_file: str = ""   # a file whose first line is the password
     connect_ca: str = ""              # CA (PEM) of an https:// Connect URL
+    target_dsn: str = ""              # the server a migration moves a table to (--target-dsn)
+
+    def target(self, dsn: str = "") -> MySQLAddress:
+        """The target server: `dsn` (from --target-dsn, no password) or target_dsn."""
+        if not (dsn or self.target_dsn):
+            raise ConfigError("no target server: give --target-dsn or set STREAM_OSC_TARGET_DSN")
+        given = parse_mysql_dsn(dsn or self.target_dsn)
+        if dsn and self.target_dsn:
+            return dataclasses.replace(given, password=parse_mysql_dsn(self.target_dsn).password)
+        return given
 
     @property
     def mysql(self) -> MySQLAddress:

@@ -15,6 +15,8 @@ from core.state import HEARTBEAT_S, STALE_S
 
 _TABLE_PART = re.compile(r"`((?:[^`]|``)+)`|([^.`]+)")
 MAX_NAME_CHARS = 64
+# kept with a migration to another server and restored by every later command (resume, cutover, abort)
+TARGET_OPTIONS = ("target_server", "target_dsn", "target_table", "where")
 HELPER_SUFFIX = "_osc_"        # <table>_osc_new, <table>_osc_old
 LONG_NAME_MARK = "~"           # sorts after every character of an unquoted ASCII identifier
 
@@ -109,6 +111,10 @@ class MigrationSpec:
     force_kill_max_rows: int = 10_000   # never kill a transaction that changed more rows than this
     cutover_window_schedule: str = ""   # e.g. "02:00-04:00,13:00-13:30": cut over only inside these windows
     cutover_timezone: str = "UTC"       # the schedule's time zone (IANA name)
+    target_server: bool = False      # the new table lives on another server (docs/move.md)
+    target_dsn: str = ""             # that server's address, without a password ("": STREAM_OSC_TARGET_DSN)
+    target_table: str = ""           # DB2.T2 on that server ("": the same names)
+    where: str = ""                  # only rows matching this predicate are copied and kept in sync (another server)
 
     @property
     def qualified_name(self) -> str:
@@ -116,7 +122,18 @@ class MigrationSpec:
 
     @property
     def new_table(self) -> str:
-        return helper_table_name(self.table, "new")
+        """The table the copy fills: a helper beside the original, or the target table on another server."""
+        return self.target_names[1] if self.target_server else helper_table_name(self.table, "new")
+
+    @property
+    def target_database(self) -> str:
+        """The schema of the table the copy fills."""
+        return self.target_names[0] if self.target_server else self.database
+
+    @property
+    def target_names(self) -> tuple[str, str]:
+        """(schema, table) on the target server: --target-table, else the original's names."""
+        return split_table_arg(self.target_table) if self.target_table else (self.database, self.table)
 
     @property
     def old_table(self) -> str:
@@ -127,8 +144,9 @@ class MigrationSpec:
         for name in (self.database, self.table, self.metadata_schema):
             check_name(name)
         helper_table_name(self.table, "new")   # ConfigError if no helper name sorts after the table's
-        if not self.alter.strip():
+        if not self.alter.strip() and not self.target_server:
             raise ConfigError("--alter is empty")
+        self.check_target()
         if self.cutover not in ("auto", "manual"):
             raise ConfigError("--cutover must be auto or manual")
         for name in ("copy_workers", "apply_workers", "chunk_size", "batch_size", "apply_batch_size", "partitions"):
@@ -147,6 +165,21 @@ class MigrationSpec:
         if self.max_replica_lag < 1:
             raise ConfigError("--max-replica-lag must be at least 1 second")
         return self
+
+    def check_target(self) -> None:
+        """ConfigError for target options that cannot be right."""
+        if not self.target_server:
+            for value, flag in ((self.target_table, "--target-table"), (self.target_dsn, "--target-dsn DSN"),
+                                (self.where, "--where")):
+                if value:
+                    raise ConfigError(f"{flag} needs --target-dsn: on the same server"
+                                      + (", a table holding only some rows would replace the original"
+                                         if flag == "--where" else " the new table replaces the original"))
+            return
+        for name in self.target_names:
+            check_name(name)
+        if ";" in self.where:
+            raise ConfigError("--where must be one predicate (no ';')")
 
     def check_lock_options(self) -> None:
         """ConfigError on a lock option that cannot be right."""

@@ -24,6 +24,9 @@ class TablePair:
     pk: PrimaryKey
     target_columns: tuple[str, ...]
     source_columns: tuple[str, ...]
+    target_database: str = ""   # the new table's schema ("": the source's)
+    remote: bool = False        # the new table lives on another server: no statement names both tables
+    where: str = ""             # only the source rows matching it are copied and kept (remote only)
 
     @property
     def source_name(self) -> str:
@@ -31,7 +34,12 @@ class TablePair:
 
     @property
     def target_name(self) -> str:
-        return qualified(self.database, self.target)
+        return qualified(self.target_database or self.database, self.target)
+
+    @property
+    def source_filter(self) -> str:
+        """` AND (<where>)` for a statement reading the source, or nothing."""
+        return f" AND ({self.where})" if self.where else ""
 
     @property
     def target_column_list(self) -> str:
@@ -57,7 +65,8 @@ def is_generated(extra: str) -> bool:
 
 
 def load_pair(conn: pymysql.connections.Connection, database: str, source: str, target: str,
-              alter: str = "") -> TablePair:
+              alter: str = "", target_conn: pymysql.connections.Connection | None = None,
+              target_database: str = "", where: str = "") -> TablePair:
     """Describe the pair from information_schema and the ALTER text (its renamed and dropped columns).
 
     A source column fills the new column of the same name, or of the name the ALTER gives it; a column
@@ -73,9 +82,11 @@ def load_pair(conn: pymysql.connections.Connection, database: str, source: str, 
         if new is None and column.lower() in dropped:
             continue
         fills[(new or column).lower()] = column
-    rows = query(conn, "SELECT COLUMN_NAME, EXTRA FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
-                       "AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION", (database, target))
+    rows = query(target_conn or conn, "SELECT COLUMN_NAME, EXTRA FROM information_schema.COLUMNS "
+                                      "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION",
+                 (target_database or database, target))
     mapped = [(name, fills[name.lower()]) for name, extra in rows
               if not is_generated(extra) and name.lower() in fills]
     return TablePair(database, source, target, primary_key(conn, database, source),
-                     tuple(t for t, _ in mapped), tuple(s for _, s in mapped))
+                     tuple(t for t, _ in mapped), tuple(s for _, s in mapped), target_database,
+                     target_conn is not None, where)

@@ -21,6 +21,7 @@ from confluent_kafka import Consumer
 
 from applier.recopy import recopy_keys, with_retry
 from core.context import RunContext
+from cutover.validate import Sessions
 from core.spec import MigrationSpec
 from core.db import qualified, query, scalar
 from core.keys import Key
@@ -75,14 +76,12 @@ class CutoverResult:
 class _Renamer(threading.Thread):
     """Second session: issues the RENAME, which waits on the lock session's metadata locks."""
 
-    def __init__(self, ctx: RunContext, timeout_s: int) -> None:
+    def __init__(self, ctx: RunContext, timeout_s: int, sql: str) -> None:
         super().__init__(daemon=True)
         self.conn = ctx.db()
         query(self.conn, "SET SESSION lock_wait_timeout = %s", (timeout_s,))
         self.thread_id = self.conn.thread_id()
-        db = ctx.spec.database
-        self.sql = (f"RENAME TABLE {qualified(db, ctx.spec.table)} TO {qualified(db, ctx.spec.old_table)}, "
-                    f"{qualified(db, ctx.spec.new_table)} TO {qualified(db, ctx.spec.table)}")
+        self.sql = sql
         self.error: Exception | None = None
         self.finished_at = 0.0
 
@@ -152,8 +151,17 @@ class Cutover:
             self._fence = None
 
     def _drain(self, conn: pymysql.connections.Connection, reader: FenceReader, start: dict[int, int], token: str,
-               timeout: float, in_transaction: bool) -> tuple[dict[int, int], int]:
-        """Fence, read to the fence in every partition, re-copy the keys seen; (positions, keys)."""
+               timeout: float, in_transaction: bool,
+               target: pymysql.connections.Connection | None = None) -> tuple[dict[int, int], int]:
+        """Fence, read to the fence in every partition, re-copy the keys seen (into `target` when the new table is
+        on another server); (positions, keys)."""
+        positions, keys = self._drain_keys(conn, reader, start, token, timeout, in_transaction, target)
+        return positions, len(keys)
+
+    def _drain_keys(self, conn: pymysql.connections.Connection, reader: FenceReader, start: dict[int, int],
+                    token: str, timeout: float, in_transaction: bool,
+                    target: pymysql.connections.Connection | None) -> tuple[dict[int, int], set[Key]]:
+        """_drain, returning the keys re-copied."""
         self.ctx.store(conn).write_fence(self.ctx.migration.id, token)
         keys: set[Key] = set()
         pk = self.ctx.pair.pk
@@ -167,15 +175,15 @@ class Cutover:
         positions = reader.read(start, token, timeout, collect)
         read_at = time.monotonic()
         if in_transaction:
-            with_retry(lambda: recopy_keys(conn, self.ctx.pair, keys))
+            with_retry(lambda: recopy_keys(conn, self.ctx.pair, keys, target=target))
         else:
-            recopy_keys(conn, self.ctx.pair, keys, in_transaction=False)
+            recopy_keys(conn, self.ctx.pair, keys, in_transaction=False, target=target)
         log_event(log, "drained to fence", logging.DEBUG, fence=token, keys=len(keys),
                   read_ms=round((read_at - started) * 1000, 1), recopy_ms=round((time.monotonic() - read_at) * 1000, 1))
-        return positions, len(keys)
+        return positions, keys
 
     def _catch_up(self, lock_conn: pymysql.connections.Connection, reader: FenceReader,
-                  consumer) -> dict[int, int]:
+                  consumer, target: pymysql.connections.Connection | None = None) -> dict[int, int]:
         """Drain without the lock, so that only the last moment's changes remain for the window.
 
         Each pass drains what arrived during the one before, until few keys are left. A pass is short
@@ -189,7 +197,7 @@ class Cutover:
             pass_started = time.monotonic()
             try:
                 start, keys = self._drain(lock_conn, reader, start, f"pre-{uuid.uuid4().hex[:12]}",
-                                          PRE_DRAIN_TIMEOUT_S, True)
+                                          PRE_DRAIN_TIMEOUT_S, True, target)
             except FenceTimeout as exc:
                 raise CutoverAborted(f"change capture is behind: {exc}") from None
             if keys <= PRE_DRAIN_ENOUGH_KEYS and time.monotonic() - pass_started <= PRE_DRAIN_ENOUGH_S:
@@ -226,9 +234,9 @@ class Cutover:
         analyzed: the application does not use it yet."""
         spec = self.ctx.spec
         started = time.monotonic()
-        conn = self.ctx.db()
+        conn = self.ctx.target_db()
         try:
-            rows = query(conn, f"ANALYZE TABLE {qualified(spec.database, spec.new_table)}")
+            rows = query(conn, f"ANALYZE TABLE {qualified(spec.target_database, spec.new_table)}")
         finally:
             conn.close()
         took = time.monotonic() - started
@@ -239,40 +247,48 @@ class Cutover:
             log_event(log, "statistics refreshed", table=spec.new_table, took_ms=round(took * 1000, 1))
         return took
 
-    def consistent_snapshots(self, window_s: float, sessions: list[pymysql.connections.Connection]) -> float:
+    def consistent_snapshots(self, window_s: float, sessions: list[Sessions]) -> float:
         """Open a consistent snapshot in each session at a moment the new table equals the source.
 
         The proof is the cutover's (lock, fence, drain in the lock session), without the rename: the
         snapshots are taken while writes wait, then the lock is released. Returns the milliseconds
         writes were blocked; raises CutoverAborted when the lock or the drain does not fit the window.
-        The applier group must be stopped (its committed offsets are the start).
+        The applier group must be stopped (its committed offsets are the start). A new table on another
+        server has its snapshots (each pair's second session) taken under the same lock, after the drain:
+        with the appliers stopped, nothing else writes it.
         """
         spec, ctx = self.ctx.spec, self.ctx
         consumer, reader = self._fence_reader()
         lock_conn = ctx.db()
+        target = ctx.target_db() if ctx.pair.remote else None
+        every = [s for pair in sessions for s in pair if s is not None]
         try:
             self._refuse_if_held(lock_conn)
-            for session in sessions:
+            for session in every:
                 query(session, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            start = self._catch_up(lock_conn, reader, consumer)
-            self._lock(lock_conn, [qualified(spec.database, spec.table), qualified(spec.database, spec.new_table),
-                                   self.fence_table])
+            start = self._catch_up(lock_conn, reader, consumer, target)
+            tables = [qualified(spec.database, spec.table), self.fence_table]
+            if target is None:
+                tables.append(qualified(spec.database, spec.new_table))
+            self._lock(lock_conn, tables)
             locked_at = time.monotonic()
             try:
                 _, drained = self._drain(lock_conn, reader, start, f"snap-{uuid.uuid4().hex[:12]}",
-                                         max(locked_at + window_s - time.monotonic(), 0.01), False)
-                for session in sessions:
+                                         max(locked_at + window_s - time.monotonic(), 0.01), False, target)
+                for session in every:
                     query(session, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
             except FenceTimeout as exc:
                 raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
             finally:
                 query(lock_conn, "UNLOCK TABLES")
             blocked = (time.monotonic() - locked_at) * 1000
-            log_event(log, "consistent snapshots taken", sessions=len(sessions), blocked_ms=round(blocked, 1),
+            log_event(log, "consistent snapshots taken", sessions=len(every), blocked_ms=round(blocked, 1),
                       drained_keys=drained)
             return blocked
         finally:
             lock_conn.close()
+            if target is not None:
+                target.close()
 
     def _prove_lease(self, lock_conn: pymysql.connections.Connection, coordinator: str) -> None:
         """Raise CoordinatorReplaced unless `coordinator` holds the migration's lease.
@@ -290,6 +306,8 @@ class Cutover:
     def attempt(self, window_s: float, coordinator: str) -> CutoverResult:
         """One bounded attempt by `coordinator`, renaming only while it holds the lease; the applier group must be
         stopped (its committed offsets are the start)."""
+        if self.ctx.pair.remote:
+            return self._attempt_move(window_s, coordinator)
         spec, ctx = self.ctx.spec, self.ctx
         db = spec.database
         consumer, reader = self._fence_reader()
@@ -308,7 +326,9 @@ class Cutover:
                 query(lock_conn, f"CREATE TABLE {qualified(db, spec.old_table)} (sentry INT) COMMENT=%s",
                       (SENTRY_COMMENT,))
                 tables.append(qualified(db, spec.old_table))
-                renamer = _Renamer(ctx, timeout_s=max(2, int(window_s) + 2))
+                renamer = _Renamer(ctx, max(2, int(window_s) + 2),
+                                   f"RENAME TABLE {qualified(db, spec.table)} TO {qualified(db, spec.old_table)}, "
+                                   f"{qualified(db, spec.new_table)} TO {qualified(db, spec.table)}")
             start = self._catch_up(lock_conn, reader, consumer)
             self._lock(lock_conn, tables, [self.migrations_table])
             locked_at = time.monotonic()

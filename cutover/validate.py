@@ -122,16 +122,26 @@ class RowHasher:
         return f"MD5(CONCAT({', '.join(parts)}))"
 
 
+Sessions = tuple[pymysql.connections.Connection, pymysql.connections.Connection | None]   # (source, target)
+
+
 def row_hasher(conn: pymysql.connections.Connection, pair: TablePair) -> RowHasher:
-    """Read the new table's column types and build the per-side hash expressions."""
+    """Read the new table's column types (through a session of its server) and build the per-side hash
+    expressions. On two servers each side's checksum is computed by its own server, with the same SQL."""
     types = {r[0].lower(): ColumnType(*r[1:]) for r in query(conn, """
         SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, NUMERIC_PRECISION, NUMERIC_SCALE,
                DATETIME_PRECISION, CHARACTER_OCTET_LENGTH
-        FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s""", (pair.database, pair.target))}
+        FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s""",
+        (pair.target_database or pair.database, pair.target))}
     cols = [types[t.lower()] for t in pair.target_columns]
     return RowHasher(pair,
                      tuple(column_part(quote_ident(s), c) for s, c in zip(pair.source_columns, cols)),
                      tuple(column_part(quote_ident(t), c) for t, c in zip(pair.target_columns, cols)))
+
+
+def side_filter(pair: TablePair, source: bool) -> str:
+    """The --where predicate on the source side: only those rows are the new table's."""
+    return pair.source_filter if source else ""
 
 
 def range_checksum(conn: pymysql.connections.Connection, hasher: RowHasher, source: bool, lo: Key | None,
@@ -139,7 +149,8 @@ def range_checksum(conn: pymysql.connections.Connection, hasher: RowHasher, sour
     """(row count, sum of the rows' 64-bit hashes) of one side over the keys [lo, hi)."""
     where, params = hasher.pair.pk.in_range(lo, hi)
     return tuple(query(conn, f"SELECT COUNT(*), COALESCE(SUM(CAST(CONV(LEFT({hasher.row_sql(source)}, 16), 16, 10) "
-                             f"AS DECIMAL(20,0))), 0) FROM {hasher.table(source)} WHERE {where}", params)[0])
+                             f"AS DECIMAL(20,0))), 0) FROM {hasher.table(source)} WHERE ({where})"
+                             f"{side_filter(hasher.pair, source)}", params)[0])
 
 
 def row_hashes(conn: pymysql.connections.Connection, hasher: RowHasher, source: bool, lo: Key | None,
@@ -152,7 +163,8 @@ def row_hashes(conn: pymysql.connections.Connection, hasher: RowHasher, source: 
     pk = hasher.pair.pk
     where, params = pk.in_range(lo, hi)
     return {tuple(r[:-1]): r[-1] for r in query(conn, f"SELECT {pk.column_list()}, {hasher.row_sql(source)} "
-                                                      f"FROM {hasher.table(source)} WHERE {where}", params)}
+                                                      f"FROM {hasher.table(source)} WHERE ({where})"
+                                                      f"{side_filter(hasher.pair, source)}", params)}
 
 
 @dataclass(frozen=True)
@@ -169,22 +181,25 @@ class Differences:
 
 
 def differing_keys(conn: pymysql.connections.Connection, hasher: RowHasher, lo: Key | None,
-                   hi: Key | None) -> Differences:
-    """The rows of the keys [lo, hi) that differ between source and new table."""
-    if range_checksum(conn, hasher, True, lo, hi) == range_checksum(conn, hasher, False, lo, hi):
+                   hi: Key | None, target_conn: pymysql.connections.Connection | None = None) -> Differences:
+    """The rows of the keys [lo, hi) that differ between source and new table (read through `target_conn`
+    when it lives on another server)."""
+    other = target_conn or conn
+    if range_checksum(conn, hasher, True, lo, hi) == range_checksum(other, hasher, False, lo, hi):
         return Differences(set(), set(), set())
     source = row_hashes(conn, hasher, True, lo, hi)
-    target = row_hashes(conn, hasher, False, lo, hi)
+    target = row_hashes(other, hasher, False, lo, hi)
     return Differences({k for k in source.keys() & target.keys() if source[k] != target[k]},
                        source.keys() - target.keys(), target.keys() - source.keys())
 
 
-def describe_difference(conn: pymysql.connections.Connection, hasher: RowHasher, key: Key) -> str:
+def describe_difference(conn: pymysql.connections.Connection, hasher: RowHasher, key: Key,
+                        target_conn: pymysql.connections.Connection | None = None) -> str:
     """Which mapped columns of one row differ between source and new table."""
     pair = hasher.pair
     source = query(conn, f"SELECT {', '.join(hasher.source_parts)} FROM {pair.source_name} "
-                         f"WHERE {pair.pk.equals()}", key)
-    target = query(conn, f"SELECT {', '.join(hasher.target_parts)} FROM {pair.target_name} "
+                         f"WHERE {pair.pk.equals()}{pair.source_filter}", key)
+    target = query(target_conn or conn, f"SELECT {', '.join(hasher.target_parts)} FROM {pair.target_name} "
                          f"WHERE {pair.pk.equals()}", key)
     if not source or not target:
         return "missing from the " + ("new" if source else "original") + " table"
@@ -194,7 +209,7 @@ def describe_difference(conn: pymysql.connections.Connection, hasher: RowHasher,
 
 
 def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: Key | None, hi: Key | None,
-                 diff: set[Key], table: str) -> int:
+                 diff: set[Key], table: str, target_conn: pymysql.connections.Connection | None = None) -> int:
     """Re-copy `diff` and re-check the whole range until it matches; returns the number of rows re-copied.
 
     The whole range is re-checked, not only the re-copied keys: a REPLACE deletes any row of the new
@@ -210,9 +225,9 @@ def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: Ke
     for _ in range(MAX_ROUNDS):
         if not diff:
             return len(recopied)
-        with_retry(partial(recopy_keys, conn, hasher.pair, diff))
+        with_retry(partial(recopy_keys, conn, hasher.pair, diff, target=target_conn))
         recopied |= diff
-        now = differing_keys(conn, hasher, lo, hi)
+        now = differing_keys(conn, hasher, lo, hi, target_conn)
         persisting = now.keys & recopied
         strikes.update(persisting)
         worst = max(persisting, key=lambda k: strikes[k], default=None)
@@ -220,7 +235,7 @@ def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: Ke
             raise ValidationFailed(
                 f"{len(persisting)} rows of {table} in key range {where} still differ right after being "
                 f"re-copied {ROUNDS} times; first {show_key(hasher.pair.pk, worst)}: "
-                f"{describe_difference(conn, hasher, worst)}. "
+                f"{describe_difference(conn, hasher, worst, target_conn)}. "
                 "The ALTER may change values (a lossy type change) or make rows collide on a UNIQUE key")
         diff = persisting | now.missing
     sample = "; ".join(show_key(hasher.pair.pk, k) for k in list(diff)[:10])
@@ -238,6 +253,7 @@ def validate_range(ctx: RunContext, hasher: RowHasher, lo: Key | None, hi: Key |
     handle those), and what must not happen is a row that still differs right after being re-copied.
     """
     conn = ctx.db()
+    target_conn = ctx.target_db() if ctx.pair.remote else None
     try:
         if not ctx.wait_while_paused_or_throttled(conn):
             raise WorkStopped(f"validation of {ctx.spec.qualified_name} stopped")
@@ -245,16 +261,18 @@ def validate_range(ctx: RunContext, hasher: RowHasher, lo: Key | None, hi: Key |
             if not allowed or not ctx.wait_while_paused_or_throttled(conn):
                 raise WorkStopped(f"validation of {ctx.spec.qualified_name} stopped")
             if snapshots is None:
-                diff = differing_keys(conn, hasher, lo, hi).keys
+                diff = differing_keys(conn, hasher, lo, hi, target_conn).keys
             else:
-                session = snapshots.get()
+                source, target = snapshots.get()
                 try:
-                    diff = differing_keys(session, hasher, lo, hi).keys
+                    diff = differing_keys(source, hasher, lo, hi, target).keys
                 finally:
-                    snapshots.put(session)
-            return repair_range(conn, hasher, lo, hi, diff, ctx.spec.qualified_name)
+                    snapshots.put((source, target))
+            return repair_range(conn, hasher, lo, hi, diff, ctx.spec.qualified_name, target_conn)
     finally:
         conn.close()
+        if target_conn is not None:
+            target_conn.close()
 
 
 def validation_ranges(conn: pymysql.connections.Connection, ctx: RunContext,
@@ -273,14 +291,17 @@ def validation_ranges(conn: pymysql.connections.Connection, ctx: RunContext,
     return ranges + key_ranges(reader, pair.source_name, pair.pk, tail_from, None, ctx.spec.chunk_size)
 
 
-def validate(ctx: RunContext, snapshots: list[pymysql.connections.Connection] | None = None) -> int:
+def validate(ctx: RunContext, snapshots: list[Sessions] | None = None) -> int:
     """Validate every range in parallel (in the given snapshot sessions, if any); returns rows repaired."""
     conn = ctx.db()
+    target_conn = ctx.target_db() if ctx.pair.remote else None
     try:
-        hasher = row_hasher(conn, ctx.pair)
-        ranges = validation_ranges(conn, ctx, snapshots[0] if snapshots else conn)
+        hasher = row_hasher(target_conn or conn, ctx.pair)
+        ranges = validation_ranges(conn, ctx, snapshots[0][0] if snapshots else conn)
     finally:
         conn.close()
+        if target_conn is not None:
+            target_conn.close()
     sessions: queue.Queue | None = None
     if snapshots:
         sessions = queue.Queue()

@@ -9,7 +9,7 @@ import redis
 
 from connectors.config import CONNECTOR_CLASSES
 from connectors.rest import connect_client
-from core.db import ServerInfo, query, scalar
+from core.db import ServerInfo, qualified, query, scalar
 from core.keys import SUPPORTED_TYPES, UNSUPPORTED_TYPES, PrimaryKey, primary_key
 from core.endpoints import Endpoints, redis_where
 from core.logs import log_event
@@ -118,12 +118,32 @@ def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> Pr
         raise PreflightError(f"table {db}.{table} has triggers ({', '.join(triggers)}): they would stay with the "
                              "original table at the swap and stop firing; not supported (drop them for the "
                              "migration and create them again afterwards)")
-    for leftover in (spec.new_table, spec.old_table):
+    for leftover in ([spec.old_table] if spec.target_server else [spec.new_table, spec.old_table]):
         if scalar(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
                   (db, leftover)):
             raise PreflightError(f"table {db}.{leftover} already exists (left from an earlier run?): drop or rename "
                                  f"it, or run `stream-osc abort --table {db}.{table}` if a migration is unfinished")
     return pk
+
+
+def check_target(conn: pymysql.connections.Connection, target: pymysql.connections.Connection,
+                 spec: MigrationSpec) -> None:
+    """A move to another server: the --where predicate reads the source, the target's schema exists and its
+    table name is free (which also refuses the source table itself as the target)."""
+    db, table = spec.database, spec.table
+    if spec.where:
+        try:
+            query(conn, f"SELECT 1 FROM {qualified(db, table)} WHERE ({spec.where}) LIMIT 0")
+        except pymysql.err.MySQLError as exc:
+            raise PreflightError(f"--where is not a predicate on {db}.{table}: {exc.args[-1]} "
+                                 f"(server error {exc.args[0]})") from None
+    tdb, ttable = spec.target_names
+    if not scalar(target, "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME=%s", (tdb,)):
+        raise PreflightError(f"the target server has no database {tdb}: create it there first")
+    if scalar(target, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+              (tdb, ttable)):
+        raise PreflightError(f"table {tdb}.{ttable} already exists on the target server: drop or rename it, or "
+                             f"run `stream-osc abort --table {db}.{table}` if a migration is unfinished")
 
 
 def check_load_thresholds(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:

@@ -21,10 +21,12 @@ from connectors.rest import ConnectClient, ConnectError, connect_client
 from connectors.secrets import (kafka_jaas_reference, password_reference, require_connector_secret,
                                 write_connector_secret)
 from migration.checks import (PreflightError, check_blocker_privileges, check_load_thresholds, check_privileges,
-                              check_server, check_services, check_session_binlog_formats, check_table)
+                              check_server, check_services, check_session_binlog_formats, check_table,
+                              check_target)
 from migration.teardown import Metadata, tear_down
 from core.db import ServerInfo, qualified, query
 from core.keys import KeyColumn, PrimaryKey, dump_key, primary_key
+from core.context import target_connection
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
@@ -38,10 +40,12 @@ START_TIMEOUT_S = 120.0
 
 
 def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
-              info: ServerInfo) -> PrimaryKey:
+              info: ServerInfo, target: pymysql.connections.Connection | None = None) -> PrimaryKey:
     """All checks that need no change; returns the primary key."""
     check_server(info)
     pk = check_table(conn, spec)
+    if target is not None:
+        check_target(conn, target, spec)
     check_privileges(conn, spec)
     check_blocker_privileges(conn, spec)
     check_load_thresholds(conn, spec)
@@ -51,13 +55,21 @@ def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
     return pk
 
 
-def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, pk: PrimaryKey) -> None:
-    """CREATE … LIKE, then the ALTER; the server's own error if the ALTER fails (and no table left)."""
-    new = qualified(spec.database, spec.new_table)
-    query(conn, f"CREATE TABLE {new} LIKE {qualified(spec.database, spec.table)}")
+def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, pk: PrimaryKey,
+                     target: pymysql.connections.Connection | None = None) -> None:
+    """CREATE … LIKE (on another server: the source's own CREATE TABLE, under the target's name), then the
+    ALTER; the server's own error if the ALTER fails (and no table left)."""
+    new = qualified(spec.target_database, spec.new_table)
+    where = target or conn
+    if target is None:
+        query(conn, f"CREATE TABLE {new} LIKE {qualified(spec.database, spec.table)}")
+    else:
+        definition = query(conn, f"SHOW CREATE TABLE {qualified(spec.database, spec.table)}")[0][1]
+        query(target, f"CREATE TABLE {new} (" + definition.split("\n", 1)[1])
     try:
-        query(conn, f"ALTER TABLE {new} {spec.alter}")
-        new_pk = primary_key(conn, spec.database, spec.new_table)
+        if spec.alter.strip():
+            query(where, f"ALTER TABLE {new} {spec.alter}")
+        new_pk = primary_key(where, spec.target_database, spec.new_table)
         if [n.lower() for n in new_pk.names] != [n.lower() for n in pk.names]:
             raise PreflightError(f"the ALTER changes the primary key (was {', '.join(pk.names)}); that is not "
                                  "supported: the new table is filled and kept in sync by the original's keys")
@@ -67,11 +79,11 @@ def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, 
                                      f"({describe(before)} -> {describe(after)}): rows are matched and key ranges "
                                      "compared by the key in both tables, so it must compare the same; not supported")
     except pymysql.err.MySQLError as exc:
-        query(conn, f"DROP TABLE IF EXISTS {new}")
+        query(where, f"DROP TABLE IF EXISTS {new}")
         raise PreflightError(f"the ALTER is not valid for {spec.qualified_name}: {exc.args[1]} "
                              f"(server error {exc.args[0]})") from None
     except BaseException:
-        query(conn, f"DROP TABLE IF EXISTS {new}")
+        query(where, f"DROP TABLE IF EXISTS {new}")
         raise
 
 
@@ -159,11 +171,23 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
 
     `on_created` is called once the migration row exists (to start its coordinator heartbeat).
     """
-    pk = preflight(conn, endpoints, spec, info)
+    target = target_connection(endpoints, spec)
+    try:
+        return _run_init(conn, target, endpoints, spec, info, coordinator, on_created)
+    finally:
+        if target is not None:
+            target.close()
+
+
+def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.Connection | None,
+              endpoints: Endpoints, spec: MigrationSpec, info: ServerInfo, coordinator: str,
+              on_created: Callable[[Migration], None]) -> Migration | None:
+    """run_init, with the target server's session when the new table moves to another server."""
+    pk = preflight(conn, endpoints, spec, info, target)
     definition = table_definition(conn, spec.database, spec.table)   # read first: a DDL from here on is caught
     if spec.dry_run:
-        create_new_table(conn, spec, pk)
-        query(conn, f"DROP TABLE {qualified(spec.database, spec.new_table)}")
+        create_new_table(conn, spec, pk, target)
+        query(target or conn, f"DROP TABLE {qualified(spec.target_database, spec.new_table)}")
         return None
     store = StateStore(conn, spec.metadata_schema)
     store.ensure_schema()
@@ -177,7 +201,7 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
     new_table_created = False
     try:
         on_created(migration)
-        create_new_table(conn, spec, pk)
+        create_new_table(conn, spec, pk, target)
         new_table_created = True
         store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
         start_capture(conn, endpoints, spec, info, migration)

@@ -13,17 +13,17 @@ from applier.apply import ApplyStats, apply_worker
 from applier.chunks import ChunkQueue
 from applier.conflicts import ConstraintViolated
 from applier.copy import copy_worker
-from core.table import load_pair
 from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectorState, connect_client
 from cutover.blocker_wait import BlockerClock, BlockerWait
 from cutover.blockers import find_blockers
-from cutover.swap import CoordinatorReplaced, Cutover, CutoverAborted
-from cutover.validate import validate
+from cutover.move import MoveCutover
+from cutover.swap import CoordinatorReplaced, Cutover, CutoverAborted, CutoverResult
+from cutover.validate import Sessions, validate
 from migration.checks import PreflightError, check_blocker_privileges
 from migration.cutover_request import ask_coordinator
 from core.app_latency import LatencyProbe
-from core.context import RunContext
+from core.context import RunContext, spec_pair, target_connection
 from core.db import ServerInfo, connect
 from core.endpoints import Endpoints
 from migration.init_stage import run_init
@@ -31,7 +31,7 @@ from migration.settings import settings_of, with_settings
 from migration.teardown import Metadata, tables_swapped, tear_down
 from migration.lease import CoordinatorLease, live_coordinator, owner_name
 from core.logs import bind_fields, log_event
-from core.spec import MigrationSpec, with_overrides
+from core.spec import TARGET_OPTIONS, MigrationSpec, with_overrides
 from core.state import WORKING_STAGES, Migration, SourceChanged, Stage, StateStore, Status, check_definition
 from migration.transient import MAX_TRANSIENT_FAILURES, is_transient, retrying_transient
 from migration.workers import WorkerGroup
@@ -45,7 +45,7 @@ from streams.topics import TopicNames, group_lag
 log = logging.getLogger("stream_osc.runner")
 
 RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", "cutover", "cutover_window_schedule",
-                     "cutover_timezone")
+                     "cutover_timezone", *TARGET_OPTIONS)
 # kept with the migration too, but a value given to `resume`/`cutover` replaces the stored one (and is kept)
 LOCK_OPTIONS = ("lock_wait_s", "lock_tries", "force_kill_blockers_after_s", "force_kill_max_rows")
 MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coordinator before it stops
@@ -54,6 +54,14 @@ CONNECTOR_SETTLE_S = 5.0           # and how long it must then keep running to c
 CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Connect before the run stops
 WAITING_NOTE_S = 30.0              # a coordinator waiting for its cutover logs so (with the lag) this often
 LAG_SHOW_S = 5.0                   # and reads the lag for the progress display and metrics this often
+
+
+def close_sessions(sessions: list[Sessions]) -> None:
+    """Close validation's snapshot sessions (both servers' of a move)."""
+    for pair in sessions:
+        for session in pair:
+            if session is not None:
+                session.close()
 
 
 def resumed_values(options: dict[str, object], given: frozenset[str]) -> dict[str, object]:
@@ -266,11 +274,16 @@ class Runner:
         return False
 
     def _context(self, migration: Migration) -> RunContext:
-        pair = load_pair(self.conn, self.spec.database, self.spec.table, self.spec.new_table,
-                         self.spec.alter)
+        target = target_connection(self.endpoints, self.spec)
+        try:
+            pair = spec_pair(self.conn, self.spec, target)
+        finally:
+            if target is not None:
+                target.close()
         if not pair.target_columns:
-            raise PreflightError(f"table {self.spec.database}.{self.spec.new_table} of migration {migration.id} is "
-                                 f"missing; run `stream-osc abort --table {self.spec.qualified_name}` and start again")
+            raise PreflightError(f"table {self.spec.target_database}.{self.spec.new_table} of migration {migration.id} "
+                                 f"is missing; run `stream-osc abort --table {self.spec.qualified_name}` and start "
+                                 "again")
         return RunContext(self.endpoints, self.spec, migration, pair, yielding=self.yielding)
 
     def _observe(self, migration: Migration) -> None:
@@ -327,8 +340,9 @@ class Runner:
             self._wait_for_lag(ctx, self.spec.max_lag_events)
             self._enter_stage(ctx.migration.id, Stage.VALIDATE)
             stage = Stage.VALIDATE
-        cutover = Cutover(ctx, self.info.is_mariadb)   # one for the validation snapshot and every attempt: its
-        try:                                           # fence consumer is made once, not after every wait
+        # one for the validation snapshot and every attempt: its fence consumer is made once, not after every wait
+        cutover = (MoveCutover if ctx.pair.remote else Cutover)(ctx, self.info.is_mariadb)
+        try:
             if stage == Stage.VALIDATE:
                 self._hold_while_paused(ctx)
                 self._validate(ctx, cutover)
@@ -427,13 +441,12 @@ class Runner:
             self.progress.say(f"validate: comparing checksums of every PK range {where}")
             repaired = validate(ctx, snapshots)
         finally:
-            for session in snapshots or []:
-                session.close()
+            close_sessions(snapshots or [])
         self._enter_stage(ctx.migration.id, Stage.CUTOVER, validation_diffs=repaired)
         self.metrics.validation(repaired)
         self.progress.say(f"validate: clean ({repaired} differing rows re-copied and re-checked)")
 
-    def _consistent_snapshots(self, ctx: RunContext, cutover: Cutover) -> list[pymysql.connections.Connection] | None:
+    def _consistent_snapshots(self, ctx: RunContext, cutover: Cutover) -> list[Sessions] | None:
         """Sessions sharing one snapshot in which the new table equals the source, or None if that
         moment could not be had within the cutover window (validation then compares live tables).
 
@@ -447,13 +460,13 @@ class Runner:
             self._wait_for_blockers(ctx, "validate")
             self._hold_while_paused(ctx)   # a pause set during the waits above is kept before any lock
             self._stop_appliers()
-            sessions: list[pymysql.connections.Connection] | None = [ctx.db() for _ in range(self.spec.copy_workers)]
+            sessions = [(ctx.db(), ctx.target_db() if ctx.pair.remote else None)
+                        for _ in range(self.spec.copy_workers)]
             try:
                 blocked = cutover.consistent_snapshots(self.spec.cutover_window_s, sessions)
                 self.progress.say(f"validate: consistent snapshot taken; writes waited {blocked:.0f} ms")
             except BaseException as exc:
-                for session in sessions:
-                    session.close()
+                close_sessions(sessions)
                 if not isinstance(exc, CutoverAborted):
                     raise   # the run stops or is retried: no applier to start here
                 self._start_appliers(ctx)
@@ -496,8 +509,7 @@ class Runner:
             if result.swapped:
                 self._enter_stage(ctx.migration.id, Stage.CLEANUP, cutover_blocked_ms=int(result.blocked_ms),
                                   cutover_at=result.locked_at)
-                self.progress.say(f"cutover: swapped {self.spec.qualified_name}; application writes were blocked "
-                                  f"for {result.blocked_ms:.0f} ms ({result.drained_keys} keys drained under lock)")
+                self.progress.say(self._swapped_message(result))
                 return
             if result.blockers:   # no lock was requested: wait for them again, not counted as an attempt
                 self.blocker_clock.saw(result.blockers, time.monotonic())
@@ -510,6 +522,19 @@ class Runner:
         raise MigrationStopped(f"cutover did not fit the {self.spec.cutover_window_s:.1f} s window in "
                                f"{self.spec.cutover_attempts} attempts; the original table is untouched. Retry with "
                                "`stream-osc cutover` at a quieter time or with a larger --cutover-window")
+
+    def _swapped_message(self, result: CutoverResult) -> str:
+        """What the swap did, and on a move to another server the moment the application must switch."""
+        blocked = (f"application writes were blocked for {result.blocked_ms:.0f} ms ({result.drained_keys} keys "
+                   "drained under lock)")
+        if not self.spec.target_server:
+            return f"cutover: swapped {self.spec.qualified_name}; {blocked}"
+        at = datetime.fromtimestamp(result.locked_at, timezone.utc).isoformat(timespec="milliseconds")
+        target = self.endpoints.target(self.spec.target_dsn).where()
+        return (f"cutover: {self.spec.qualified_name} moved; from {at} the target {target} "
+                f"{self.spec.target_database}.{self.spec.new_table} holds every acknowledged write and the source "
+                f"table is renamed to {self.spec.database}.{self.spec.old_table}, so writes to the old address "
+                f"fail; switch the application to the target now; {blocked}")
 
     def _cutover_asked(self, ctx: RunContext) -> bool:
         """True once the swap was asked for: this process is `stream-osc cutover`, or that command asked this
@@ -596,7 +621,11 @@ class Runner:
                   drop_old_table=not self.spec.keep_old, metadata=Metadata.KEEP)
         self._enter_stage(migration.id, Stage.DONE, status=Status.DONE, error=None)
         kept = f"; original kept as {self.spec.database}.{self.spec.old_table}" if self.spec.keep_old else ""
-        self.progress.say(f"done: {self.spec.qualified_name} has the new schema{kept}")
+        if self.spec.target_server:
+            self.progress.say(f"done: {self.spec.qualified_name} lives on the target server as "
+                              f"{self.spec.target_database}.{self.spec.new_table}{kept}")
+        else:
+            self.progress.say(f"done: {self.spec.qualified_name} has the new schema{kept}")
 
     def _discard(self, migration: Migration) -> None:
         """Remove everything the migration made, including its metadata rows."""

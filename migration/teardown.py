@@ -16,6 +16,7 @@ from connectors.rest import connect_client
 from connectors.secrets import remove_connector_secret
 from core import redis_keys
 from core.db import qualified, query, scalar
+from core.context import target_connection
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
@@ -53,7 +54,7 @@ def tear_down(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
                       connector=migration.connector, reason=str(exc))
             removed = False
     if drop_new_table:
-        query(conn, f"DROP TABLE IF EXISTS {qualified(spec.database, spec.new_table)}")
+        drop_target_table(conn, endpoints, spec)
         drop_sentry(conn, spec)
     if drop_old_table:
         query(conn, f"DROP TABLE IF EXISTS {qualified(spec.database, spec.old_table)}")
@@ -79,11 +80,23 @@ def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, s
     redis_keys.clear_migration(redis.Redis.from_url(endpoints.redis_url), migration.id)
 
 
+def drop_target_table(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec) -> None:
+    """Drop the table the copy fills: the helper beside the original, or the table on the target server (whose
+    name init found free there, so the table is the migration's)."""
+    target = target_connection(endpoints, spec)
+    try:
+        query(target or conn, f"DROP TABLE IF EXISTS {qualified(spec.target_database, spec.new_table)}")
+    finally:
+        if target is not None:
+            target.close()
+
+
 def tables_swapped(conn: pymysql.connections.Connection, spec: MigrationSpec) -> bool:
     """True if the swap's RENAME ran, whatever the metadata says (a coordinator can die between the RENAME
-    and recording it): the new table's name is free and the old name holds a real table, not the sentry."""
+    and recording it): the new table's name is free and the old name holds a real table, not the sentry.
+    On a move to another server the RENAME takes the original's name away: the original's name is free."""
     new_exists = scalar(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
-                        (spec.database, spec.new_table))
+                        (spec.database, spec.table if spec.target_server else spec.new_table))
     old_comment = scalar(conn, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
                                "AND TABLE_NAME=%s", (spec.database, spec.old_table))
     return not new_exists and old_comment is not None and old_comment != SENTRY_COMMENT

@@ -15,10 +15,9 @@ import pymysql
 
 from applier.apply import apply_worker
 from applier.copy import copy_worker
-from core.table import load_pair
 from migration.checks import PreflightError
 from core.app_latency import LatencyProbe
-from core.context import RunContext
+from core.context import RunContext, spec_pair, target_connection
 from core.db import connect, qualified
 from core.endpoints import Endpoints
 from core.logs import bind_fields, log_event
@@ -113,7 +112,12 @@ class JoinedWorker:
                    still: Callable[[Migration], bool]) -> None:
         """Run one kind of worker while `still(migration)` holds (or until the threads end by themselves)."""
         spec = spec_of(migration, self.copy_workers, self.apply_workers)
-        pair = load_pair(self.conn, spec.database, spec.table, spec.new_table, spec.alter)
+        target = target_connection(self.endpoints, spec)
+        try:
+            pair = spec_pair(self.conn, spec, target)
+        finally:
+            if target is not None:
+                target.close()
         count = spec.copy_workers if kind == "copy" else spec.apply_workers
         yielding, probe = self._yielding(spec, migration) if kind == "copy" else (never_yielding(count), None)
         ctx = RunContext(self.endpoints, spec, migration, pair, yielding=yielding)

@@ -160,10 +160,10 @@ class Ledger:
                 zlib.crc32(f"{pk}:{pk}:0:{hashlib.md5(str(pk).encode()).hexdigest()}".encode())
         self.filler = (count, checksum)
 
-    def _filler(self, conn: pymysql.connections.Connection) -> tuple[int, int]:
+    def _filler(self, conn: pymysql.connections.Connection, name: str | None = None) -> tuple[int, int]:
         """(count, checksum) of the filler rows (writer 0), every column the ledger wrote."""
         row = query(conn, "SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(':', id, seq, counter, payload))), 0) "
-                          f"FROM {qualified(self.db, self.table)} WHERE writer = 0")[0]
+                          f"FROM {name or qualified(self.db, self.table)} WHERE writer = 0")[0]
         return int(row[0]), int(row[1])
 
     def __exit__(self, *exc: object) -> None:
@@ -188,11 +188,12 @@ class Ledger:
                 raise AssertionError(f"writers stalled: {self.writes} of {target} writes after {timeout:.0f} s")
             time.sleep(0.01)
 
-    def missing(self, conn: pymysql.connections.Connection) -> list[str]:
-        """Every acknowledged write the final table does not show (empty when the promise held)."""
-        name = qualified(self.db, self.table)
+    def missing(self, conn: pymysql.connections.Connection, where: tuple[str, str] | None = None) -> list[str]:
+        """Every acknowledged write the final table (the writers' own, or `where` = (db, table), e.g. on
+        another server) does not show (empty when the promise held)."""
+        name = qualified(*(where or (self.db, self.table)))
         problems: list[str] = []
-        filler = self._filler(conn)
+        filler = self._filler(conn, name)
         if filler != self.filler:
             problems.append(f"filler rows (count, checksum) {filler}, before the migration {self.filler}")
         for w in self.writers:

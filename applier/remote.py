@@ -1,0 +1,118 @@
+"""Rows written to a new table on another server (docs/move.md): no statement can name both tables, so the rows
+travel through the tool, and what one INSERT … SELECT does on one server is done in two sessions.
+
+- Reading: the source's rows are read with their key; a FLOAT column is read widened to DOUBLE, whose text
+  form names the stored value exactly (a FLOAT's own text keeps six digits and would round it).
+- Writing: one target transaction deletes the new table's rows of the batch (a key range, or the change
+  keys) and inserts the rows read, so a batch written twice (a worker killed between the target's commit
+  and its progress) is written once, and a key whose row left the source (or the --where predicate) is gone.
+- A UNIQUE refusal: the target's rows the batch collides with are re-synced from the source in the same
+  transaction (their current rows, or none) and the batch is written again; a collision that stays for
+  ROUNDS rounds is the source's own (ConstraintViolated). A value the new table refuses stops the migration.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pymysql
+
+from applier.conflicts import DUPLICATE, ROUNDS, ConstraintViolated, primary_key_race, refused_by_new_table, \
+    unique_keys, unresolved
+from core.db import query, query_count, quote_ident
+from core.keys import Key
+from core.table import TablePair
+
+Row = tuple   # the key's values, then the copied columns' values in TablePair order
+Reread = Callable[[list[Key]], list[Row]]
+
+_source_columns: dict[TablePair, str] = {}
+
+
+def source_select(conn: pymysql.connections.Connection, pair: TablePair) -> str:
+    """`pk…, col…` for SELECT from the source: FLOAT columns widened to DOUBLE (read exactly)."""
+    if pair not in _source_columns:
+        floats = {r[0].lower() for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
+                                                    "TABLE_SCHEMA=%s AND TABLE_NAME=%s AND DATA_TYPE='float'",
+                                              (pair.database, pair.source))}
+        columns = [f"CAST({quote_ident(c)} AS DOUBLE)" if c.lower() in floats else quote_ident(c)
+                   for c in pair.source_columns]
+        _source_columns[pair] = ", ".join([pair.pk.column_list(), *columns])
+    return _source_columns[pair]
+
+
+def read_rows(conn: pymysql.connections.Connection, pair: TablePair, where: str, params: Sequence,
+              locking: bool = False) -> list[Row]:
+    """The source rows matching `where` (and --where), keys first; `locking` reads them LOCK IN SHARE MODE."""
+    lock = " LOCK IN SHARE MODE" if locking else ""
+    return [tuple(r) for r in query(conn, f"SELECT {source_select(conn, pair)} FROM {pair.source_name} "
+                                          f"WHERE ({where}){pair.source_filter}{lock}", list(params))]
+
+
+def read_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key],
+              locking: bool = False) -> list[Row]:
+    """The source rows of `keys` that exist (and match --where)."""
+    if not keys:
+        return []
+    return read_rows(conn, pair, pair.pk.in_list(len(keys)), pair.pk.flat(keys), locking)
+
+
+def write_rows(target: pymysql.connections.Connection, pair: TablePair, where: str, params: Sequence,
+               rows: list[Row], reread: Reread, during_apply: bool) -> int:
+    """In one target transaction: delete the new table's rows matching `where`, insert `rows`; returns rows
+    deleted. Collisions under a UNIQUE key are re-synced through `reread` (module docstring)."""
+    width = len(pair.pk.names)
+    extra_keys: list[Key] = []
+    extra_rows: list[Row] = []
+    refusal: pymysql.err.MySQLError | None = None
+    for _ in range(ROUNDS):
+        delete_where, delete_params = f"({where})", list(params)
+        if extra_keys:
+            delete_where += f" OR {pair.pk.in_list(len(extra_keys))}"
+            delete_params += pair.pk.flat(extra_keys)
+        batch = rows + extra_rows
+        target.begin()
+        try:
+            deleted = query_count(target, f"DELETE FROM {pair.target_name} WHERE {delete_where}", delete_params)
+            if batch:
+                with target.cursor() as cur:
+                    cur.executemany(f"INSERT INTO {pair.target_name} ({pair.target_column_list}) VALUES "
+                                    f"({', '.join(['%s'] * len(pair.target_columns))})", [r[width:] for r in batch])
+            target.commit()
+            return deleted
+        except pymysql.err.MySQLError as exc:
+            target.rollback()
+            if primary_key_race(exc):
+                continue
+            if not refused_by_new_table(exc):
+                raise
+            refusal = exc
+            if exc.args[0] not in DUPLICATE:
+                raise unresolved(pair, exc, during_apply) from None
+            ours = {r[:width] for r in batch}
+            colliding = [k for k in colliding_keys(target, pair, batch) if k not in ours]
+            if not colliding:
+                raise unresolved(pair, exc, during_apply) from None
+            extra_keys += colliding
+            extra_rows += reread(colliding)
+    assert refusal is not None
+    raise ConstraintViolated(f"{unresolved(pair, refusal, during_apply)}; the rows colliding on the target kept "
+                             f"colliding after being re-read from the source {ROUNDS} times")
+
+
+def colliding_keys(target: pymysql.connections.Connection, pair: TablePair, rows: list[Row]) -> list[Key]:
+    """Keys of the new table's rows that hold a UNIQUE value one of `rows` would write."""
+    width = len(pair.pk.names)
+    position = {c.lower(): i for i, c in enumerate(pair.target_columns)}
+    found: list[Key] = []
+    for key in unique_keys(target, pair.target_database or pair.database, pair.target)[1]:
+        if not all(column.lower() in position for column, _ in key.parts):
+            continue   # a part the server computes (a generated column): the server's error stands
+        values = [tuple(r[width + position[c.lower()]] for c, _ in key.parts) for r in rows]
+        values = [v for v in values if None not in v]
+        if not values:
+            continue
+        one = "(" + ", ".join("%s" if n is None else f"LEFT(%s, {int(n)})" for _, n in key.parts) + ")"
+        found += [tuple(r) for r in query(
+            target, f"SELECT {pair.pk.column_list()} FROM {pair.target_name} WHERE ({', '.join(key.exprs())}) "
+                    f"IN ({', '.join([one] * len(values))})", [v for row in values for v in row])]
+    return list(dict.fromkeys(found))

@@ -1,0 +1,148 @@
+"""The cutover of a table moved to another server (docs/move.md): no RENAME can span two servers.
+
+The source table is locked (writes wait, none fails), the last changes are drained into the target in the
+lock session, the drained rows are compared on both servers, the lease is proven, and the source table is
+renamed away to its old-table name, queued ahead of the waiting writes exactly as the same-server swap's
+RENAME (cutover/README.md): once the lock goes, every waiting and later write to the old name fails loudly
+(table does not exist) instead of landing in a table nobody reads. The moment is recorded; the application
+then switches to the target (docs/move.md lists the patterns).
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+import pymysql
+
+from core.db import qualified, query, scalar
+from core.keys import Key, show_key
+from core.logs import log_event
+from core.state import check_definition
+from cutover.swap import Cutover, CutoverAborted, CutoverResult, _Renamer, drop_sentry, rename_queues_on_original, \
+    SENTRY_COMMENT
+from cutover.validate import row_hasher
+from streams.fence import FenceTimeout
+
+log = logging.getLogger("stream_osc.cutover")
+
+
+class MoveFailed(Exception):
+    """The target does not hold what the source holds under the lock: the source table stays in place."""
+
+    user_facing = True
+
+
+class MoveCutover(Cutover):
+    """Cutover attempts for a new table on another server."""
+
+    def attempt(self, window_s: float, coordinator: str) -> CutoverResult:
+        """One bounded attempt: lock the source, drain into the target, prove the drained rows, rename the source
+        away; the applier group must be stopped (its committed offsets are the start)."""
+        spec, ctx = self.ctx.spec, self.ctx
+        db = spec.database
+        source, old = qualified(db, spec.table), qualified(db, spec.old_table)
+        consumer, reader = self._fence_reader()
+        lock_conn = ctx.db()
+        target = ctx.target_db()
+        renamer: _Renamer | None = None
+        locked_at = 0.0
+        try:
+            self._refuse_if_held(lock_conn)
+            tables = [source, self.fence_table]
+            if self.is_mariadb:
+                if not rename_queues_on_original(spec.table, [spec.old_table]):
+                    raise CutoverAborted(f"{spec.old_table} sorts before {spec.table}: the RENAME would not queue "
+                                         "on the original table")
+                drop_sentry(lock_conn, spec)
+                query(lock_conn, f"CREATE TABLE {old} (sentry INT) COMMENT=%s", (SENTRY_COMMENT,))
+                tables.append(old)
+                renamer = _Renamer(ctx, max(2, int(window_s) + 2), f"RENAME TABLE {source} TO {old}")
+            start = self._catch_up(lock_conn, reader, consumer, target)
+            self._lock(lock_conn, tables, [self.migrations_table])
+            locked_at, locked_wall = time.monotonic(), time.time()
+            deadline = locked_at + window_s
+            check_definition(lock_conn, ctx.migration)
+            try:
+                _, keys = self._drain_keys(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
+                                           max(deadline - time.monotonic(), 0.01), False, target)
+            except FenceTimeout as exc:
+                raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
+            self._prove_rows(lock_conn, target, keys)
+            self._carry_auto_increment_to(lock_conn, target)
+            self._prove_lease(lock_conn, coordinator)
+            if renamer is not None:
+                self._queue_rename(renamer, deadline)
+                query(lock_conn, f"DROP TABLE {old}")
+                query(lock_conn, "UNLOCK TABLES")
+                renamer.join()
+                if renamer.error is not None:
+                    raise CutoverAborted(f"rename failed: {renamer.error}")
+                blocked = (renamer.finished_at - locked_at) * 1000
+            else:
+                if time.monotonic() > deadline:
+                    raise CutoverAborted(f"window of {window_s:.1f} s exceeded")
+                query(lock_conn, f"RENAME TABLE {source} TO {old}")
+                query(lock_conn, "UNLOCK TABLES")
+                blocked = (time.monotonic() - locked_at) * 1000
+            log_event(log, "source renamed away; the target holds the table", blocked_ms=round(blocked, 1),
+                      drained_keys=len(keys), renamed_to=spec.old_table)
+            return CutoverResult(True, blocked, len(keys), locked_at=locked_wall)
+        except CutoverAborted as exc:
+            self._roll_back(lock_conn, renamer)
+            blocked = (time.monotonic() - locked_at) * 1000 if locked_at else 0.0
+            log_event(log, "cutover attempt rolled back", logging.WARNING, reason=str(exc))
+            return CutoverResult(False, blocked, 0, str(exc), blockers=exc.blockers)
+        except BaseException:
+            try:
+                self._roll_back(lock_conn, renamer)
+            except pymysql.err.Error as exc:
+                log_event(log, "cutover roll-back incomplete; the next attempt or abort removes the sentry",
+                          logging.WARNING, reason=str(exc))
+            raise
+        finally:
+            if renamer is not None:
+                renamer.close_unless_started()
+            lock_conn.close()
+            target.close()
+
+    def _prove_rows(self, lock_conn: pymysql.connections.Connection, target: pymysql.connections.Connection,
+                    keys: set[Key]) -> None:
+        """Compare the drained keys' rows on both servers under the lock (each hashed by its own server, as
+        validation hashes them): the writes acknowledged before the lock are all in the target. The rows written
+        earlier were compared by validation and kept by the appliers, which re-read the source by key."""
+        if not keys:
+            return
+        pair = self.ctx.pair
+        hasher = row_hasher(target, pair)
+        ordered = list(keys)
+        where, params = pair.pk.in_list(len(ordered)), pair.pk.flat(ordered)
+        width = len(pair.pk.names)
+        source_rows = {tuple(r[:width]): r[width] for r in query(
+            lock_conn, f"SELECT {pair.pk.column_list()}, {hasher.row_sql(True)} FROM {pair.source_name} "
+                       f"WHERE ({where}){pair.source_filter}", params)}
+        target_rows = {tuple(r[:width]): r[width] for r in query(
+            target, f"SELECT {pair.pk.column_list()}, {hasher.row_sql(False)} FROM {pair.target_name} "
+                    f"WHERE {where}", params)}
+        if source_rows != target_rows:
+            differing = [k for k in source_rows.keys() | target_rows.keys() if source_rows.get(k) != target_rows.get(k)]
+            first = show_key(pair.pk, differing[0])
+            raise MoveFailed(f"{len(differing)} of the {len(keys)} rows drained under the lock differ between "
+                             f"{self.ctx.spec.qualified_name} and the target (first {first}); the source table is "
+                             "left in place")
+        log_event(log, "drained rows equal on both servers", logging.DEBUG, rows=len(keys))
+
+    def _carry_auto_increment_to(self, lock_conn: pymysql.connections.Connection,
+                                 target: pymysql.connections.Connection) -> None:
+        """Give the target table the source's AUTO_INCREMENT counter, read under the lock (ids handed out and
+        deleted since would otherwise be handed out again)."""
+        spec = self.ctx.spec
+        if not self.is_mariadb:
+            query(lock_conn, "SET SESSION information_schema_stats_expiry = 0")
+        source = scalar(lock_conn, "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                                   "AND TABLE_NAME=%s", (spec.database, spec.table))
+        current = scalar(target, "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                                 "AND TABLE_NAME=%s", (spec.target_database, spec.new_table))
+        if source is not None and current is not None and int(current) < int(source):
+            new = qualified(spec.target_database, spec.new_table)
+            query(target, f"ALTER TABLE {new} AUTO_INCREMENT = {int(source)}")

@@ -1,0 +1,153 @@
+"""A table moved to another server (`migrate --target-dsn`): copied and kept in sync there, under writers that
+never pause, through a SIGKILL mid-copy; then the source is renamed away and the target must hold every write
+the application was told committed. With --where, only the rows matching the predicate, as the writers last
+left them, may be there.
+"""
+from __future__ import annotations
+
+import random
+import signal
+import threading
+
+import pymysql
+import pytest
+
+from core.db import connect, qualified, query, scalar
+from tests.integration.helpers import chunk_progress, cli, latest_migration_id, new_migration_row, start_cli, \
+    wait_for
+from tests.integration.ledger import AcknowledgedWriter, Ledger, create_ledger_table
+
+pytestmark = pytest.mark.integration
+
+DB = "osc_move"
+MOVED_DB = "osc_moved"       # the schema on the target server
+OPTIONS = ["--copy-workers", "2", "--apply-workers", "2", "--partitions", "4", "--chunk-size", "5000",
+           "--batch-size", "500", "--target-batch-time", "0", "--cutover-window", "3", "--max-lag", "50"]
+
+
+@pytest.fixture
+def target(endpoints, monkeypatch):
+    """A session on the target server, with its schema made fresh; the CLI finds the server in the environment."""
+    monkeypatch.setenv("STREAM_OSC_TARGET_DSN", endpoints.target_dsn)
+    conn = connect(endpoints.target())
+    query(conn, f"DROP DATABASE IF EXISTS {MOVED_DB}")
+    query(conn, f"CREATE DATABASE {MOVED_DB}")
+    yield conn
+    conn.close()
+
+
+def fresh_start(conn: pymysql.connections.Connection, table: str) -> None:
+    """Whatever an earlier, interrupted run left of a migration of DB.table removed, and its old table."""
+    cli("abort", "--table", f"{DB}.{table}")
+    query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
+    query(conn, f"DROP TABLE IF EXISTS {qualified(DB, table + '_osc_old')}")
+
+
+def table_exists(conn: pymysql.connections.Connection, db: str, table: str) -> bool:
+    return bool(scalar(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+                       (db, table)))
+
+
+def test_a_moved_table_holds_every_acknowledged_write_after_a_kill_mid_copy(endpoints, conn, target, cli_log):
+    table = "Orders"   # upper case: names are compared as the server compares them
+    fresh_start(conn, table)
+    create_ledger_table(conn, DB, table, rows=80_000, writers=4)
+    moved = (MOVED_DB, table)
+    before = latest_migration_id(conn, DB, table)
+    with Ledger(endpoints.mysql, DB, table, writers=4, seed=16) as ledger:
+        proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note VARCHAR(20) NOT NULL "
+                         "DEFAULT 'moved'", "--target-dsn", "--target-table", f"{MOVED_DB}.{table}", *OPTIONS,
+                         log=cli_log)
+        try:
+            migration_id = wait_for(lambda: new_migration_row(conn, DB, table, before), 120, "a migration row").id
+            wait_for(lambda: chunk_progress(conn, migration_id)[0] > 0, 120, "the copy to start")
+            assert chunk_progress(conn, migration_id)[1] < chunk_progress(conn, migration_id)[2], \
+                "the copy ended before the kill: the test no longer kills it mid-copy"
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        ledger.wait_for_writes(200)
+        resumed = cli("resume", "--table", f"{DB}.{table}", "--max-lag", "50", timeout=600)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert "switch the application to the target" in resumed.stdout + resumed.stderr
+        ledger.stop()
+
+    assert ledger.missing(target, moved) == []
+    assert not table_exists(conn, DB, table), "the source table must be renamed away, so late writes fail"
+    assert table_exists(conn, DB, f"{table}_osc_old")
+    with pytest.raises(pymysql.err.ProgrammingError) as late:
+        query(conn, f"INSERT INTO {qualified(DB, table)} (writer, seq) VALUES (9, 1)")
+    assert late.value.args[0] == 1146   # table does not exist: a late writer fails loudly
+    assert scalar(target, f"SELECT COUNT(*) FROM {qualified(*moved)} WHERE note <> 'moved'") == 0
+
+
+class RegionWriter(AcknowledgedWriter):
+    """Moves its own rows between regions and bumps their value; records each row's last acknowledged state."""
+
+    def __init__(self, addr, name_sql: str, writer: int, writers: int, rows: int, seed: int) -> None:
+        super().__init__(addr, name=f"region-writer-{writer}")
+        self.name_sql = name_sql
+        self.rng = random.Random(seed * 100 + writer)
+        self.mine = [i for i in range(1, rows + 1) if i % writers == writer % writers]
+        self.state: dict[int, tuple[str, int] | None] = {}   # id -> (region, value), None once deleted
+        self.next_id = rows + writer
+        self.step = writers
+        self.lock = threading.Lock()
+
+    def write(self, conn: pymysql.connections.Connection) -> None:
+        roll = self.rng.random()
+        region = self.rng.choice(["eu", "us"])
+        if roll < 0.15:
+            self.next_id += self.step * 1000
+            query(conn, f"INSERT INTO {self.name_sql} (id, region, value) VALUES (%s, %s, 0)", (self.next_id, region))
+            self.state[self.next_id] = (region, 0)
+            self.mine.append(self.next_id)
+        elif roll < 0.9:
+            pk = self.rng.choice(self.mine)
+            changed = query(conn, f"SELECT value FROM {self.name_sql} WHERE id = %s", (pk,))
+            if not changed:
+                return
+            value = changed[0][0] + 1
+            query(conn, f"UPDATE {self.name_sql} SET region = %s, value = %s WHERE id = %s", (region, value, pk))
+            self.state[pk] = (region, value)
+        else:
+            pk = self.rng.choice(self.mine)
+            query(conn, f"DELETE FROM {self.name_sql} WHERE id = %s", (pk,))
+            self.state[pk] = None
+
+
+def test_where_keeps_exactly_the_rows_the_writers_left_inside_the_predicate(endpoints, conn, target, cli_log):
+    table = "accounts"
+    rows, writers = 20_000, 3
+    name = qualified(DB, table)
+    fresh_start(conn, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} (id BIGINT PRIMARY KEY, region CHAR(2) NOT NULL, value INT NOT NULL)")
+    query(conn, f"INSERT INTO {name} SELECT seq, IF(seq % 2, 'eu', 'us'), 0 FROM {DB}.seq_1_to_{rows}")
+    initial = {i: ("eu" if i % 2 else "us", 0) for i in range(1, rows + 1)}
+    team = [RegionWriter(endpoints.mysql, name, w, writers, rows, seed=5) for w in range(writers)]
+    for writer in team:
+        writer.start()
+    try:
+        result = cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD INDEX by_region (region)",
+                     "--target-dsn", "--target-table", f"{MOVED_DB}.{table}", "--where", "region = 'eu'", *OPTIONS,
+                     timeout=600)
+        assert result.returncode == 0, result.stdout + result.stderr
+    finally:
+        for writer in team:
+            writer.stop_event.set()
+        for writer in team:
+            writer.join()
+    expected = dict(initial)
+    for writer in team:
+        expected.update(writer.state)
+    wanted = {pk: state for pk, state in expected.items() if state is not None and state[0] == "eu"}
+    found = {pk: (region, value) for pk, region, value in
+             query(target, f"SELECT id, region, value FROM {qualified(MOVED_DB, table)}")}
+    moved_out = sum(1 for w in team for pk, s in w.state.items() if s is not None and s[0] == "us" and pk % 2)
+    assert moved_out > 0 and sum(len(w.state) for w in team) > 500, "the writers moved too few rows to tell"
+    assert found == wanted, (f"{len(found.keys() - wanted.keys())} rows on the target that the predicate excludes, "
+                             f"{len(wanted.keys() - found.keys())} missing, "
+                             f"{sum(1 for k in found.keys() & wanted.keys() if found[k] != wanted[k])} stale")
