@@ -97,12 +97,12 @@ def test_stale_copied_row_colliding_under_a_new_unique_key_is_not_a_duplicate(en
     stale_copy_seen: list[tuple] = []
     original = copy_module.copy_batch
 
-    def copy_after_the_move(c, ctx, chunk_no, lo, hi, last):
+    def copy_after_the_move(c, ctx, chunk_no, lo, hi, last, target=None):
         if (lo is None or lo[0] <= 30) and (hi is None or 30 < hi[0]) and not stale_copy_seen:
             stale_copy_seen.extend(tuple(r) for r in query(c, f"SELECT id, u FROM {DB}.stale_osc_new WHERE id = 5"))
             query(app, f"UPDATE {DB}.stale SET u = 'moved' WHERE id = 5")
             query(app, f"UPDATE {DB}.stale SET u = 'u-5' WHERE id = 30")
-        return original(c, ctx, chunk_no, lo, hi, last)
+        return original(c, ctx, chunk_no, lo, hi, last, target)
 
     monkeypatch.setattr(copy_module, "copy_batch", copy_after_the_move)
     spec = MigrationSpec(database=DB, table="stale", alter="ADD UNIQUE KEY uk (u)", copy_workers=1, apply_workers=1,
