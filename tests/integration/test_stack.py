@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from core.db import connect, query, scalar
-from core.endpoints import parse_mysql_dsn
+from core.endpoints import MySQLAddress, parse_mysql_dsn
 from stack import services
 from stack.config import PORT_ENV, StackConfig
 from stack.process import free_ports, running_pid, start_time
@@ -60,10 +60,10 @@ def exported(result: subprocess.CompletedProcess) -> dict[str, str]:
     return parsed
 
 
-def answers_as_osc_target(dsn: str) -> None:
-    """The target server answers at `dsn` as its own account, without the source's binlog, and lets it make,
+def answers_as_osc_target(address: MySQLAddress) -> None:
+    """The target server answers at `address` as its own account, without the source's binlog, and lets it make,
     lock and drop a table."""
-    conn = connect(parse_mysql_dsn(dsn, "STREAM_OSC_TARGET_DSN"))
+    conn = connect(address)
     try:
         assert scalar(conn, "SELECT CURRENT_USER()") == "osc_target@%"
         assert scalar(conn, "SELECT @@log_bin") == 0
@@ -125,15 +125,13 @@ def test_up_with_the_target_server_again_is_a_noop(stack_config):
 def test_target_server_answers_as_osc_target_at_the_printed_dsn(stack_config, endpoints):
     """The session's target server (migrations to another server) is the DSN `stack env` prints and the tests'
     endpoints carry."""
-    if stack_config is None:
-        if not endpoints.target_dsn:
-            pytest.skip("STREAM_OSC_* endpoints without STREAM_OSC_TARGET_DSN")
-        answers_as_osc_target(endpoints.target_dsn)
-        return
-    dsn = exported(cli("stack", "env"))["STREAM_OSC_TARGET_DSN"]
-    assert parse_mysql_dsn(dsn).port == stack_config.target_mysql_port
-    assert endpoints.target_dsn == dsn
-    answers_as_osc_target(dsn)
+    if stack_config is None and not endpoints.target_dsn:
+        pytest.skip("STREAM_OSC_* endpoints without STREAM_OSC_TARGET_DSN")
+    if stack_config is not None:
+        dsn = exported(cli("stack", "env"))["STREAM_OSC_TARGET_DSN"]
+        assert parse_mysql_dsn(dsn).port == stack_config.target_mysql_port
+        assert endpoints.target_dsn == dsn
+    answers_as_osc_target(endpoints.target())
 
 
 def test_env_is_parseable_and_matches_the_config(stack_config):
@@ -227,7 +225,7 @@ def test_target_server_starts_only_when_asked_and_goes_down_with_the_rest(side):
     assert status[:2] == [["mariadb", "running"], [TARGET, "running"]]
     dsn = exported(cli("stack", "env", env=env))["STREAM_OSC_TARGET_DSN"]
     assert dsn == f"mysql://osc_target:osc-target-local@127.0.0.1:{env['STREAM_OSC_STACK_TARGET_MYSQL_PORT']}/"
-    answers_as_osc_target(dsn)
+    answers_as_osc_target(parse_mysql_dsn(dsn))
 
     down = cli("stack", "down", env=env)
     assert down.returncode == 0, down.stderr
@@ -250,6 +248,19 @@ def test_port_in_use_gives_one_clear_line(tmp_path):
     assert result.stderr == f"stream-osc: error: port {port} (kafka) is already in use by another process\n"
     assert result.returncode == 2
     assert not list((tmp_path / "run").glob("*.pid"))  # nothing was started
+
+
+def test_target_port_in_use_gives_one_clear_line_and_starts_nothing(tmp_path):
+    env = side_env(tmp_path / "run")
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        env["STREAM_OSC_STACK_TARGET_MYSQL_PORT"] = str(port)
+        result = cli("stack", "up", "--target-server", env=env)
+    assert result.stderr == f"stream-osc: error: port {port} ({TARGET}) is already in use by another process\n"
+    assert result.returncode == 2
+    assert not list((tmp_path / "run").glob("*.pid"))  # nothing was started, not even the usual four
 
 
 def test_missing_java_says_how_to_install_it(tmp_path):
