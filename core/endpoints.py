@@ -1,10 +1,11 @@
-"""Endpoints of the services a migration talks to: MySQL/MariaDB, Kafka, Kafka Connect, Redis."""
+"""Endpoints of the services a migration talks to: MySQL/MariaDB, Kafka, Kafka Connect, Redis, and the target server
+of a migration to another server."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping
@@ -12,6 +13,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from core.config_file import ConfigError, config_section
 from core.kafka_properties import describe, read_kafka_properties
+from core.secrets_manager import secret_string
 
 ENV_KEYS = {
     "mysql_dsn": "STREAM_OSC_MYSQL_DSN",
@@ -47,9 +49,16 @@ CONNECT_AUTH_KEYS = {
     "connect_password_file": "STREAM_OSC_CONNECT_PASSWORD_FILE",
     "connect_ca": "STREAM_OSC_CONNECT_CA",
 }
-TARGET_KEYS = {"target_dsn": "STREAM_OSC_TARGET_DSN"}
-OPTIONAL_KEYS = {**TARGET_KEYS, **CONNECTOR_SECRET_KEYS, **KAFKA_CLIENT_KEYS, **CONNECTOR_DATABASE_KEYS,
-                 **CONNECT_AUTH_KEYS}
+# The target server of a migration to another server and where its login comes from (`Endpoints.target`,
+# docs/secrets.md): a whole DSN, a password for a DSN given without one, an AWS Secrets Manager secret.
+TARGET_KEYS = {
+    "target_dsn": "STREAM_OSC_TARGET_DSN",
+    "target_password": "STREAM_OSC_TARGET_PASSWORD",
+    "target_secret_id": "STREAM_OSC_TARGET_SECRET_ID",
+    "target_secret_region": "STREAM_OSC_TARGET_SECRET_REGION",
+}
+OPTIONAL_KEYS = {**CONNECTOR_SECRET_KEYS, **KAFKA_CLIENT_KEYS, **CONNECTOR_DATABASE_KEYS, **CONNECT_AUTH_KEYS,
+                 **TARGET_KEYS}
 
 # ${provider:path:key} or ${provider:key}, as Kafka's ConfigTransformer reads it
 PROVIDER_REFERENCE = re.compile(r"\$\{[A-Za-z0-9_.-]+:[^}]+\}")
@@ -87,15 +96,31 @@ class MySQLAddress:
 OPTIONS_START = re.compile(r"\?(?:" + "|".join(map(re.escape, DSN_OPTIONS)) + ")=")
 
 
-def refuse_password_on_command_line(dsn: str) -> None:
-    """ConfigError when a DSN given on the command line holds a password (`ps` shows it to every user)."""
-    if dsn and parse_mysql_dsn(dsn).password:
-        raise ConfigError("--target-dsn holds a password: `ps` shows command lines to every user of the machine; "
-                          "put the whole DSN in STREAM_OSC_TARGET_DSN instead")
+@dataclass(frozen=True)
+class DsnParts:
+    """What a DSN names, before defaults: a user, password or port it leaves out is None (the target server's
+    login may come from elsewhere, `Endpoints.target`)."""
+
+    host: str
+    port: int | None
+    user: str | None
+    password: str | None
+    tls: Mapping[str, str]
+
+    def __repr__(self) -> str:  # never show the password
+        return f"DsnParts({self.user}@{self.host}:{self.port})"
 
 
-def parse_mysql_dsn(dsn: str) -> MySQLAddress:
-    """Parse a mysql:// URL; raise ConfigError without echoing the password (nor anything before the '@').
+def parse_mysql_dsn(dsn: str, name: str = "STREAM_OSC_MYSQL_DSN") -> MySQLAddress:
+    """Parse a mysql:// URL (user root and port 3306 unless named); errors name `name` and never echo the
+    password (nor anything before the '@')."""
+    parts = dsn_parts(dsn, name)
+    return MySQLAddress(host=parts.host, port=parts.port or 3306, user=parts.user or "root",
+                        password=parts.password or "", **parts.tls)
+
+
+def dsn_parts(dsn: str, name: str = "STREAM_OSC_MYSQL_DSN") -> DsnParts:
+    """Split a mysql:// URL into what it names; raise ConfigError (naming `name`) without echoing the password.
 
     The credentials are everything between '//' and the last '@' before the options (`?ssl-…=`), so a
     password may hold '?', '/', '#' or '@' as they are, and an option's file path may hold '@';
@@ -103,7 +128,7 @@ def parse_mysql_dsn(dsn: str) -> MySQLAddress:
     """
     scheme, sep, rest = dsn.partition("://")
     if not sep or scheme.lower() not in ("mysql", "mariadb"):
-        raise ConfigError(f"STREAM_OSC_MYSQL_DSN must look like {DSN_SHAPE} (scheme mysql:// or mariadb://)")
+        raise ConfigError(f"{name} must look like {DSN_SHAPE} (scheme mysql:// or mariadb://)")
     options = OPTIONS_START.search(rest)
     before_options = rest[:options.start()] if options else rest
     credentials, at, location = before_options.rpartition("@")
@@ -114,33 +139,33 @@ def parse_mysql_dsn(dsn: str) -> MySQLAddress:
         host, port_text = hostport, ""
     host = host.strip("[]")
     if not host:
-        raise ConfigError(f"STREAM_OSC_MYSQL_DSN has no host; it must look like {DSN_SHAPE}")
+        raise ConfigError(f"{name} has no host; it must look like {DSN_SHAPE}")
     if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
-        raise ConfigError(f"STREAM_OSC_MYSQL_DSN: the port is not a number from 1 to 65535; it must look like "
+        raise ConfigError(f"{name}: the port is not a number from 1 to 65535; it must look like "
                           f"{DSN_SHAPE} (nothing of the DSN is shown: a misplaced part may be the password)")
     user, _, password = credentials.partition(":") if at else ("", "", "")
-    return MySQLAddress(host=host, port=int(port_text or 3306), user=unquote(user or "root"),
-                        password=unquote(password), **tls_options(location))
+    return DsnParts(host=host, port=int(port_text) if port_text else None, user=unquote(user) or None,
+                    password=unquote(password) or None, tls=tls_options(location, name))
 
 
-def tls_options(location: str) -> dict[str, str]:
+def tls_options(location: str, name: str = "STREAM_OSC_MYSQL_DSN") -> dict[str, str]:
     """The TLS options of the DSN's query (after the '@', so never part of the password)."""
     _, question, query_text = location.partition("?")
     given = {key: values[-1] for key, values in parse_qs(query_text.partition("#")[0], keep_blank_values=True).items()}
     unknown = sorted(set(given) - set(DSN_OPTIONS))
     if unknown:
-        raise ConfigError(f"STREAM_OSC_MYSQL_DSN: unknown option {', '.join(unknown)}; known: {', '.join(DSN_OPTIONS)}")
+        raise ConfigError(f"{name}: unknown option {', '.join(unknown)}; known: {', '.join(DSN_OPTIONS)}")
     mode = given.get("ssl-mode") or ("verify-identity" if given.get("ssl-ca") else "preferred")
     if mode not in SSL_MODES:
-        raise ConfigError(f"STREAM_OSC_MYSQL_DSN: ssl-mode must be one of {', '.join(SSL_MODES)}")
+        raise ConfigError(f"{name}: ssl-mode must be one of {', '.join(SSL_MODES)}")
     if bool(given.get("ssl-cert")) != bool(given.get("ssl-key")):
-        raise ConfigError("STREAM_OSC_MYSQL_DSN: ssl-cert and ssl-key go together")
+        raise ConfigError(f"{name}: ssl-cert and ssl-key go together")
     if mode in ("disabled", "preferred") and any(given.get(k) for k in ("ssl-ca", "ssl-cert", "ssl-key")):
-        raise ConfigError(f"STREAM_OSC_MYSQL_DSN: ssl-mode={mode} with TLS files given (they need required, "
+        raise ConfigError(f"{name}: ssl-mode={mode} with TLS files given (they need required, "
                           "verify-ca or verify-identity)")
     for key in ("ssl-ca", "ssl-cert", "ssl-key"):
         if given.get(key) and not os.access(given[key], os.R_OK):
-            raise ConfigError(f"STREAM_OSC_MYSQL_DSN: {key} {given[key]} is not a readable file")
+            raise ConfigError(f"{name}: {key} {given[key]} is not a readable file")
     return {"ssl_mode": mode, "ssl_ca": given.get("ssl-ca", ""), "ssl_cert": given.get("ssl-cert", ""),
             "ssl_key": given.get("ssl-key", "")}
 
@@ -194,16 +219,10 @@ class Endpoints:
     connect_password: str = ""
     connect_password_file: str = ""   # a file whose first line is the password
     connect_ca: str = ""              # CA (PEM) of an https:// Connect URL
-    target_dsn: str = ""              # the server a migration moves a table to (--target-dsn)
-
-    def target(self, dsn: str = "") -> MySQLAddress:
-        """The target server: `dsn` (from --target-dsn, no password) or target_dsn."""
-        if not (dsn or self.target_dsn):
-            raise ConfigError("no target server: give --target-dsn or set STREAM_OSC_TARGET_DSN")
-        given = parse_mysql_dsn(dsn or self.target_dsn)
-        if dsn and self.target_dsn:
-            return dataclasses.replace(given, password=parse_mysql_dsn(self.target_dsn).password)
-        return given
+    target_dsn: str = ""              # the target server of a migration to another server (may hold its password)
+    target_password: str = ""         # its password, for a DSN that has none (--target-dsn never has one)
+    target_secret_id: str = ""        # an AWS Secrets Manager secret (id or ARN) holding its login
+    target_secret_region: str = ""    # the secret's region (else boto3's own resolution)
 
     @property
     def mysql(self) -> MySQLAddress:
@@ -236,9 +255,49 @@ class Endpoints:
         properties = read_kafka_properties(self.kafka_properties) if self.kafka_properties else {}
         return KafkaAddress(self.kafka_bootstrap, tuple(sorted(properties.items())))
 
+    def target(self, dsn: str = "") -> MySQLAddress:
+        """The target server of a migration to another server.
+
+        `dsn` is what the user gave `migrate --target-dsn` (refused if it holds a password); when empty,
+        `target_dsn` is used. Its host and port come from that DSN, else from the secret (host and port
+        together). The password comes from `target_dsn` itself, else `target_password`, else the secret;
+        the user from the DSN, else the secret, else root. The secret is read only when the DSN and
+        `target_password` leave something open.
+        """
+        if dsn:
+            refuse_password_on_command_line(dsn)
+        given, name = (dsn, "--target-dsn") if dsn else (self.target_dsn, "STREAM_OSC_TARGET_DSN (target_dsn)")
+        if not given and not self.target_secret_id:
+            raise ConfigError("no target server: give --target-dsn mysql://user@host:port/, or set "
+                              "STREAM_OSC_TARGET_DSN or STREAM_OSC_TARGET_SECRET_ID (docs/secrets.md)")
+        parts = dsn_parts(given, name) if given else DsnParts("", None, None, None, tls_options(""))
+        password = parts.password or self.target_password
+        secret = None
+        if self.target_secret_id and not (password and parts.user and parts.host):
+            secret = secret_login(secret_string(self.target_secret_id, self.target_secret_region),
+                                  self.target_secret_id)
+        if not parts.host and not (secret and secret.host):
+            raise ConfigError(f"the target server has no host: the Secrets Manager secret {self.target_secret_id} "
+                              "names none; give --target-dsn mysql://user@host:port/ or STREAM_OSC_TARGET_DSN")
+        address = parts if parts.host else secret
+        user = parts.user or (secret.user if secret else None) or "root"
+        password = password or (secret.password if secret else None)
+        if not password:
+            raise ConfigError(f"no password for the target server {user}@{address.host}:{address.port or 3306}: "
+                              "set STREAM_OSC_TARGET_PASSWORD, STREAM_OSC_TARGET_SECRET_ID (a Secrets Manager "
+                              "secret), or the whole DSN in STREAM_OSC_TARGET_DSN")
+        return MySQLAddress(host=address.host, port=address.port or 3306, user=user, password=password,
+                            **address.tls)
+
     def __repr__(self) -> str:
+        target = ""
+        if self.target_dsn:
+            parts = dsn_parts(self.target_dsn, "STREAM_OSC_TARGET_DSN (target_dsn)")
+            target = f", target={parts.host}:{parts.port or 3306}"
+        elif self.target_secret_id:
+            target = f", target=secret {self.target_secret_id}"
         return (f"Endpoints(mysql={self.mysql.where()}, kafka={self.kafka_bootstrap}, "
-                f"connect={self.connect_url}, redis={redis_where(self.redis_url)})")
+                f"connect={self.connect_url}, redis={redis_where(self.redis_url)}{target})")
 
     @classmethod
     def load(cls, config_file: str | Path | None = None, environ: Mapping[str, str] | None = None,
@@ -267,11 +326,41 @@ class Endpoints:
             raise ConfigError(f"no address for: {', '.join(missing)}")
         endpoints = cls(**values)
         parse_mysql_dsn(endpoints.mysql_dsn)  # a malformed DSN is refused here, not at first use
+        if endpoints.target_dsn:
+            dsn_parts(endpoints.target_dsn, "STREAM_OSC_TARGET_DSN (target_dsn)")
         _ = endpoints.kafka  # so is an unreadable Kafka properties file
         check_connector_database(endpoints)
         check_connect_access(endpoints)
         check_connector_secret_settings(endpoints)
         return endpoints
+
+
+def refuse_password_on_command_line(dsn: str) -> None:
+    """ConfigError when a `--target-dsn` value holds a password (never repeating it)."""
+    if dsn_parts(dsn, "--target-dsn").password:
+        raise ConfigError("--target-dsn holds a password: `ps` shows command lines to every user of the machine; "
+                          "put the password in STREAM_OSC_TARGET_PASSWORD, a Secrets Manager secret "
+                          "(STREAM_OSC_TARGET_SECRET_ID), or the whole DSN in STREAM_OSC_TARGET_DSN")
+
+
+def secret_login(text: str, secret_id: str) -> DsnParts:
+    """What a secret holds: JSON as RDS keeps its managed secrets (`username`, `password`, optional `host`, `port`,
+    `dbname`) or a mysql:// DSN. Errors name the secret, never its content."""
+    name = f"the Secrets Manager secret {secret_id} (STREAM_OSC_TARGET_SECRET_ID)"
+    if not text.lstrip().startswith("{"):
+        return dsn_parts(text.strip(), name)
+    try:
+        login = json.loads(text)
+    except ValueError:
+        raise ConfigError(f"{name} is neither valid JSON nor a DSN like {DSN_SHAPE}") from None
+    if not isinstance(login, dict):
+        raise ConfigError(f"{name} must be a JSON object (username, password, host, port)")
+    port = str(login.get("port") or "")
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ConfigError(f"{name}: port is not a number from 1 to 65535")
+    return DsnParts(host=str(login.get("host") or ""), port=int(port) if port else None,
+                    user=str(login.get("username") or "") or None, password=str(login.get("password") or "") or None,
+                    tls=tls_options(""))
 
 
 def check_connect_access(endpoints: Endpoints) -> None:

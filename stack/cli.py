@@ -19,13 +19,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="fetch again even if up to date")
     p.set_defaults(func=cmd_install)
 
-    service_help = f"services to act on (default: all of {', '.join(services.NAMES)})"
+    service_help = (f"services to act on (default: all of {', '.join(s.name for s in services.SERVICES)}; "
+                    f"known: {', '.join(services.NAMES)})")
     p = sub.add_parser("up", help="start what is not running and wait until every service answers")
     p.add_argument("services", nargs="*", metavar="SERVICE", help=service_help)
+    p.add_argument("--target-server", action="store_true",
+                   help=f"also start a second MariaDB server ({services.TARGET.name}, user osc_target): the target of "
+                        "migrations to another server (`stack env` then prints STREAM_OSC_TARGET_DSN)")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("down", help="stop the services (reverse order), leaving no process behind")
-    p.add_argument("services", nargs="*", metavar="SERVICE", help=service_help)
+    p.add_argument("services", nargs="*", metavar="SERVICE",
+                   help=f"services to stop (default: every one that runs, of {', '.join(services.NAMES)})")
     p.set_defaults(func=cmd_down)
 
     p = sub.add_parser("status", help="one line per service: pid, ports, memory, or stopped")
@@ -51,7 +56,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         else:
             print(f"{result.name:<8} running   pid {result.pid:<7} (already up)", flush=True)
 
-    services.up(config, args.services or None, on_ready=report)
+    services.up(config, args.services or None, on_ready=report, target_server=args.target_server)
     print(f"stack up in {time.monotonic() - started:.1f} s; run dir {config.run_dir}")
     return 0
 
@@ -60,6 +65,8 @@ def cmd_down(args: argparse.Namespace) -> int:
     config = StackConfig()
 
     def report(name: str, pid: int | None) -> None:
+        if pid is None and name == services.TARGET.name and not args.services:
+            return   # only started on request: its absence is not news
         print(f"{name:<8} {'stopped   pid ' + str(pid) if pid else 'was not running'}", flush=True)
 
     services.stop_all(config, args.services or None, on_stopped=report)

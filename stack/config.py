@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.endpoints import Endpoints
+from stack.process import running_pid
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,7 +25,11 @@ PORT_ENV: dict[str, str] = {
     "kafka_sasl_port": "STREAM_OSC_STACK_KAFKA_SASL_PORT",
     "kafka_relay_port": "STREAM_OSC_STACK_KAFKA_RELAY_PORT",
     "kafka_relay_advertised_port": "STREAM_OSC_STACK_KAFKA_RELAY_ADVERTISED_PORT",
+    "target_mysql_port": "STREAM_OSC_STACK_TARGET_MYSQL_PORT",
 }
+
+# The second MariaDB server (`stack up --target-server`): the target of migrations to another server
+TARGET_MYSQL = "mariadb-target"
 
 
 def _port(name: str, default: int) -> int:
@@ -46,9 +51,12 @@ class StackConfig:
     # learns that port from metadata, so whatever listens on it (a TCP relay) carries all its traffic.
     kafka_relay_port: int = field(default_factory=lambda: _port("KAFKA_RELAY", 19096))
     kafka_relay_advertised_port: int = field(default_factory=lambda: _port("KAFKA_RELAY_ADVERTISED", 19097))
+    target_mysql_port: int = field(default_factory=lambda: _port("TARGET_MYSQL", 13307))
     host: str = "127.0.0.1"
     mysql_user: str = "osc"
     mysql_password: str = "osc-local"
+    target_mysql_user: str = "osc_target"        # another account than the source's, with only what the tool needs
+    target_mysql_password: str = "osc-target-local"
     kafka_sasl_user: str = "osc-client"          # the one login of the SASL listener (a local test secret)
     kafka_sasl_password: str = "osc-sasl-local"
     java_heap: str = "1g"
@@ -107,10 +115,19 @@ class StackConfig:
         return loaded
 
     def env(self) -> dict[str, str]:
-        """The endpoint variables every stream-osc command reads, for this stack."""
-        return {
+        """The endpoint variables every stream-osc command reads, for this stack.
+
+        STREAM_OSC_TARGET_DSN only while the target server runs (its PID file names a live process): a
+        migration to another server then finds it, and otherwise fails with "no target server" rather
+        than with a connection refused by a port nobody listens on.
+        """
+        env = {
             "STREAM_OSC_MYSQL_DSN": f"mysql://{self.mysql_user}:{self.mysql_password}@{self.host}:{self.mysql_port}/",
             "STREAM_OSC_KAFKA_BOOTSTRAP": f"{self.host}:{self.kafka_port}",
             "STREAM_OSC_CONNECT_URL": f"http://{self.host}:{self.connect_port}",
             "STREAM_OSC_REDIS_URL": f"redis://{self.host}:{self.redis_port}/0",
         }
+        if running_pid(self.pid_file(TARGET_MYSQL)):
+            env["STREAM_OSC_TARGET_DSN"] = (f"mysql://{self.target_mysql_user}:{self.target_mysql_password}"
+                                            f"@{self.host}:{self.target_mysql_port}/")
+        return env

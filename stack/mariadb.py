@@ -1,59 +1,92 @@
-"""MariaDB of the embedded stack: own datadir, config file, socket and port; binlog set up for Debezium."""
+"""MariaDB servers of the embedded stack, each with its own datadir, config file, socket, port and account: the
+source (binlog set up for Debezium) and, on request, the target of migrations to another server."""
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pymysql
 
 from stack import tls
 from stack.base import Service, require_binary
-from stack.config import StackConfig
+from stack.config import TARGET_MYSQL, StackConfig
 from stack.process import StackError, tail
 
 NAME = "mariadb"
 
+# What the target server's account may do: make, fill, lock and swap the new table, see who holds it
+# (PROCESS), and no more, so that a privilege the tool forgets there shows up in the tests.
+TARGET_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "ALTER", "DROP", "INDEX", "TRIGGER",
+                     "CREATE TEMPORARY TABLES", "LOCK TABLES", "PROCESS")
 
-def home(config: StackConfig) -> Path:
+
+@dataclass(frozen=True)
+class Server:
+    """One MariaDB server of the stack: the source (binlog for Debezium) or the target of migrations to another
+    server (no binlog, another account)."""
+
+    name: str        # the service, its folder under the run dir and its socket
+    login: Callable[[StackConfig], tuple[int, str, str]]   # port, user, password
+    privileges: str  # what the user is granted ON *.*
+    binlog: bool
+    server_id: int
+    buffer_pool: str
+
+
+SOURCE = Server(NAME, lambda c: (c.mysql_port, c.mysql_user, c.mysql_password),
+                "ALL PRIVILEGES ON *.* TO {user} WITH GRANT OPTION", binlog=True, server_id=1, buffer_pool="1G")
+TARGET = Server(TARGET_MYSQL, lambda c: (c.target_mysql_port, c.target_mysql_user, c.target_mysql_password),
+                f"{', '.join(TARGET_PRIVILEGES)} ON *.* TO {{user}}", binlog=False, server_id=2, buffer_pool="256M")
+
+
+def home(config: StackConfig, server: Server = SOURCE) -> Path:
     """Folder of the config file, data directory and socket."""
-    return config.run_dir / NAME
+    return config.run_dir / server.name
 
 
-def data_dir(config: StackConfig) -> Path:
-    return home(config) / "data"
+def data_dir(config: StackConfig, server: Server = SOURCE) -> Path:
+    return home(config, server) / "data"
 
 
-def socket_path(config: StackConfig) -> Path:
-    return config.run_dir / "mariadb.sock"
+def socket_path(config: StackConfig, server: Server = SOURCE) -> Path:
+    return config.run_dir / f"{server.name}.sock"
 
 
-def config_file(config: StackConfig) -> Path:
-    return home(config) / "my.cnf"
+def config_file(config: StackConfig, server: Server = SOURCE) -> Path:
+    return home(config, server) / "my.cnf"
 
 
-def render_config(config: StackConfig) -> str:
-    """The server's option file: ROW binlog with full images, GTIDs, settings the copy needs."""
+BINLOG = """\
+log_bin = binlog
+binlog_format = ROW
+binlog_row_image = FULL
+log_slave_updates = ON
+binlog_expire_logs_seconds = 604800
+"""
+
+
+def render_config(config: StackConfig, server: Server = SOURCE) -> str:
+    """The server's option file: ROW binlog with full images and GTIDs (the source), settings the copy needs."""
+    port = server.login(config)[0]
     return f"""\
 # written by stream-osc (stack/mariadb.py); rewritten on every start
 [mysqld]
 user = root
-datadir = {data_dir(config)}
-socket = {socket_path(config)}
-pid-file = {home(config) / 'mariadbd.pid'}
-port = {config.mysql_port}
+datadir = {data_dir(config, server)}
+socket = {socket_path(config, server)}
+pid-file = {home(config, server) / 'mariadbd.pid'}
+port = {port}
 bind-address = {config.host}
 skip-name-resolve
-log_bin = binlog
-binlog_format = ROW
-binlog_row_image = FULL
-server_id = 1
-log_slave_updates = ON
-binlog_expire_logs_seconds = 604800
-innodb_autoinc_lock_mode = 2
+server_id = {server.server_id}
+{BINLOG if server.binlog else ""}innodb_autoinc_lock_mode = 2
 # information_schema.METADATA_LOCK_INFO: the cutover sees exactly who holds a table before locking it
 plugin_load_add = metadata_lock_info
-innodb_buffer_pool_size = 1G
+innodb_buffer_pool_size = {server.buffer_pool}
 max_connections = 500
 # TLS offered to clients that ask for it (users created REQUIRE SSL must): a locally made certificate
 ssl_ca = {tls.ca_file(config)}
@@ -61,8 +94,8 @@ ssl_cert = {tls.server_files(config)[0]}
 ssl_key = {tls.server_files(config)[1]}
 
 [client]
-socket = {socket_path(config)}
-port = {config.mysql_port}
+socket = {socket_path(config, server)}
+port = {port}
 """
 
 
@@ -70,56 +103,59 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def render_bootstrap_sql(config: StackConfig) -> str:
+def render_bootstrap_sql(config: StackConfig, server: Server = SOURCE) -> str:
     """Users created once, when the data directory is initialised."""
-    user, password = _sql_string(config.mysql_user), _sql_string(config.mysql_password)
+    _, user, password = server.login(config)
+    user, password = _sql_string(user), _sql_string(password)
     lines = ["FLUSH PRIVILEGES;"]  # bootstrap runs without grant tables; this loads them
     for host in ("'%'", "'localhost'"):
         lines.append(f"CREATE USER IF NOT EXISTS {user}@{host} IDENTIFIED BY {password};")
-        lines.append(f"GRANT ALL PRIVILEGES ON *.* TO {user}@{host} WITH GRANT OPTION;")
+        lines.append(f"GRANT {server.privileges.format(user=f'{user}@{host}')};")
     return "\n".join(lines) + "\n"
 
 
-def preflight(config: StackConfig) -> None:
+def preflight(config: StackConfig, server: Server = SOURCE) -> None:
     require_binary("mariadbd", "mariadb-server")
     require_binary("openssl", "openssl")
-    if not data_dir(config).is_dir():
+    if not data_dir(config, server).is_dir():
         require_binary("mariadb-install-db", "mariadb-server")
 
 
-def prepare(config: StackConfig) -> None:
-    """Write the option file; initialise the data directory (and the `osc` users) on first start."""
-    home(config).mkdir(parents=True, exist_ok=True)
+def prepare(config: StackConfig, server: Server = SOURCE) -> None:
+    """Write the option file; initialise the data directory (and the server's users) on first start."""
+    home(config, server).mkdir(parents=True, exist_ok=True)
     tls.ensure_certificates(config)
-    config_file(config).write_text(render_config(config))
-    if data_dir(config).is_dir():
+    config_file(config, server).write_text(render_config(config, server))
+    if data_dir(config, server).is_dir():
         return
-    staging = home(config) / "data.init"
+    staging = home(config, server) / "data.init"
     shutil.rmtree(staging, ignore_errors=True)
-    bootstrap = home(config) / "bootstrap.sql"
-    bootstrap.write_text(render_bootstrap_sql(config))
-    log = config.log_file(NAME)
+    bootstrap = home(config, server) / "bootstrap.sql"
+    bootstrap.write_text(render_bootstrap_sql(config, server))
+    log = config.log_file(server.name)
     with open(log, "ab") as out:
         out.write(b"\n==> initialising the data directory (mariadb-install-db)\n")
         out.flush()
         result = subprocess.run(
-            [require_binary("mariadb-install-db", "mariadb-server"), f"--defaults-file={config_file(config)}",
+            [require_binary("mariadb-install-db", "mariadb-server"), f"--defaults-file={config_file(config, server)}",
              f"--datadir={staging}", "--user=root", "--skip-test-db", f"--extra-file={bootstrap}"],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
     if result.returncode != 0:
-        raise StackError(f"mariadb: mariadb-install-db failed (exit {result.returncode}); see {log}:\n{tail(log)}")
-    staging.rename(data_dir(config))  # a half-initialised directory never looks ready
+        raise StackError(f"{server.name}: mariadb-install-db failed (exit {result.returncode}); see {log}:\n"
+                         f"{tail(log)}")
+    staging.rename(data_dir(config, server))  # a half-initialised directory never looks ready
 
 
-def command(config: StackConfig) -> list[str]:
-    return [require_binary("mariadbd", "mariadb-server"), f"--defaults-file={config_file(config)}"]
+def command(config: StackConfig, server: Server = SOURCE) -> list[str]:
+    return [require_binary("mariadbd", "mariadb-server"), f"--defaults-file={config_file(config, server)}"]
 
 
-def probe(config: StackConfig) -> bool:
-    """Ready when the `osc` user can run SELECT 1 over TCP."""
+def probe(config: StackConfig, server: Server = SOURCE) -> bool:
+    """Ready when the server's user (`osc`, `osc_target`) can run SELECT 1 over TCP."""
+    port, user, password = server.login(config)
     try:
-        conn = pymysql.connect(host=config.host, port=config.mysql_port, user=config.mysql_user,
-                               password=config.mysql_password, connect_timeout=2, read_timeout=5)
+        conn = pymysql.connect(host=config.host, port=port, user=user, password=password, connect_timeout=2,
+                               read_timeout=5)
     except pymysql.err.OperationalError:
         return False
     try:
@@ -130,11 +166,17 @@ def probe(config: StackConfig) -> bool:
         conn.close()
 
 
-SERVICE = Service(
-    name=NAME,
-    ports=lambda config: [(config.mysql_port, NAME)],
-    command=command,
-    probe=probe,
-    prepare=prepare,
-    preflight=preflight,
-)
+def service(server: Server) -> Service:
+    """The stack service running `server`."""
+    return Service(
+        name=server.name,
+        ports=lambda config: [(server.login(config)[0], server.name)],
+        command=functools.partial(command, server=server),
+        probe=functools.partial(probe, server=server),
+        prepare=functools.partial(prepare, server=server),
+        preflight=functools.partial(preflight, server=server),
+    )
+
+
+SERVICE = service(SOURCE)
+TARGET_SERVICE = service(TARGET)   # only with `stack up --target-server`

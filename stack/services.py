@@ -1,4 +1,5 @@
-"""Start, check and stop the embedded stack: MariaDB, Redis, Kafka (KRaft) and Kafka Connect, in that order."""
+"""Start, check and stop the embedded stack: MariaDB, Redis, Kafka (KRaft) and Kafka Connect, in that order (and,
+when asked, a second MariaDB server after the first: the target of migrations to another server)."""
 from __future__ import annotations
 
 import fcntl
@@ -15,7 +16,9 @@ from stack.install import install, installed
 from stack.process import StackError, port_in_use, remove, rss_bytes, running_pid, spawn, stop_pid, wait_ready
 
 SERVICES: tuple[Service, ...] = (mariadb.SERVICE, redis_server.SERVICE, kafka.SERVICE, connect.SERVICE)
-NAMES: tuple[str, ...] = tuple(s.name for s in SERVICES)
+TARGET = mariadb.TARGET_SERVICE   # started only when asked for (`stack up --target-server`, or by name)
+ALL: tuple[Service, ...] = (mariadb.SERVICE, TARGET, redis_server.SERVICE, kafka.SERVICE, connect.SERVICE)
+NAMES: tuple[str, ...] = tuple(s.name for s in ALL)
 JAVA_SERVICES = {kafka.NAME, connect.NAME}
 
 
@@ -45,15 +48,15 @@ class ServiceStatus:
         return self.pid is not None
 
 
-def select(names: Iterable[str] | None = None) -> list[Service]:
-    """Services by name, in start order (all of them for None)."""
-    if names is None:
-        return list(SERVICES)
-    wanted = set(names)
+def select(names: Iterable[str] | None = None, target_server: bool = False) -> list[Service]:
+    """Services by name, in start order (for None: the usual four, plus the target server if `target_server`)."""
+    wanted = {s.name for s in SERVICES} if names is None else set(names)
+    if target_server:
+        wanted.add(TARGET.name)
     unknown = wanted - set(NAMES)
     if unknown:
         raise StackError(f"unknown stack service(s): {', '.join(sorted(unknown))} (known: {', '.join(NAMES)})")
-    return [s for s in SERVICES if s.name in wanted]
+    return [s for s in ALL if s.name in wanted]
 
 
 @contextmanager
@@ -75,15 +78,16 @@ def service_pid(config: StackConfig, service: Service | str) -> int | None:
 
 
 def up(config: StackConfig, names: Iterable[str] | None = None,
-       on_ready: Callable[[StartResult], None] | None = None) -> list[StartResult]:
-    """Start every selected service that is down, in order, and wait until each is ready.
+       on_ready: Callable[[StartResult], None] | None = None, target_server: bool = False) -> list[StartResult]:
+    """Start every selected service that is down, in order, and wait until each is ready (`target_server`: the
+    second MariaDB server too).
 
     Services already running are left alone (only checked for readiness). Everything that can be
     checked up front (executables, free ports, jars) is, before anything starts. On a failure the
     service that failed and those this call started before it are stopped again, and StackError
     names the failed service's log.
     """
-    services = select(names)
+    services = select(names, target_server)
     results: list[StartResult] = []
     try:
         with _locked(config):
@@ -135,13 +139,14 @@ def _start_one(config: StackConfig, service: Service) -> StartResult:
 
 def stop_all(config: StackConfig, names: Iterable[str] | None = None,
              on_stopped: Callable[[str, int | None], None] | None = None) -> list[str]:
-    """Stop the selected services in reverse start order; return the names of those that were running.
+    """Stop the selected services (None: all, the target server too) in reverse start order; return the names of
+    those that were running.
 
     Each gets SIGTERM (its whole process group), then SIGKILL after its stop timeout; PID files go.
     """
     stopped = []
     with _locked(config):
-        for service in reversed(select(names)):
+        for service in reversed(select(names, target_server=names is None)):
             pid = service_pid(config, service)
             if pid is not None:
                 stop_pid(pid, timeout=service.stop_timeout)
@@ -153,10 +158,13 @@ def stop_all(config: StackConfig, names: Iterable[str] | None = None,
 
 
 def status(config: StackConfig, probe: bool = True) -> list[ServiceStatus]:
-    """State of every service: PID, ports, resident memory and (if `probe`) whether it answers."""
+    """State of every service (the target server only while it runs): PID, ports, resident memory and (if `probe`)
+    whether it answers."""
     rows = []
-    for service in SERVICES:
+    for service in ALL:
         pid = service_pid(config, service)
+        if service is TARGET and pid is None:
+            continue
         ready = None
         if pid is not None and probe:
             try:

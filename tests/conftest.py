@@ -20,9 +20,9 @@ def _stack_config() -> StackConfig:
     variables go into os.environ, so StackConfig(), its endpoints and CLI subprocesses agree.
     """
     config = StackConfig()
-    if any(services.service_pid(config, s) for s in services.SERVICES):
+    if any(services.service_pid(config, s) for s in services.ALL):
         return config
-    ports = [port for s in services.SERVICES for port, _ in s.ports(config)]
+    ports = [port for s in services.ALL for port, _ in s.ports(config)]
     if not any(port_in_use(config.host, port) for port in ports):
         return config
     for var, port in zip(PORT_ENV.values(), free_ports(len(PORT_ENV))):
@@ -35,12 +35,13 @@ def _stack_config() -> StackConfig:
 
 @pytest.fixture(scope="session")
 def stack_config() -> StackConfig | None:
-    """The embedded stack the session runs against, or None when STREAM_OSC_* endpoints are given."""
+    """The embedded stack the session runs against, with its target server for migrations to another server, or
+    None when STREAM_OSC_* endpoints are given."""
     if any(os.environ.get(var) for var in ENV_KEYS.values()):
         yield None
         return
     config = _stack_config()
-    results = services.up(config)   # on a failure it stops again what it started
+    results = services.up(config, target_server=True)   # on a failure it stops again what it started
     started = [r.name for r in results if r.started]
     try:
         yield config
@@ -51,7 +52,8 @@ def stack_config() -> StackConfig | None:
 
 @pytest.fixture(scope="session")
 def endpoints(stack_config: StackConfig | None) -> Endpoints:
-    """The STREAM_OSC_* variables if set, else the embedded stack (brought up first)."""
+    """The STREAM_OSC_* variables if set (STREAM_OSC_TARGET_DSN among them), else the embedded stack (brought up
+    first; its target server's DSN included)."""
     return StackConfig().endpoints()
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from core.db import connect, query, scalar
+from core.endpoints import MySQLAddress, parse_mysql_dsn
 from stack import services
 from stack.config import PORT_ENV, StackConfig
 from stack.process import free_ports, running_pid, start_time
@@ -22,6 +24,7 @@ from stack.process import free_ports, running_pid, start_time
 pytestmark = pytest.mark.integration
 
 NAMES = ["mariadb", "redis", "kafka", "connect"]
+TARGET = "mariadb-target"
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -41,8 +44,36 @@ def side_env(run_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def pids(run_dir: Path) -> dict[str, int | None]:
-    return {name: running_pid(run_dir / f"{name}.pid") for name in NAMES}
+def pids(run_dir: Path, names: list[str] = NAMES) -> dict[str, int | None]:
+    return {name: running_pid(run_dir / f"{name}.pid") for name in names}
+
+
+def exported(result: subprocess.CompletedProcess) -> dict[str, str]:
+    """The variables of `stack env`'s output, parsed as a shell would."""
+    assert result.returncode == 0, result.stderr
+    parsed = {}
+    for line in result.stdout.splitlines():
+        word, assignment = shlex.split(line)
+        assert word == "export"
+        key, value = assignment.split("=", 1)
+        parsed[key] = value
+    return parsed
+
+
+def answers_as_osc_target(address: MySQLAddress) -> None:
+    """The target server answers at `address` as its own account, without the source's binlog, and lets it make,
+    lock and drop a table."""
+    conn = connect(address)
+    try:
+        assert scalar(conn, "SELECT CURRENT_USER()") == "osc_target@%"
+        assert scalar(conn, "SELECT @@log_bin") == 0
+        query(conn, "CREATE DATABASE IF NOT EXISTS stack_target_check")
+        query(conn, "CREATE TABLE IF NOT EXISTS stack_target_check.t (id INT PRIMARY KEY)")
+        query(conn, "LOCK TABLES stack_target_check.t WRITE")
+        query(conn, "UNLOCK TABLES")
+        query(conn, "DROP DATABASE stack_target_check")
+    finally:
+        conn.close()
 
 
 def processes_of(run_dir: Path, env: dict[str, str]) -> list[str]:
@@ -81,15 +112,31 @@ def test_up_again_is_a_noop(stack_config):
     assert {row.name: row.pid for row in services.status(stack_config, probe=False)} == before
 
 
+def test_up_with_the_target_server_again_is_a_noop(stack_config):
+    if stack_config is None:
+        pytest.skip("endpoints come from STREAM_OSC_* variables, not the embedded stack")
+    result = cli("stack", "up", "--target-server")
+    assert result.returncode == 0, result.stderr
+    for name in [*NAMES, TARGET]:
+        assert any(line.startswith(f"{name} ") and "already up" in line for line in result.stdout.splitlines()), \
+            result.stdout
+
+
+def test_target_server_answers_as_osc_target_at_the_printed_dsn(stack_config, endpoints):
+    """The session's target server (migrations to another server) is the DSN `stack env` prints and the tests'
+    endpoints carry."""
+    if stack_config is None and not endpoints.target_dsn:
+        pytest.skip("STREAM_OSC_* endpoints without STREAM_OSC_TARGET_DSN")
+    if stack_config is not None:
+        dsn = exported(cli("stack", "env"))["STREAM_OSC_TARGET_DSN"]
+        assert parse_mysql_dsn(dsn).port == stack_config.target_mysql_port
+        assert endpoints.target_dsn == dsn
+    answers_as_osc_target(endpoints.target())
+
+
 def test_env_is_parseable_and_matches_the_config(stack_config):
     result = cli("stack", "env")
-    assert result.returncode == 0, result.stderr
-    parsed = {}
-    for line in result.stdout.splitlines():
-        word, assignment = shlex.split(line)
-        assert word == "export"
-        key, value = assignment.split("=", 1)
-        parsed[key] = value
+    parsed = exported(result)
     assert parsed == StackConfig().env()
     # and a shell that evals it ends up with the same values
     shell = subprocess.run(["bash", "-c", 'eval "$1"; env', "-", result.stdout],
@@ -161,6 +208,33 @@ def test_up_twice_then_down_leaves_nothing_and_up_again_works(side):
     assert processes_of(run_dir, env) == []
 
 
+def test_target_server_starts_only_when_asked_and_goes_down_with_the_rest(side):
+    run_dir, env = side
+    plain = cli("stack", "up", "mariadb", env=env)
+    assert plain.returncode == 0, plain.stderr
+    assert TARGET not in plain.stdout and pids(run_dir, [TARGET]) == {TARGET: None}
+    assert "STREAM_OSC_TARGET_DSN" not in exported(cli("stack", "env", env=env))
+    assert TARGET not in cli("stack", "status", env=env).stdout
+
+    up = cli("stack", "up", "--target-server", "mariadb", env=env)
+    assert up.returncode == 0, up.stderr
+    assert "mariadb  running" in up.stdout and f"{TARGET} started" in up.stdout
+    target_pid = pids(run_dir, [TARGET])[TARGET]
+    assert target_pid and (run_dir / TARGET / "data").is_dir()
+    status = [line.split()[:2] for line in cli("stack", "status", env=env).stdout.splitlines()]
+    assert status[:2] == [["mariadb", "running"], [TARGET, "running"]]
+    dsn = exported(cli("stack", "env", env=env))["STREAM_OSC_TARGET_DSN"]
+    assert dsn == f"mysql://osc_target:osc-target-local@127.0.0.1:{env['STREAM_OSC_STACK_TARGET_MYSQL_PORT']}/"
+    answers_as_osc_target(parse_mysql_dsn(dsn))
+
+    down = cli("stack", "down", env=env)
+    assert down.returncode == 0, down.stderr
+    assert f"{TARGET} stopped" in down.stdout
+    assert start_time(target_pid) is None and not (run_dir / f"{TARGET}.pid").exists()
+    assert processes_of(run_dir, env) == []
+    assert "STREAM_OSC_TARGET_DSN" not in exported(cli("stack", "env", env=env))
+
+
 # --- refusals before anything starts ---------------------------------------------------------------
 
 def test_port_in_use_gives_one_clear_line(tmp_path):
@@ -174,6 +248,19 @@ def test_port_in_use_gives_one_clear_line(tmp_path):
     assert result.stderr == f"stream-osc: error: port {port} (kafka) is already in use by another process\n"
     assert result.returncode == 2
     assert not list((tmp_path / "run").glob("*.pid"))  # nothing was started
+
+
+def test_target_port_in_use_gives_one_clear_line_and_starts_nothing(tmp_path):
+    env = side_env(tmp_path / "run")
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        env["STREAM_OSC_STACK_TARGET_MYSQL_PORT"] = str(port)
+        result = cli("stack", "up", "--target-server", env=env)
+    assert result.stderr == f"stream-osc: error: port {port} ({TARGET}) is already in use by another process\n"
+    assert result.returncode == 2
+    assert not list((tmp_path / "run").glob("*.pid"))  # nothing was started, not even the usual four
 
 
 def test_missing_java_says_how_to_install_it(tmp_path):

@@ -9,6 +9,7 @@ import yaml
 from connectors.config import WORKER_SETTINGS
 from core.endpoints import parse_mysql_dsn
 from stack.config import PORT_ENV, StackConfig
+from stack.mariadb import TARGET_PRIVILEGES
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -41,7 +42,7 @@ def compose_value(value: object) -> str:
 
 
 def test_services_present():
-    assert {"mysql", "kafka", "connect", "redis", "stream-osc"} <= set(SERVICES)
+    assert {"mysql", "kafka", "connect", "redis", "stream-osc", "mariadb-target"} <= set(SERVICES)
 
 
 def test_host_ports_match_the_embedded_stack(monkeypatch):
@@ -53,6 +54,7 @@ def test_host_ports_match_the_embedded_stack(monkeypatch):
     assert str(stack.redis_port) in published["redis"]
     assert str(stack.kafka_port) in published["kafka"]
     assert str(stack.connect_port) in published["connect"]
+    assert str(stack.target_mysql_port) in published["mariadb-target"]
 
 
 def test_connect_worker_gets_the_settings_connectors_rely_on():
@@ -115,3 +117,21 @@ def test_tool_endpoints_point_at_the_services():
     assert env["STREAM_OSC_KAFKA_BOOTSTRAP"] == connect_props["bootstrap.servers"]
     assert env["STREAM_OSC_CONNECT_URL"].endswith(":" + SERVICES["connect"]["ports"][0].split(":")[1])
     assert env["STREAM_OSC_REDIS_URL"].startswith("redis://redis:")
+
+
+def test_target_server_is_another_mariadb_account_the_tool_points_at():
+    """mariadb-target: the account and grants of the embedded stack's target server, no binlog, and the tool's
+    STREAM_OSC_TARGET_DSN logs in there as that account."""
+    target, stack = SERVICES["mariadb-target"], StackConfig()
+    assert target["image"].startswith("mariadb:10.11")
+    env = target["environment"]
+    assert (env["MARIADB_USER"], env["MARIADB_PASSWORD"]) == (stack.target_mysql_user, stack.target_mysql_password)
+    assert env["MARIADB_USER"] != SERVICES["mysql"]["environment"]["MYSQL_USER"]
+    assert not any("log-bin" in flag for flag in target.get("command", []))
+    init = next(v.split(":")[0] for v in target["volumes"] if "/docker-entrypoint-initdb.d/" in v)
+    grant = re.search(r"GRANT (.+?)\s+ON \*\.\* TO 'osc_target'@'%'", (ROOT / init).read_text(), re.S)
+    assert grant and [p.strip() for p in grant.group(1).split(",")] == list(TARGET_PRIVILEGES)
+    dsn = parse_mysql_dsn(SERVICES["stream-osc"]["environment"]["STREAM_OSC_TARGET_DSN"])
+    assert (dsn.host, dsn.port, dsn.user, dsn.password) == ("mariadb-target", 3306, env["MARIADB_USER"],
+                                                            env["MARIADB_PASSWORD"])
+    assert "mariadb-target" in SERVICES["stream-osc"]["depends_on"]

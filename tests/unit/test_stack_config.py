@@ -37,18 +37,35 @@ def test_defaults(clean_env):
     config = StackConfig()
     assert (config.mysql_port, config.redis_port, config.kafka_port, config.controller_port,
             config.connect_port, config.kafka_sasl_port, config.kafka_relay_port,
-            config.kafka_relay_advertised_port) == (13306, 16379, 19092, 19093, 18083, 19094, 19096, 19097)
+            config.kafka_relay_advertised_port, config.target_mysql_port) == (13306, 16379, 19092, 19093, 18083, 19094,
+                                                                              19096, 19097, 13307)
     assert config.run_dir == REPO_ROOT / ".run" and config.cache_dir == REPO_ROOT / ".cache"
     assert config.kafka_jars_dir == REPO_ROOT / ".cache/jars/kafka"
     assert config.plugin_dir == REPO_ROOT / ".cache/jars/plugins"
     assert config.pid_file("kafka") == REPO_ROOT / ".run/kafka.pid"
     assert config.log_file("kafka") == REPO_ROOT / ".run/kafka.log"
-    assert config.env() == {
+    env = config.env()
+    env.pop("STREAM_OSC_TARGET_DSN", None)   # present while this checkout's target server runs (next test)
+    assert env == {
         "STREAM_OSC_MYSQL_DSN": "mysql://osc:osc-local@127.0.0.1:13306/",
         "STREAM_OSC_KAFKA_BOOTSTRAP": "127.0.0.1:19092",
         "STREAM_OSC_CONNECT_URL": "http://127.0.0.1:18083",
         "STREAM_OSC_REDIS_URL": "redis://127.0.0.1:16379/0",
     }
+
+
+def test_env_names_the_target_server_only_while_it_runs(clean_env, tmp_path):
+    clean_env.setenv("STREAM_OSC_RUN_DIR", str(tmp_path))
+    config = StackConfig()
+    assert "STREAM_OSC_TARGET_DSN" not in config.env() and config.endpoints().target_dsn == ""
+    write_pid_file(config.pid_file("mariadb-target"), os.getpid())   # a live process: "running"
+    assert config.env()["STREAM_OSC_TARGET_DSN"] == "mysql://osc_target:osc-target-local@127.0.0.1:13307/"
+    target = config.endpoints().target()
+    assert (target.host, target.port, target.user, target.password) == ("127.0.0.1", 13307, "osc_target",
+                                                                        "osc-target-local")
+    assert "osc-target-local" not in repr(config.endpoints())
+    config.pid_file("mariadb-target").write_text("999999999\n")    # a PID file left behind by a dead server
+    assert "STREAM_OSC_TARGET_DSN" not in config.env()
 
 
 def test_ports_and_folders_move_with_the_environment(clean_env, tmp_path):
@@ -64,6 +81,9 @@ def test_ports_and_folders_move_with_the_environment(clean_env, tmp_path):
     # the endpoints every command uses follow the moved stack
     loaded = StackConfig().endpoints()
     assert loaded.kafka_bootstrap == "127.0.0.1:31002" and loaded.mysql.port == 31000
+    config.run_dir.mkdir()
+    write_pid_file(config.pid_file("mariadb-target"), os.getpid())
+    assert StackConfig().endpoints().target().port == 31000 + list(PORT_ENV).index("target_mysql_port")
 
 
 def test_mariadb_option_file_has_what_capture_and_copy_need(clean_env):
@@ -77,6 +97,28 @@ def test_mariadb_option_file_has_what_capture_and_copy_need(clean_env):
         assert setting in server.splitlines(), setting
     assert f"socket = {REPO_ROOT / '.run/mariadb.sock'}" in server
     assert f"datadir = {REPO_ROOT / '.run/mariadb/data'}" in server
+
+
+def test_target_server_option_file_has_its_own_port_folders_and_no_binlog(clean_env):
+    server = mariadb.render_config(StackConfig(), mariadb.TARGET).split("[client]")[0].splitlines()
+    for setting in ("port = 13307", "server_id = 2", "innodb_autoinc_lock_mode = 2",
+                    "plugin_load_add = metadata_lock_info", "bind-address = 127.0.0.1",
+                    f"datadir = {REPO_ROOT / '.run/mariadb-target/data'}",
+                    f"socket = {REPO_ROOT / '.run/mariadb-target.sock'}",
+                    f"pid-file = {REPO_ROOT / '.run/mariadb-target/mariadbd.pid'}"):
+        assert setting in server, setting
+    assert not [line for line in server if line.startswith(("log_bin", "binlog", "log_slave"))]
+    source = mariadb.render_config(StackConfig()).splitlines()
+    assert "port = 13306" in source and "server_id = 1" in source
+
+
+def test_target_server_account_has_only_what_the_tool_needs(clean_env):
+    sql = mariadb.render_bootstrap_sql(StackConfig(), mariadb.TARGET)
+    assert "CREATE USER IF NOT EXISTS 'osc_target'@'%' IDENTIFIED BY 'osc-target-local';" in sql
+    grants = [line for line in sql.splitlines() if line.startswith("GRANT")]
+    assert grants == [f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, DROP, INDEX, TRIGGER, CREATE TEMPORARY "
+                      f"TABLES, LOCK TABLES, PROCESS ON *.* TO 'osc_target'@{host};" for host in ("'%'", "'localhost'")]
+    assert "'osc'" not in sql
 
 
 def test_mariadb_users_sql_quotes_the_password(clean_env):
@@ -179,6 +221,23 @@ def test_unknown_service_name():
     assert [s.name for s in services.select(["connect", "mariadb"])] == ["mariadb", "connect"]
 
 
+def test_target_server_is_started_only_when_asked_for():
+    assert [s.name for s in services.select()] == ["mariadb", "redis", "kafka", "connect"]
+    assert [s.name for s in services.select(target_server=True)] == ["mariadb", "mariadb-target", "redis", "kafka",
+                                                                     "connect"]
+    assert [s.name for s in services.select(["connect", "mariadb-target"])] == ["mariadb-target", "connect"]
+    assert services.TARGET.ports(StackConfig()) == [(StackConfig().target_mysql_port, "mariadb-target")]
+
+
+def test_status_lists_the_target_server_only_while_it_runs(clean_env, tmp_path):
+    clean_env.setenv("STREAM_OSC_RUN_DIR", str(tmp_path))
+    config = StackConfig()
+    assert [row.name for row in services.status(config, probe=False)] == ["mariadb", "redis", "kafka", "connect"]
+    write_pid_file(config.pid_file("mariadb-target"), os.getpid())
+    rows = services.status(config, probe=False)
+    assert [(row.name, row.pid) for row in rows][:2] == [("mariadb", None), ("mariadb-target", os.getpid())]
+
+
 def test_port_in_use_sees_listening_and_bound_sockets():
     port = free_ports(1)[0]
     assert not port_in_use("127.0.0.1", port)
@@ -261,8 +320,9 @@ def test_status_lines():
     assert "ready" in format_status(running).split()
 
 
-def test_cli_registers_stack_commands(capsys):
+def test_cli_registers_stack_commands(capsys, monkeypatch, tmp_path):
     from cli.main import main
+    monkeypatch.setenv("STREAM_OSC_RUN_DIR", str(tmp_path))   # no target server runs there
     assert main(["stack", "env"]) == 0
     assert capsys.readouterr().out.count("export STREAM_OSC_") == 4
     with pytest.raises(SystemExit):
