@@ -131,6 +131,8 @@ def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> Mig
     alter = getattr(args, "alter", None) or file_values.pop("alter", None)
     file_values.pop("alter", None)
     values = dict(file_values)
+    if alter is None and getattr(args, "target_dsn", None) is not None:
+        alter = ""   # a move to another server may leave the table's definition as it is
     if alter is None:
         if alter_required:
             raise PreflightError("--alter is required")
@@ -140,7 +142,8 @@ def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> Mig
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
     if getattr(args, "target_dsn", None) is not None:
-        refuse_password_on_command_line(args.target_dsn)
+        if args.target_dsn:
+            refuse_password_on_command_line(args.target_dsn)
         values["target_server"] = True
     return MigrationSpec.from_table_arg(table, alter, **values)
 

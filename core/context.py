@@ -18,16 +18,22 @@ from core import redis_keys
 from core.cloudwatch_load import CloudWatchLoad
 from core.load import NOTE_TTL_S, LoadThrottle
 from core.replica_lag import ReplicaLag
+from core.target_load import TargetLoad
 from core.yielding import Yielding, never_yielding
 
 
 def throttle_for(spec: MigrationSpec, endpoints: Endpoints) -> LoadThrottle:
-    """The server's status counters, and what else may hold the work back: CloudWatch, replicas (whose
-    sessions the throttle closes when it is replaced or the run ends)."""
+    """The server's status counters, and what else may hold the work back: CloudWatch, the target server of a
+    move, replicas (whose sessions the throttle closes when it is replaced or the run ends)."""
     sources: list[Callable[[], str | None]] = []
     closers: list[Callable[[], None]] = []
     if spec.cloudwatch_limits():
         sources.append(CloudWatchLoad(spec.rds_instance, spec.cloudwatch_limits()).reason)
+    max_load, critical_load = spec.load_limits()
+    if spec.target_server and (max_load or critical_load):
+        target = TargetLoad(endpoints.target(spec.target_dsn), max_load, critical_load)
+        sources.append(target.reason)
+        closers.append(target.close)
     if spec.replicas():
         replicas = ReplicaLag(endpoints.mysql, spec.replicas(), spec.max_replica_lag)
         sources.append(replicas.reason)

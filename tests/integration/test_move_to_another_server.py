@@ -12,9 +12,13 @@ import threading
 import pymysql
 import pytest
 
+from core.context import throttle_for
 from core.db import connect, qualified, query, scalar
-from tests.integration.helpers import chunk_progress, cli, latest_migration_id, new_migration_row, start_cli, \
-    wait_for
+from core.load import CriticalLoad
+from core.spec import MigrationSpec
+from core.target_load import TargetLoad
+from tests.integration.helpers import chunk_progress, cli, latest_migration_id, leftovers, new_migration_row, \
+    start_cli, wait_for
 from tests.integration.ledger import AcknowledgedWriter, Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
@@ -151,3 +155,71 @@ def test_where_keeps_exactly_the_rows_the_writers_left_inside_the_predicate(endp
     assert found == wanted, (f"{len(found.keys() - wanted.keys())} rows on the target that the predicate excludes, "
                              f"{len(wanted.keys() - found.keys())} missing, "
                              f"{sum(1 for k in found.keys() & wanted.keys() if found[k] != wanted[k])} stale")
+
+
+def test_load_limits_hold_the_work_back_for_the_target_server_too(endpoints, target):
+    """--max-load / --critical-load are read on the target server as well: a move writes there."""
+    spec = MigrationSpec(database=DB, table="t", alter="", target_server=True,
+                         max_load="Threads_connected=1").validate()
+    sources = throttle_for(spec, endpoints)
+    try:
+        assert any("target server" in (source() or "") for source in sources.more), \
+            "no throttle source reads the target server"
+    finally:
+        sources.close()
+    crowd = [connect(endpoints.target()) for _ in range(3)]
+    try:
+        busy = int(query(target, "SHOW GLOBAL STATUS LIKE 'Threads_connected'")[0][1])
+        load = TargetLoad(endpoints.target(), {}, {"Threads_connected": busy})
+        with pytest.raises(CriticalLoad, match="on the target server"):
+            load.reason()
+        load.close()
+    finally:
+        for session in crowd:
+            session.close()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--target-dsn", "mysql://osc_target:Pw-on-the-line@127.0.0.1:1/", "--target-table", f"{MOVED_DB}.small"],
+     "holds a password"),
+    (["--target-dsn", "--target-table", "no_such_schema.small"], "has no database no_such_schema"),
+    (["--target-dsn", "--target-table", f"{MOVED_DB}.small", "--where", "no_such_column = 1"],
+     "--where is not a predicate"),
+    (["--where", "id > 0"], "--where needs --target-dsn"),
+])
+def test_bad_move_options_are_refused_with_exit_2_and_change_nothing(endpoints, conn, target, args, says):
+    table = "small"
+    fresh_start(conn, table)
+    query(conn, f"DROP TABLE IF EXISTS {qualified(DB, table)}")
+    query(conn, f"CREATE TABLE {qualified(DB, table)} (id INT PRIMARY KEY, v INT)")
+    query(conn, f"INSERT INTO {qualified(DB, table)} VALUES (1, 1), (2, 2)")
+    result = cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN x INT", *args)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert says in output
+    assert "Pw-on-the-line" not in output
+    assert leftovers(endpoints, DB, table) == []
+    assert not table_exists(target, MOVED_DB, table)
+    assert scalar(conn, f"SELECT COUNT(*) FROM {qualified(DB, table)}") == 2
+
+
+def test_abort_of_a_move_removes_the_target_table_and_keeps_the_source(endpoints, conn, target, cli_log):
+    table = "aborted"
+    fresh_start(conn, table)
+    create_ledger_table(conn, DB, table, rows=40_000, writers=2)
+    before = latest_migration_id(conn, DB, table)
+    proc = start_cli("migrate", "--table", f"{DB}.{table}", "--target-dsn", "--target-table", f"{MOVED_DB}.{table}",
+                     "--cutover", "manual", *OPTIONS, log=cli_log)
+    try:
+        wait_for(lambda: new_migration_row(conn, DB, table, before), 120, "a migration row")
+        wait_for(lambda: table_exists(target, MOVED_DB, table), 120, "the target table")
+        result = cli("abort", "--table", f"{DB}.{table}")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "on the target server" in result.stdout
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not table_exists(target, MOVED_DB, table)
+    assert leftovers(endpoints, DB, table) == []
+    assert scalar(conn, f"SELECT COUNT(*) FROM {qualified(DB, table)}") == 40_002
