@@ -367,6 +367,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="keep the original table as <table>_osc_old (default)")
     migrate.add_argument("--drop-old", dest="keep_old", action="store_false", help="drop the original table after")
     migrate.add_argument("--dry-run", action="store_true", default=None, help="run every check, change nothing")
+    migrate.add_argument("--defer-indexes", action="store_true", default=None,
+                         help="create the new table without its non-unique secondary indexes and add them in one "
+                              "ALTER after the bulk copy, before the changes are applied (PRIMARY, UNIQUE and "
+                              "foreign-key indexes stay); refused when there is none to defer")
     add_metrics_options(migrate)
     migrate.set_defaults(func=cmd_migrate)
 

@@ -109,6 +109,7 @@ class MigrationSpec:
     force_kill_max_rows: int = 10_000   # never kill a transaction that changed more rows than this
     cutover_window_schedule: str = ""   # e.g. "02:00-04:00,13:00-13:30": cut over only inside these windows
     cutover_timezone: str = "UTC"       # the schedule's time zone (IANA name)
+    defer_indexes: bool = False         # non-unique secondary indexes added after the copy (migration/index_stage.py)
 
     @property
     def qualified_name(self) -> str:

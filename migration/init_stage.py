@@ -22,6 +22,7 @@ from connectors.secrets import (kafka_jaas_reference, password_reference, requir
                                 write_connector_secret)
 from migration.checks import (PreflightError, check_blocker_privileges, check_load_thresholds, check_privileges,
                               check_server, check_services, check_session_binlog_formats, check_table)
+from migration.index_stage import defer_indexes, indexes_to_defer
 from migration.teardown import Metadata, tear_down
 from core.db import ServerInfo, qualified, query
 from core.keys import KeyColumn, PrimaryKey, dump_key, primary_key
@@ -163,7 +164,11 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
     definition = table_definition(conn, spec.database, spec.table)   # read first: a DDL from here on is caught
     if spec.dry_run:
         create_new_table(conn, spec, pk)
-        query(conn, f"DROP TABLE {qualified(spec.database, spec.new_table)}")
+        try:
+            if spec.defer_indexes:
+                indexes_to_defer(conn, spec)
+        finally:
+            query(conn, f"DROP TABLE {qualified(spec.database, spec.new_table)}")
         return None
     store = StateStore(conn, spec.metadata_schema)
     store.ensure_schema()
@@ -179,6 +184,8 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
         on_created(migration)
         create_new_table(conn, spec, pk)
         new_table_created = True
+        if spec.defer_indexes:
+            defer_indexes(conn, store, migration, spec)
         store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
         start_capture(conn, endpoints, spec, info, migration)
         source = qualified(spec.database, spec.table)

@@ -26,6 +26,7 @@ from core.app_latency import LatencyProbe
 from core.context import RunContext
 from core.db import ServerInfo, connect
 from core.endpoints import Endpoints
+from migration.index_stage import build_deferred_indexes, deferred
 from migration.init_stage import run_init
 from migration.settings import settings_of, with_settings
 from migration.teardown import Metadata, tables_swapped, tear_down
@@ -45,7 +46,7 @@ from streams.topics import TopicNames, group_lag
 log = logging.getLogger("stream_osc.runner")
 
 RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", "cutover", "cutover_window_schedule",
-                     "cutover_timezone")
+                     "cutover_timezone", "defer_indexes")
 # kept with the migration too, but a value given to `resume`/`cutover` replaces the stored one (and is kept)
 LOCK_OPTIONS = ("lock_wait_s", "lock_tries", "force_kill_blockers_after_s", "force_kill_max_rows")
 MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coordinator before it stops
@@ -321,6 +322,9 @@ class Runner:
         migration = ctx.migration
         if migration.stage == Stage.COPY:
             self._copy(ctx)
+        if self.store.get(migration.id).stage == Stage.INDEXES:   # before any applier writes to the new table
+            build_deferred_indexes(self.conn, migration, self.spec, self.progress.say)
+            self._enter_stage(migration.id, Stage.APPLY)
         self._start_appliers(ctx)
         stage = self.store.get(migration.id).stage
         if stage == Stage.APPLY:
@@ -360,7 +364,7 @@ class Runner:
                 group.stop()
             group.raise_if_failed()
         self._show_copy(ctx, force=True)
-        self._enter_stage(ctx.migration.id, Stage.APPLY)
+        self._enter_stage(ctx.migration.id, Stage.INDEXES if deferred(ctx.migration) else Stage.APPLY)
 
     def _show_copy(self, ctx: RunContext, force: bool = False) -> None:
         chunks = self.store.chunks(ctx.migration.id)
