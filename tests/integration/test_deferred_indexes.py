@@ -11,6 +11,7 @@ import signal
 
 import pytest
 
+from cli.main import main
 from core.db import qualified, query
 from core.deferred_indexes import DEFERRED_INDEXES_OPTION
 from core.spec import helper_table_name
@@ -129,3 +130,19 @@ def test_a_kill_during_the_index_build_adds_exactly_the_missing_indexes(endpoint
     assert ledger.errors() == []
     assert ledger.missing(conn) == []
     assert leftovers(endpoints, DB, table) == []
+
+
+@pytest.mark.parametrize("extra", [[], ["--dry-run"]])
+def test_defer_indexes_with_no_index_to_defer_is_refused_and_changes_nothing(endpoints, capsys, extra):
+    """Only PRIMARY and UNIQUE keys after the ALTER: the option would do nothing, and says so."""
+    conn = db_conn(endpoints)
+    query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
+    query(conn, f"DROP TABLE IF EXISTS {DB}.only_unique")
+    query(conn, f"CREATE TABLE {DB}.only_unique (id INT PRIMARY KEY, a INT, b INT, KEY b (b), UNIQUE KEY a (a))")
+    code = main(["migrate", "--table", f"{DB}.only_unique", "--alter", "DROP KEY b", "--defer-indexes", "--quiet",
+                 *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("stream-osc: error: --defer-indexes: ") and "no non-unique secondary index" in err
+    assert leftovers(endpoints, DB, "only_unique") == []
+    assert index_names(conn, DB, "only_unique") == {"PRIMARY", "a", "b"}
