@@ -1,4 +1,5 @@
-"""The stage machine: init → copy → apply → validate → cutover → cleanup, each resumable from durable state."""
+"""The stage machine: init → copy → (indexes) → apply → validate → cutover → cleanup, each resumable from durable
+state."""
 from __future__ import annotations
 
 import logging
