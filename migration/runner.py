@@ -324,6 +324,7 @@ class Runner:
         if migration.stage == Stage.COPY:
             self._copy(ctx)
         if self.store.get(migration.id).stage == Stage.INDEXES:   # before any applier writes to the new table
+            self._hold_while_paused(ctx)
             build_deferred_indexes(self.conn, migration, self.spec, self.progress.say)
             self._enter_stage(migration.id, Stage.APPLY)
         self._start_appliers(ctx)
