@@ -22,7 +22,7 @@ from tests.integration.ledger import Ledger, create_ledger_table
 pytestmark = pytest.mark.integration
 
 DB = "defer_idx"
-ROWS = 40_000
+ROWS = 24_000   # enough for the copy to be caught mid-way
 WRITERS = 4
 # The original's secondary indexes: composite, prefix, descending with a comment, ignored, full-text, unique.
 INDEXES = ("ADD KEY payload_prefix (payload(8)), ADD KEY seq_counter (seq, counter DESC) COMMENT 'newest first', "
@@ -48,9 +48,9 @@ def index_names(conn, db: str, table: str) -> set[str]:
     return {row[0] for row in index_statistics(conn, db, table)}
 
 
-def ledger_table_with_indexes(conn, table: str) -> str:
+def ledger_table_with_indexes(conn, table: str, rows: int) -> str:
     """The ledger table with INDEXES, and its reference: the same table with the ALTER applied directly."""
-    create_ledger_table(conn, DB, table, rows=ROWS, writers=WRITERS)
+    create_ledger_table(conn, DB, table, rows=rows, writers=WRITERS)
     query(conn, f"ALTER TABLE {qualified(DB, table)} {INDEXES}")
     reference = f"{table}_ref"
     query(conn, f"DROP TABLE IF EXISTS {qualified(DB, reference)}")
@@ -62,7 +62,7 @@ def ledger_table_with_indexes(conn, table: str) -> str:
 def test_deferred_indexes_end_exactly_as_the_alter_defines_them_after_a_kill_during_copy(endpoints, cli_log):
     table = "kill_copy"
     conn = db_conn(endpoints)
-    reference = ledger_table_with_indexes(conn, table)
+    reference = ledger_table_with_indexes(conn, table, ROWS)
     earlier = latest_migration_id(conn, DB, table)
     with Ledger(endpoints.mysql, DB, table, writers=WRITERS, seed=16) as ledger:
         proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, *OPTIONS, log=cli_log)
@@ -100,7 +100,7 @@ def test_a_kill_during_the_index_build_adds_exactly_the_missing_indexes(endpoint
     table = "kill_build"
     new_table = helper_table_name(table, "new")
     conn, blocker = db_conn(endpoints), db_conn(endpoints)
-    reference = ledger_table_with_indexes(conn, table)
+    reference = ledger_table_with_indexes(conn, table, 5_000)
     earlier = latest_migration_id(conn, DB, table)
     with Ledger(endpoints.mysql, DB, table, writers=2, seed=17) as ledger:
         proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, *OPTIONS, log=cli_log)
