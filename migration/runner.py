@@ -134,9 +134,8 @@ class Runner:
                 # Killed during init: nothing was copied yet, so start init over from a clean slate.
                 tear_down(self.conn, self.endpoints, self.spec, migration, drop_new_table=True,
                           metadata=Metadata.ALL, best_effort=True)
-                # `resume` has no --defer-indexes: init starts over deferring if the killed one was asked to
-                deferring = self.spec.defer_indexes or bool(migration.options.get("defer_indexes"))
-                self.spec = with_overrides(self.spec, defer_indexes=deferring)
+                # with the options the killed init was given (`resume` has no --defer-indexes, --drop-old, ...)
+                self.spec = with_overrides(self.spec, **resumed_values(migration.options, self.given))
                 migration = None
         if migration is None:
             self.metrics.stage(Stage.INIT)

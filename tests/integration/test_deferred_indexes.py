@@ -12,9 +12,10 @@ import signal
 import pytest
 
 from cli.main import main
-from core.db import qualified, query
+from core.db import qualified, query, scalar
 from core.deferred_indexes import DEFERRED_INDEXES_OPTION
 from core.spec import helper_table_name
+from core.state import StateStore
 from tests.integration.helpers import (chunk_progress, cli, db_conn, latest_migration_id, leftovers, migration_row,
                                        new_migration_row, start_cli, wait_for)
 from tests.integration.ledger import Ledger, create_ledger_table
@@ -50,6 +51,8 @@ def index_names(conn, db: str, table: str) -> set[str]:
 
 def ledger_table_with_indexes(conn, table: str, rows: int) -> str:
     """The ledger table with INDEXES, and its reference: the same table with the ALTER applied directly."""
+    cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted earlier run left
+    query(conn, f"DROP TABLE IF EXISTS {qualified(DB, helper_table_name(table, 'old'))}")
     create_ledger_table(conn, DB, table, rows=rows, writers=WRITERS)
     query(conn, f"ALTER TABLE {qualified(DB, table)} {INDEXES}")
     reference = f"{table}_ref"
@@ -93,20 +96,30 @@ def index_builds(conn, db: str, new_table: str) -> dict[int, str]:
                                                      "INFO LIKE %s", (f"ALTER TABLE `{db}`.`{new_table}` ADD %",))}
 
 
-def test_a_kill_during_the_index_build_adds_exactly_the_missing_indexes(endpoints, cli_log):
-    """The coordinator is killed while its ALTER waits (a session holds the new table's metadata lock). Some of the
-    deferred indexes are then present, as after a kill once a build had run: the resumed run must add exactly the
-    missing ones, and the table end with exactly the ALTER's indexes."""
+def test_kills_during_init_and_the_index_build_end_with_exactly_the_missing_indexes_added(endpoints, cli_log):
+    """Killed during init, the migration is started over by `resume` (which has no --defer-indexes) still deferring.
+    Then the coordinator is killed while its index build waits (a session holds the new table's metadata lock),
+    and some deferred indexes are added meanwhile, as after a kill once a build had run: the resumed run must add
+    exactly the missing ones, and the table end with exactly the ALTER's indexes."""
     table = "kill_build"
     new_table = helper_table_name(table, "new")
     conn, blocker = db_conn(endpoints), db_conn(endpoints)
     reference = ledger_table_with_indexes(conn, table, 5_000)
+    StateStore(conn, "stream_osc").ensure_schema()
     earlier = latest_migration_id(conn, DB, table)
     with Ledger(endpoints.mysql, DB, table, writers=2, seed=17) as ledger:
+        query(blocker, "LOCK TABLES stream_osc.chunks READ")   # init ends by writing the copy plan: held there
         proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, *OPTIONS, log=cli_log)
         try:
-            wait_for(lambda: getattr(new_migration_row(conn, DB, table, earlier), "stage", "") == "copy", 60,
-                     "the copy stage")
+            killed_in_init = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
+            wait_for(lambda: scalar(conn, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE "
+                                          "'INSERT%%stream_osc%%chunks%%'"), 60, "init waiting to write the plan")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+            query(blocker, "UNLOCK TABLES")
+            proc = start_cli("resume", "--table", f"{DB}.{table}", log=cli_log)
+            wait_for(lambda: getattr(new_migration_row(conn, DB, table, killed_in_init.id), "stage", "") == "copy", 60,
+                     "the copy stage of the migration started over")
             query(blocker, "BEGIN")
             query(blocker, f"SELECT COUNT(*) FROM {qualified(DB, new_table)} WHERE id = 1")   # holds its MDL
             wait_for(lambda: index_builds(conn, DB, new_table), 120, "the index build")
@@ -117,6 +130,7 @@ def test_a_kill_during_the_index_build_adds_exactly_the_missing_indexes(endpoint
             wait_for(lambda: not index_builds(conn, DB, new_table), 30, "the killed run's ALTER to end")
         finally:
             query(blocker, "ROLLBACK")
+            query(blocker, "UNLOCK TABLES")
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(30)
