@@ -67,9 +67,8 @@ def deferred_names(indexes: dict[str, IndexShape],
         shape = indexes[name]
         if shape.unique:
             continue
-        columns = [column.lower() for column, sub_part in shape.columns if sub_part is None]
-        needed = any(columns[:len(fk)] == [c.lower() for c in fk] for fk in foreign_keys
-                     if len(fk) <= len(shape.columns))
+        columns = [column.lower() if sub_part is None else None for column, sub_part in shape.columns]
+        needed = any(columns[:len(fk)] == [c.lower() for c in fk] for fk in foreign_keys)
         (kept if needed else deferred).append(name)
     return deferred, kept
 

@@ -43,8 +43,9 @@ def test_an_index_a_foreign_key_may_use_is_kept():
     shapes = {"fk_ab": IndexShape(False, (("A", None), ("b", None), ("c", None))),   # starts with the key's columns
               "ba": IndexShape(False, (("b", None), ("a", None))),                  # other order: not usable
               "a_prefix": IndexShape(False, (("a", 10), ("b", None))),              # a prefix: not usable
+              "x_prefix_a_b": IndexShape(False, (("x", 5), ("a", None), ("b", None))),  # does not start with them
               "a_only": IndexShape(False, (("a", None),))}                          # too short
-    assert deferred_names(shapes, [("a", "b")]) == (["a_only", "a_prefix", "ba"], ["fk_ab"])
+    assert deferred_names(shapes, [("a", "b")]) == (["a_only", "a_prefix", "ba", "x_prefix_a_b"], ["fk_ab"])
 
 
 def test_a_recorded_definition_survives_its_json_round_trip():
