@@ -163,6 +163,7 @@ def add_indexes(conn: pymysql.connections.Connection, database: str, table: str,
     else as the server chooses); returns those this call added. Idempotent: after a kill during or after the
     ALTER it adds exactly the missing ones. An ALTER of a killed run may still be running on the server: ours
     then waits for it, and if it added some of ours first, the missing ones are read again."""
+    tried: list[DeferredIndex] = []
     while True:
         missing = missing_indexes(conn, database, table, indexes)
         if not missing:
@@ -172,8 +173,9 @@ def add_indexes(conn: pymysql.connections.Connection, database: str, table: str,
                                   + ", ".join(f"ADD {i.clause}" for i in missing))
             return missing
         except pymysql.err.MySQLError as exc:
-            if exc.args[0] != ER_DUP_KEYNAME:
+            if exc.args[0] != ER_DUP_KEYNAME or missing == tried:   # a name taken by no index read back
                 raise
+            tried = missing
 
 
 def _alter_in_place(conn: pymysql.connections.Connection, alter: str) -> None:
