@@ -383,6 +383,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="the table's name on the target server (default: the same)")
     migrate.add_argument("--where", metavar="PREDICATE",
                          help="with --target-dsn: copy and keep in sync only the rows matching this SQL predicate")
+    migrate.add_argument("--defer-indexes", action="store_true", default=None,
+                         help="create the new table without its non-unique secondary indexes and add them in one "
+                              "ALTER after the bulk copy, before the changes are applied (PRIMARY, UNIQUE and "
+                              "foreign-key indexes stay); refused when there is none to defer")
     add_metrics_options(migrate)
     migrate.set_defaults(func=cmd_migrate)
 

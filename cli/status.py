@@ -20,14 +20,14 @@ from cutover.blockers import Blocker
 from core.schedule import parse_schedule
 from core.endpoints import Endpoints
 from core.spec import MigrationSpec
-from core.state import FINISHED, Migration, Stage, StateStore, Status
+from core.state import FINISHED, WORKING_STAGES, Migration, Stage, StateStore, Status
 from migration.lease import live_coordinator
 from migration.settings import settings_of
 from monitor.progress import copy_fraction
 from streams.topics import TopicNames, group_lag
 
 SCHEMA_VERSION = 1
-LAG_STAGES = (Stage.COPY, Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER)   # the applier group has offsets from init on
+LAG_STAGES = WORKING_STAGES   # the applier group has offsets from init on
 STOPPED_STATUSES = (Status.RUNNING, Status.PAUSED)          # without a live coordinator: stopped
 CAPTURE_UNKNOWN = {   # why the coordinator's note has no capture lag, by its `reason` (monitor/capture_lag.py)
     "paused": "not measured while the migration is paused: nothing is stamped until it resumes",

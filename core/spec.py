@@ -115,6 +115,7 @@ class MigrationSpec:
     target_dsn: str = ""             # that server's address, without a password ("": STREAM_OSC_TARGET_DSN)
     target_table: str = ""           # DB2.T2 on that server ("": the same names)
     where: str = ""                  # only rows matching this predicate are copied and kept in sync (another server)
+    defer_indexes: bool = False         # non-unique secondary indexes added after the copy (migration/index_stage.py)
 
     @property
     def qualified_name(self) -> str:

@@ -23,6 +23,7 @@ class Stage(StrEnum):
 
     INIT = "init"
     COPY = "copy"
+    INDEXES = "indexes"     # --defer-indexes: the deferred indexes are added after the copy, before apply
     APPLY = "apply"
     VALIDATE = "validate"
     CUTOVER = "cutover"
@@ -41,7 +42,8 @@ class Status(StrEnum):
 
 
 FINISHED = (Status.DONE, Status.ABORTED)
-WORKING_STAGES = (Stage.COPY, Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER)   # a new table exists, no swap yet
+# a new table exists, no swap yet
+WORKING_STAGES = (Stage.COPY, Stage.INDEXES, Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER)
 SWAPPED_STAGES = (Stage.CLEANUP, Stage.DONE)
 
 

@@ -23,6 +23,7 @@ from connectors.secrets import (kafka_jaas_reference, password_reference, requir
 from migration.checks import (PreflightError, check_blocker_privileges, check_load_thresholds, check_privileges,
                               check_server, check_services, check_session_binlog_formats, check_table,
                               check_target)
+from migration.index_stage import defer_indexes, indexes_to_defer
 from migration.teardown import Metadata, tear_down
 from core.db import ServerInfo, qualified, query
 from core.keys import KeyColumn, PrimaryKey, dump_key, primary_key
@@ -187,7 +188,11 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
     definition = table_definition(conn, spec.database, spec.table)   # read first: a DDL from here on is caught
     if spec.dry_run:
         create_new_table(conn, spec, pk, target)
-        query(target or conn, f"DROP TABLE {qualified(spec.target_database, spec.new_table)}")
+        try:
+            if spec.defer_indexes:
+                indexes_to_defer(target or conn, spec)
+        finally:
+            query(target or conn, f"DROP TABLE {qualified(spec.target_database, spec.new_table)}")
         return None
     store = StateStore(conn, spec.metadata_schema)
     store.ensure_schema()
@@ -203,6 +208,8 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
         on_created(migration)
         create_new_table(conn, spec, pk, target)
         new_table_created = True
+        if spec.defer_indexes:
+            defer_indexes(target or conn, store, migration, spec)
         store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
         start_capture(conn, endpoints, spec, info, migration)
         source = qualified(spec.database, spec.table)

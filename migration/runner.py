@@ -1,4 +1,5 @@
-"""The stage machine: init → copy → apply → validate → cutover → cleanup, each resumable from durable state."""
+"""The stage machine: init → copy → (indexes) → apply → validate → cutover → cleanup, each resumable from durable
+state."""
 from __future__ import annotations
 
 import logging
@@ -26,6 +27,7 @@ from core.app_latency import LatencyProbe
 from core.context import RunContext, spec_pair, target_connection
 from core.db import ServerInfo, connect
 from core.endpoints import Endpoints
+from migration.index_stage import build_deferred_indexes, deferred
 from migration.init_stage import run_init
 from migration.settings import settings_of, with_settings
 from migration.teardown import Metadata, tables_swapped, tear_down
@@ -45,7 +47,7 @@ from streams.topics import TopicNames, group_lag
 log = logging.getLogger("stream_osc.runner")
 
 RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", "cutover", "cutover_window_schedule",
-                     "cutover_timezone", *TARGET_OPTIONS)
+                     "cutover_timezone", "defer_indexes", *TARGET_OPTIONS)
 # kept with the migration too, but a value given to `resume`/`cutover` replaces the stored one (and is kept)
 LOCK_OPTIONS = ("lock_wait_s", "lock_tries", "force_kill_blockers_after_s", "force_kill_max_rows")
 MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coordinator before it stops
@@ -140,6 +142,8 @@ class Runner:
                 # Killed during init: nothing was copied yet, so start init over from a clean slate.
                 tear_down(self.conn, self.endpoints, self.spec, migration, drop_new_table=True,
                           metadata=Metadata.ALL, best_effort=True)
+                # with the options the killed init was given (`resume` has no --defer-indexes, --drop-old, ...)
+                self.spec = with_overrides(self.spec, **resumed_values(migration.options, self.given))
                 migration = None
         if migration is None:
             self.metrics.stage(Stage.INIT)
@@ -334,6 +338,14 @@ class Runner:
         migration = ctx.migration
         if migration.stage == Stage.COPY:
             self._copy(ctx)
+        if self.store.get(migration.id).stage == Stage.INDEXES:   # before any applier writes to the new table
+            self._hold_while_paused(ctx)
+            table_conn = ctx.target_db()
+            try:
+                build_deferred_indexes(table_conn, migration, self.spec, self.progress.say)
+            finally:
+                table_conn.close()
+            self._enter_stage(migration.id, Stage.APPLY)
         self._start_appliers(ctx)
         stage = self.store.get(migration.id).stage
         if stage == Stage.APPLY:
@@ -374,7 +386,7 @@ class Runner:
                 group.stop()
             group.raise_if_failed()
         self._show_copy(ctx, force=True)
-        self._enter_stage(ctx.migration.id, Stage.APPLY)
+        self._enter_stage(ctx.migration.id, Stage.INDEXES if deferred(ctx.migration) else Stage.APPLY)
 
     def _show_copy(self, ctx: RunContext, force: bool = False) -> None:
         chunks = self.store.chunks(ctx.migration.id)

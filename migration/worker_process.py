@@ -31,7 +31,7 @@ from monitor.progress import Progress
 
 log = logging.getLogger("stream_osc.worker")
 
-APPLY_STAGES = WORKING_STAGES[1:]   # appliers run from apply to cutover
+APPLY_STAGES = WORKING_STAGES[WORKING_STAGES.index(Stage.APPLY):]   # appliers run from apply to cutover
 ERR_NO_SUCH_TABLE = 1146   # an applier's statement after the swap: _<table>_new has been renamed
 
 

@@ -1,7 +1,7 @@
-"""A table moved to another server (`migrate --target-dsn`): copied and kept in sync there, under writers that
-never pause, through a SIGKILL mid-copy; then the source is renamed away and the target must hold every write
-the application was told committed. With --where, only the rows matching the predicate, as the writers last
-left them, may be there.
+"""A table moved to another server (`migrate --target-dsn`): copied (its secondary index deferred) and kept in
+sync there, under writers that never pause, through a SIGKILL mid-copy; then the source is renamed away and the
+target must hold every write the application was told committed, and exactly its declared indexes. With
+--where, only the rows matching the predicate, as the writers last left them, may be there.
 """
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def test_a_moved_table_holds_every_acknowledged_write_after_a_kill_mid_copy(endp
     before = latest_migration_id(conn, DB, table)
     with Ledger(endpoints.mysql, DB, table, writers=4, seed=16) as ledger:
         proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note VARCHAR(20) NOT NULL "
-                         "DEFAULT 'moved'", "--target-dsn", "--target-table", f"{MOVED_DB}.{table}", *OPTIONS,
-                         log=cli_log)
+                         "DEFAULT 'moved'", "--target-dsn", "--target-table", f"{MOVED_DB}.{table}", "--defer-indexes",
+                         *OPTIONS, log=cli_log)
         try:
             migration_id = wait_for(lambda: new_migration_row(conn, DB, table, before), 120, "a migration row").id
             wait_for(lambda: chunk_progress(conn, migration_id)[0] > 0, 120, "the copy to start")
@@ -85,6 +85,9 @@ def test_a_moved_table_holds_every_acknowledged_write_after_a_kill_mid_copy(endp
         query(conn, f"INSERT INTO {qualified(DB, table)} (writer, seq) VALUES (9, 1)")
     assert late.value.args[0] == 1146   # table does not exist: a late writer fails loudly
     assert scalar(target, f"SELECT COUNT(*) FROM {qualified(*moved)} WHERE note <> 'moved'") == 0
+    indexes = query(target, "SELECT INDEX_NAME, SEQ_IN_INDEX, COLUMN_NAME FROM information_schema.STATISTICS WHERE "
+                            "TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY INDEX_NAME, SEQ_IN_INDEX", moved)
+    assert [tuple(r) for r in indexes] == [("PRIMARY", 1, "id"), ("writer_seq", 1, "writer"), ("writer_seq", 2, "seq")]
 
 
 class RegionWriter(AcknowledgedWriter):
