@@ -79,6 +79,8 @@ user = root
 datadir = {data_dir(config, server)}
 socket = {socket_path(config, server)}
 pid-file = {home(config, server) / 'mariadbd.pid'}
+# its own temporary files (internal temporary tables) under the run dir, where no /tmp cleaner removes them
+tmpdir = {home(config, server) / 'tmp'}
 port = {port}
 bind-address = {config.host}
 skip-name-resolve
@@ -124,6 +126,7 @@ def preflight(config: StackConfig, server: Server = SOURCE) -> None:
 def prepare(config: StackConfig, server: Server = SOURCE) -> None:
     """Write the option file; initialise the data directory (and the server's users) on first start."""
     home(config, server).mkdir(parents=True, exist_ok=True)
+    (home(config, server) / "tmp").mkdir(exist_ok=True)
     tls.ensure_certificates(config)
     config_file(config, server).write_text(render_config(config, server))
     if data_dir(config, server).is_dir():

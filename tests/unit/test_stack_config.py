@@ -97,6 +97,7 @@ def test_mariadb_option_file_has_what_capture_and_copy_need(clean_env):
         assert setting in server.splitlines(), setting
     assert f"socket = {REPO_ROOT / '.run/mariadb.sock'}" in server
     assert f"datadir = {REPO_ROOT / '.run/mariadb/data'}" in server
+    assert f"tmpdir = {REPO_ROOT / '.run/mariadb/tmp'}" in server   # not /tmp, which cleaners empty
 
 
 def test_target_server_option_file_has_its_own_port_folders_and_no_binlog(clean_env):
