@@ -18,7 +18,7 @@ from core import redis_keys
 from core.db import query
 from cutover.blockers import Blocker
 from core.schedule import parse_schedule
-from core.endpoints import Endpoints
+from core.endpoints import Endpoints, parse_mysql_dsn
 from core.spec import MigrationSpec
 from core.state import FINISHED, WORKING_STAGES, Migration, Stage, StateStore, Status
 from migration.lease import live_coordinator
@@ -82,6 +82,18 @@ def state_of(status: str, coordinator: tuple[str, float] | None) -> str:
     return "stopped" if status in STOPPED_STATUSES and coordinator is None else str(status)
 
 
+def target_of(migration: Migration) -> str | None:
+    """Where a move to another server puts the table (docs/move.md): `DB2.T2 on host:port [where …]`."""
+    options = migration.options
+    if not options.get("target_server"):
+        return None
+    table = options.get("target_table") or f"{migration.database}.{migration.table}"
+    dsn = options.get("target_dsn")
+    server = parse_mysql_dsn(dsn, "--target-dsn").where() if dsn else "the server of STREAM_OSC_TARGET_DSN"
+    where = f" where {options['where']}" if options.get("where") else ""
+    return f"{table} on {server}{where}"
+
+
 def status_document(migration: Migration, times: Times, copy: tuple[int, int, int, float],
                     coordinator: tuple[str, float] | None, live: dict[str, Any]) -> dict[str, Any]:
     """The typed document of docs/status.md; `live` holds the figures read from Connect, Kafka and Redis."""
@@ -93,6 +105,7 @@ def status_document(migration: Migration, times: Times, copy: tuple[int, int, in
         "migration": migration.id,
         "table": f"{migration.database}.{migration.table}",
         "alter": migration.alter_sql,
+        "target": target_of(migration),
         "stage": str(migration.stage),
         "status": str(migration.status),
         "state": state_of(migration.status, coordinator),
@@ -215,6 +228,7 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
     finished = doc["state"] in ("done", "aborted")
     rows: list[tuple[str, object]] = [
         ("migration", doc["migration"]), ("table", doc["table"]), ("alter", doc["alter"]),
+        ("moves to", doc["target"]),
         ("stage", doc["stage"]), ("state", doc["state"]),
         ("started", f"{doc['created_at']} ({doc['age_s']:.0f} s ago)"),
         ("copy", f"{copy['rows']:,} rows, chunks {copy['chunks_done']}/{copy['chunks']} "

@@ -154,3 +154,11 @@ def test_while_copying_the_coordinators_rate_is_preferred_to_the_average_over_th
     assert doc["copy"] == copy_figures(1_000, 1, 4, 0.25, Stage.COPY, TIMES.age_s)   # rows / age fallback
     applying = status_document(migration(Stage.APPLY), TIMES, (1_000, 4, 4, 1.0), ("host:1:abc", 0.5), live)
     assert applying["copy"]["rows_per_s"] is None
+
+
+def test_a_move_names_where_the_table_goes_and_a_one_server_change_names_none():
+    moved = migration(options={"target_server": True, "target_dsn": "mysql://osc@db2.example:3307/",
+                               "target_table": "archive.orders", "where": "region = 'eu'"})
+    assert status_document(moved, TIMES, (0, 0, 0, 0.0), None, {})["target"] == \
+        "archive.orders on db2.example:3307 where region = 'eu'"
+    assert status_document(migration(), TIMES, (0, 0, 0, 0.0), None, {})["target"] is None
