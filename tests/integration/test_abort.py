@@ -73,9 +73,9 @@ def killed_after_new_table(endpoints, conn, monkeypatch):
     real_create = init_stage.create_new_table
     recorded_first = []
 
-    def create_then_die(conn_, spec_, pk):
+    def create_then_die(conn_, spec_, pk, target=None):
         recorded_first.append(StateStore(conn_, spec_.metadata_schema).active(DB, "orders") is not None)
-        real_create(conn_, spec_, pk)
+        real_create(conn_, spec_, pk, target)
         raise KeyboardInterrupt   # SIGKILL: no statement after this one runs
     monkeypatch.setattr(init_stage, "create_new_table", create_then_die)
     monkeypatch.setattr(init_stage, "tear_down", lambda *args, **kwargs: True)

@@ -25,12 +25,12 @@ def test_rows_moved_above_the_top_during_the_copy_are_applied_not_copied(endpoin
     moves: list[int] = []
     original = copy_module.copy_batch
 
-    def move_while_copying(c, ctx, chunk_no, lo, hi, last):
+    def move_while_copying(c, ctx, chunk_no, lo, hi, last, target=None):
         if lo is not None and lo[0] > 500 and not moves:   # rows below 500 are copied by now
             for old in range(1, 21):
                 query(app, f"UPDATE {DB}.moved SET id = %s WHERE id = %s", (5000 + old, old))
                 moves.append(old)
-        return original(c, ctx, chunk_no, lo, hi, last)
+        return original(c, ctx, chunk_no, lo, hi, last, target)
 
     monkeypatch.setattr(copy_module, "copy_batch", move_while_copying)
     spec = MigrationSpec(database=DB, table="moved", alter="ADD COLUMN n INT NULL", copy_workers=1, apply_workers=1,
