@@ -14,10 +14,13 @@ import threading
 import pymysql
 import pytest
 
+from applier import recopy, remote
+from applier.recopy import recopy_keys
 from core.context import throttle_for
 from core.db import connect, qualified, query, scalar
 from core.load import CriticalLoad
 from core.spec import MigrationSpec
+from core.table import load_pair
 from core.target_load import TargetLoad
 from tests.integration.helpers import chunk_progress, cli, latest_migration_id, leftovers, new_migration_row, \
     start_cli, wait_for
@@ -317,3 +320,38 @@ def test_every_value_survives_the_round_trip_to_the_target_server(endpoints, con
     counter = scalar(target, "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND "
                              "TABLE_NAME=%s", (MOVED_DB, table))
     assert counter is not None and int(counter) > 5000, "an id handed out on the source would be handed out again"
+
+
+def test_a_recopy_that_found_no_row_does_not_delete_a_newer_recopy_of_the_key(endpoints, conn, target, monkeypatch):
+    """Two re-copies of one key on the target (the cutover's catch-up and an applier of `stream-osc worker`): the
+    first reads the key while the row is deleted, which locks nothing; the row is inserted again and the second
+    re-copy writes it; the first's target write then deletes it. A write acknowledged before the cutover's lock,
+    whose change event was already drained, would be missing from the target."""
+    table = "raced"
+    name = qualified(DB, table)
+    fresh_start(conn, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT NOT NULL)")
+    query(target, f"CREATE TABLE {qualified(MOVED_DB, table)} (id INT PRIMARY KEY, v INT NOT NULL)")
+    pair = load_pair(conn, DB, table, table, "", target, MOVED_DB)
+    first, second = connect(endpoints.mysql), connect(endpoints.mysql)
+    first_target, second_target = connect(endpoints.target()), connect(endpoints.target())
+    reads: list[list] = []
+
+    def read_then_race(session, pair, keys, locking=False):
+        rows = remote.read_keys(session, pair, keys, locking)
+        reads.append(rows)
+        if len(reads) == 1:   # the first re-copy has read no row: the application inserts it, another re-copy runs
+            query(conn, f"INSERT INTO {name} VALUES (7, 1)")
+            recopy_keys(second, pair, [(7,)], target=second_target)
+        return rows
+
+    monkeypatch.setattr(recopy, "read_keys", read_then_race)
+    try:
+        recopy_keys(first, pair, [(7,)], target=first_target)
+    finally:
+        for session in (first, second, first_target, second_target):
+            session.close()
+    assert reads[0] == [], "the race did not happen as staged"
+    assert query(target, f"SELECT id, v FROM {qualified(MOVED_DB, table)}") == [(7, 1)], \
+        "the source holds the row; the target lost it"
