@@ -16,6 +16,7 @@ import pytest
 
 from applier import recopy, remote
 from applier.recopy import recopy_keys
+from cli.exit_codes import ExitCode
 from core.context import throttle_for
 from core.db import connect, qualified, query, scalar
 from core.load import CriticalLoad
@@ -23,7 +24,7 @@ from core.spec import MigrationSpec
 from core.table import load_pair
 from core.target_load import TargetLoad
 from tests.integration.helpers import chunk_progress, cli, latest_migration_id, leftovers, new_migration_row, \
-    start_cli, wait_for
+    start_cli, wait_for, waiting_without_coordinator
 from tests.integration.ledger import AcknowledgedWriter, Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
@@ -355,3 +356,25 @@ def test_a_recopy_that_found_no_row_does_not_delete_a_newer_recopy_of_the_key(en
     assert reads[0] == [], "the race did not happen as staged"
     assert query(target, f"SELECT id, v FROM {qualified(MOVED_DB, table)}") == [(7, 1)], \
         "the source holds the row; the target lost it"
+
+
+def test_abort_after_the_move_renamed_the_source_keeps_the_target_table(endpoints, conn, target):
+    """The coordinator died right after the cutover's RENAME, before recording it: the target holds the table and
+    takes the application's writes from now on. `abort` must find the move done, keep the target table, and say
+    where the table lives."""
+    table = "renamed"
+    name = qualified(DB, table)
+    fresh_start(conn, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT NOT NULL)")
+    query(conn, f"INSERT INTO {name} SELECT seq, seq FROM {DB}.seq_1_to_500")
+    waiting_without_coordinator(conn, DB, table, "--target-dsn", "--target-table", f"{MOVED_DB}.{table}", *OPTIONS)
+    query(conn, f"RENAME TABLE {name} TO {qualified(DB, table + '_osc_old')}")   # what the cutover's RENAME does
+    query(target, f"INSERT INTO {qualified(MOVED_DB, table)} VALUES (501, 501)")   # the application, switched
+
+    result = cli("abort", "--table", f"{DB}.{table}")
+    output = result.stdout + result.stderr
+    assert result.returncode == ExitCode.ALREADY_SWAPPED, output
+    assert scalar(target, f"SELECT COUNT(*) FROM {qualified(MOVED_DB, table)}") == 501, "the moved table was dropped"
+    assert f"{MOVED_DB}.{table}" in output and "target server" in output, output
+    assert "has the new schema and receives the writes" not in output, output
