@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 
 import pymysql
 
-from applier.conflicts import DUPLICATE, ROUNDS, ConstraintViolated, primary_key_race, refused_by_new_table, \
-    unique_keys, unresolved
-from core.db import query, query_count, quote_ident
+from applier.conflicts import DUPLICATE, ROUNDS, ConstraintViolated, UniqueKey, primary_key_race, \
+    refused_by_new_table, unique_keys, unresolved
+from core.db import qualified, query, query_count, quote_ident
 from core.keys import Key
 from core.table import TablePair
 
@@ -103,10 +103,13 @@ def colliding_keys(target: pymysql.connections.Connection, pair: TablePair, rows
     """Keys of the new table's rows that hold a UNIQUE value one of `rows` would write."""
     width = len(pair.pk.names)
     position = {c.lower(): i for i, c in enumerate(pair.target_columns)}
+    names, keys = unique_keys(target, pair.target_database or pair.database, pair.target)
     found: list[Key] = []
-    for key in unique_keys(target, pair.target_database or pair.database, pair.target)[1]:
+    computed: list[UniqueKey] = []
+    for key in keys:
         if not all(column.lower() in position for column, _ in key.parts):
-            continue   # a part the server computes (a generated column): the server's error stands
+            computed.append(key)   # a part the server computes (a generated column): compared in a probe below
+            continue
         values = [tuple(r[width + position[c.lower()]] for c, _ in key.parts) for r in rows]
         values = [v for v in values if None not in v]
         if not values:
@@ -115,4 +118,30 @@ def colliding_keys(target: pymysql.connections.Connection, pair: TablePair, rows
         found += [tuple(r) for r in query(
             target, f"SELECT {pair.pk.column_list()} FROM {pair.target_name} WHERE ({', '.join(key.exprs())}) "
                     f"IN ({', '.join([one] * len(values))})", [v for row in values for v in row])]
+    if computed:
+        found += _colliding_computed(target, pair, rows, names, computed)
     return list(dict.fromkeys(found))
+
+
+def _colliding_computed(target: pymysql.connections.Connection, pair: TablePair, rows: list[Row], names: list[str],
+                        keys: list[UniqueKey]) -> list[Key]:
+    """colliding_keys for keys with a generated part: `rows` written into a TEMPORARY copy of the new table without
+    its UNIQUE keys, where the server computes the generated values, and joined with the new table."""
+    width = len(pair.pk.names)
+    probe = qualified(pair.target_database or pair.database, f"{pair.target[:58]}_probe")
+    query(target, f"DROP TEMPORARY TABLE IF EXISTS {probe}")
+    query(target, f"CREATE TEMPORARY TABLE {probe} LIKE {pair.target_name}")
+    try:
+        if names:
+            query(target, f"ALTER TABLE {probe} " + ", ".join(f"DROP INDEX {quote_ident(n)}" for n in names))
+        with target.cursor() as cur:
+            cur.executemany(f"INSERT INTO {probe} ({pair.target_column_list}) VALUES "
+                            f"({', '.join(['%s'] * len(pair.target_columns))})", [r[width:] for r in rows])
+        found: list[Key] = []
+        for key in keys:
+            found += [tuple(r) for r in query(
+                target, f"SELECT DISTINCT {pair.pk.column_list('t')} FROM {pair.target_name} t "
+                        f"JOIN {probe} p ON {key.equal('t', 'p')}")]
+        return found
+    finally:
+        query(target, f"DROP TEMPORARY TABLE IF EXISTS {probe}")

@@ -15,6 +15,7 @@ import pymysql
 import pytest
 
 from applier import recopy, remote
+from applier.conflicts import ConstraintViolated
 from applier.recopy import recopy_keys
 from cli.exit_codes import ExitCode
 from core.context import throttle_for
@@ -378,3 +379,31 @@ def test_abort_after_the_move_renamed_the_source_keeps_the_target_table(endpoint
     assert scalar(target, f"SELECT COUNT(*) FROM {qualified(MOVED_DB, table)}") == 501, "the moved table was dropped"
     assert f"{MOVED_DB}.{table}" in output and "target server" in output, output
     assert "has the new schema and receives the writes" not in output, output
+
+
+@pytest.mark.parametrize("unique", ["email", "email_key"])
+def test_a_stale_row_on_the_target_gives_way_and_a_real_duplicate_stops_the_move(endpoints, conn, target, unique):
+    """Two rows swapped their UNIQUE values on the source after the copy: re-copying one of them meets the other's
+    stale copy on the target, which is re-synced from the source, not a reason to stop. Under a key the source
+    really breaks (a UNIQUE key the ALTER adds) the re-copy stops with ConstraintViolated. The key is a column, or
+    a column the server computes (a generated column)."""
+    table = "uniq"
+    name, moved = qualified(DB, table), qualified(MOVED_DB, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    columns = ("id INT PRIMARY KEY, email VARCHAR(40) NOT NULL, "
+               "email_key VARCHAR(40) AS (LOWER(email)) VIRTUAL")
+    query(conn, f"CREATE TABLE {name} ({columns})")
+    query(target, f"CREATE TABLE {moved} ({columns}, UNIQUE KEY one_email ({unique}))")
+    query(conn, f"INSERT INTO {name} (id, email) VALUES (1, 'B@x'), (2, 'a@x'), (3, 'c@x'), (4, 'C@x')")
+    query(target, f"INSERT INTO {moved} (id, email) VALUES (1, 'a@x'), (2, 'b@x'), (3, 'c@x')")   # copied before
+    pair = load_pair(conn, DB, table, table, f"ADD UNIQUE KEY one_email ({unique})", target, MOVED_DB)
+    source, target_session = connect(endpoints.mysql), connect(endpoints.target())
+    try:
+        recopy_keys(source, pair, [(1,)], target=target_session)
+        assert sorted(query(target, f"SELECT id, email FROM {moved}")) == [(1, "B@x"), (2, "a@x"), (3, "c@x")]
+        if unique == "email_key":   # 'c@x' and 'C@x' are one value of LOWER(email) on the source too
+            with pytest.raises(ConstraintViolated):
+                recopy_keys(source, pair, [(4,)], target=target_session)
+    finally:
+        source.close()
+        target_session.close()
