@@ -20,7 +20,7 @@ from core.db import query, query_count
 T = TypeVar("T")
 RETRYABLE = {1205, 1213}   # lock wait timeout, deadlock
 PK_RACE_RETRIES = 5        # a concurrent re-copy of the same key (an applier and a validation repair)
-CONFIRM_ROUNDS = 10        # reads of keys without a row, on another server, until they find what was written
+CONFIRM_ROUNDS = 10        # re-copies of keys without a row until a read finds what was written
 
 
 def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Collection[Key],
@@ -57,8 +57,25 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Col
     if pair.remote:
         assert target is not None, "a new table on another server is written through its own session"
         return _write_remote(conn, target, pair, distinct, in_transaction)
-    return with_refusals_resolved(conn, pair, lambda probe: _write_racing(conn, pair, distinct, in_transaction, probe),
-                                  during_apply=True, rounds=ROUNDS)
+    for _ in range(CONFIRM_ROUNDS):
+        written, deleted = with_refusals_resolved(
+            conn, pair, lambda probe: _write_racing(conn, pair, distinct, in_transaction, probe), during_apply=True,
+            rounds=ROUNDS)
+        if written >= len(distinct) or _same_keys_present(conn, pair, distinct):
+            break
+    return written, deleted
+
+
+def _same_keys_present(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key]) -> bool:
+    """After a re-copy that found a key without a row (its locking read locked nothing, READ COMMITTED): do the
+    source and the new table hold rows of the same keys? Another re-copy may have written the row inserted
+    meanwhile just before this one's delete removed it; then the keys are re-copied again. (The delete is all
+    such a re-copy writes for that key: it can remove a row, never write an old one.)"""
+    pk = pair.pk
+    found = [Counter(tuple(r) for r in query(conn, f"SELECT {pk.column_list()} FROM {table} WHERE "
+                                                   f"{pk.in_list(len(keys))}", pk.flat(keys)))
+             for table in (pair.source_name, pair.target_name)]
+    return found[0] == found[1]
 
 
 def _write_racing(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key], in_transaction: bool,
