@@ -1,8 +1,10 @@
 """Rows written to a new table on another server (docs/move.md): no statement can name both tables, so the rows
 travel through the tool, and what one INSERT … SELECT does on one server is done in two sessions.
 
-- Reading: the source's rows are read with their key; a FLOAT column is read widened to DOUBLE, whose text
-  form names the stored value exactly (a FLOAT's own text keeps six digits and would round it).
+- Reading: the source's rows are read with their key; each column so that the value written on the target is the
+  one the server's own conversion would store (core/table.py: remote_read): a FLOAT widened to DOUBLE, whose text
+  names the stored value exactly (a FLOAT's own text keeps six digits and would round it); a value going into a
+  column of another type converted by the source server.
 - Writing: one target transaction deletes the new table's rows of the batch (a key range, or the change
   keys) and inserts the rows read, so a batch written twice (a worker killed between the target's commit
   and its progress) is written once, and a key whose row left the source (or the --where predicate) is gone.
@@ -25,26 +27,16 @@ from core.table import TablePair
 Row = tuple   # the key's values, then the copied columns' values in TablePair order
 Reread = Callable[[list[Key]], list[Row]]
 
-_source_columns: dict[TablePair, str] = {}
-
-
-def source_select(conn: pymysql.connections.Connection, pair: TablePair) -> str:
-    """`pk…, col…` for SELECT from the source: FLOAT columns widened to DOUBLE (read exactly)."""
-    if pair not in _source_columns:
-        floats = {r[0].lower() for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
-                                                    "TABLE_SCHEMA=%s AND TABLE_NAME=%s AND DATA_TYPE='float'",
-                                              (pair.database, pair.source))}
-        columns = [f"CAST({quote_ident(c)} AS DOUBLE)" if c.lower() in floats else quote_ident(c)
-                   for c in pair.source_columns]
-        _source_columns[pair] = ", ".join([pair.pk.column_list(), *columns])
-    return _source_columns[pair]
+def source_select(pair: TablePair) -> str:
+    """`pk…, col…` for SELECT from the source, each column read as core/table.py: remote_read says."""
+    return ", ".join([pair.pk.column_list(), *(pair.source_reads or map(quote_ident, pair.source_columns))])
 
 
 def read_rows(conn: pymysql.connections.Connection, pair: TablePair, where: str, params: Sequence,
               locking: bool = False) -> list[Row]:
     """The source rows matching `where` (and --where), keys first; `locking` reads them LOCK IN SHARE MODE."""
     lock = " LOCK IN SHARE MODE" if locking else ""
-    return [tuple(r) for r in query(conn, f"SELECT {source_select(conn, pair)} FROM {pair.source_name} "
+    return [tuple(r) for r in query(conn, f"SELECT {source_select(pair)} FROM {pair.source_name} "
                                           f"WHERE ({where}){pair.source_filter}{lock}", list(params))]
 
 

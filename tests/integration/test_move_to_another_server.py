@@ -407,3 +407,34 @@ def test_a_stale_row_on_the_target_gives_way_and_a_real_duplicate_stops_the_move
     finally:
         source.close()
         target_session.close()
+
+
+@pytest.mark.parametrize("column, value, new_type", [
+    ("BIT(8)", "b'101'", "INT"), ("BIT(8)", "b'101'", "VARCHAR(10)"), ("ENUM('x', 'y')", "'y'", "INT"),
+    ("SET('a', 'b')", "'a,b'", "INT"), ("DATE", "'2020-01-02'", "INT"), ("TIME", "'10:00:00'", "INT"),
+    ("TIME(3)", "'-01:02:03.5'", "INT"), ("TIME(3)", "'-01:02:03.5'", "VARCHAR(30)"),
+    ("DATETIME(3)", "'2020-01-01 00:00:00.5'", "VARCHAR(30)"), ("DATETIME(3)", "'2020-01-01 00:00:00.5'", "BIGINT"),
+    ("TIMESTAMP(2) NULL", "'2020-01-01 10:00:00.25'", "DECIMAL(20,2)"), ("FLOAT", "0.1", "VARCHAR(30)"),
+    ("FLOAT", "0.1", "DECIMAL(20,18)"), ("FLOAT", "0.1", "DOUBLE"), ("DOUBLE", "1e20", "VARCHAR(30)"),
+])
+def test_a_type_the_alter_changes_holds_what_the_servers_own_alter_stores(endpoints, conn, target, column, value,
+                                                                          new_type):
+    """A move's --alter changes a column's type: the rows travel through the tool, and the target must store what
+    the server's own ALTER stores (an ENUM's index, a BIT's number, a TIME's own text), not Python's rendering of
+    the value, nor refuse it."""
+    table = "retyped"
+    name = qualified(DB, table)
+    for t in (table, f"{table}_by_server"):
+        query(conn, f"DROP TABLE IF EXISTS {qualified(DB, t)}")
+    query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, c {column})")
+    query(conn, f"INSERT INTO {name} VALUES (1, {value})")
+    alter = f"MODIFY c {new_type}"
+    by_server = qualified(DB, f"{table}_by_server")
+    query(conn, f"CREATE TABLE {by_server} LIKE {name}")
+    query(conn, f"INSERT INTO {by_server} SELECT * FROM {name}")
+    query(conn, f"ALTER TABLE {by_server} {alter}")
+    query(target, f"CREATE TABLE {qualified(MOVED_DB, table)} (id INT PRIMARY KEY, c {new_type})")
+    pair = load_pair(conn, DB, table, table, alter, target, MOVED_DB)
+    remote.write_rows(target, pair, "1=1", [], remote.read_rows(conn, pair, "1=1", []), lambda keys: [], False)
+    shown = "SELECT HEX(c), CAST(c AS CHAR) FROM {}"
+    assert query(target, shown.format(qualified(MOVED_DB, table))) == query(conn, shown.format(by_server))
