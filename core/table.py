@@ -44,8 +44,9 @@ class TablePair:
 
     @property
     def source_filter(self) -> str:
-        """` AND (<where>)` for a statement reading the source, or nothing."""
-        return f" AND ({self.where})" if self.where else ""
+        """` AND (<where>)` for a statement reading the source, or nothing. Every such statement carries parameters,
+        so a `%` of the predicate (modulo, a LIKE wildcard) is doubled, as the driver's formatting wants it."""
+        return f" AND ({self.where.replace('%', '%%')})" if self.where else ""
 
     @property
     def target_column_list(self) -> str:

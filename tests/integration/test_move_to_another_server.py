@@ -438,3 +438,21 @@ def test_a_type_the_alter_changes_holds_what_the_servers_own_alter_stores(endpoi
     remote.write_rows(target, pair, "1=1", [], remote.read_rows(conn, pair, "1=1", []), lambda keys: [], False)
     shown = "SELECT HEX(c), CAST(c AS CHAR) FROM {}"
     assert query(target, shown.format(qualified(MOVED_DB, table))) == query(conn, shown.format(by_server))
+
+
+def test_a_where_with_percent_signs_moves_exactly_its_rows(endpoints, conn, target):
+    """`%` is SQL's modulo and LIKE's wildcard; the predicate goes into statements that carry parameters, where a
+    bare `%` would be taken for a placeholder."""
+    table = "pct"
+    name = qualified(DB, table)
+    fresh_start(conn, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT NOT NULL, tag VARCHAR(10) NOT NULL)")
+    query(conn, f"INSERT INTO {name} SELECT seq, seq, IF(seq % 7 = 0, 'a%b', 'ab') FROM {DB}.seq_1_to_300")
+    predicate = "v % 3 = 0 OR tag LIKE 'a\\%%'"
+    wanted = query(conn, f"SELECT id, v, tag FROM {name} WHERE {predicate} ORDER BY id")
+    result = cli("migrate", "--table", f"{DB}.{table}", "--target-dsn", "--target-table", f"{MOVED_DB}.{table}",
+                 "--where", predicate, *OPTIONS, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert query(target, f"SELECT id, v, tag FROM {qualified(MOVED_DB, table)} ORDER BY id") == wanted
+    assert 100 < len(wanted) < 300
