@@ -456,3 +456,30 @@ def test_a_where_with_percent_signs_moves_exactly_its_rows(endpoints, conn, targ
     assert result.returncode == 0, result.stdout + result.stderr
     assert query(target, f"SELECT id, v, tag FROM {qualified(MOVED_DB, table)} ORDER BY id") == wanted
     assert 100 < len(wanted) < 300
+
+
+def test_a_joined_worker_applies_to_the_target_server_and_the_cutover_command_finishes_the_move(endpoints, conn,
+                                                                                                   target, cli_log):
+    """`stream-osc worker` and `stream-osc cutover` know the move from its stored options alone: the worker's
+    appliers write the target server, the cutover renames the source away, the worker leaves."""
+    table = "joined"
+    name, moved = qualified(DB, table), qualified(MOVED_DB, table)
+    fresh_start(conn, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, payload VARCHAR(20) NOT NULL)")
+    query(conn, f"INSERT INTO {name} SELECT seq, 'before' FROM {DB}.seq_1_to_2000")
+    waiting_without_coordinator(conn, DB, table, "--target-dsn", "--target-table", f"{MOVED_DB}.{table}", *OPTIONS)
+    worker = start_cli("--log-level", "INFO", "worker", "--table", f"{DB}.{table}", log=cli_log)
+    try:
+        query(conn, f"UPDATE {name} SET payload = 'while waiting' WHERE id = 100")
+        wait_for(lambda: scalar(target, f"SELECT payload FROM {moved} WHERE id = 100") == "while waiting", 60,
+                 "the worker's appliers to write the change on the target server")
+        result = cli("cutover", "--table", f"{DB}.{table}", "--quiet")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert worker.wait(60) == 0   # it leaves once the table is moved
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(30)
+    assert not table_exists(conn, DB, table)
+    assert scalar(target, f"SELECT COUNT(*) FROM {moved} WHERE payload = 'before'") == 1999
