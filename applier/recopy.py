@@ -5,6 +5,7 @@ State-based apply: docs/invariants.md, 2.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from typing import TypeVar
 
@@ -19,6 +20,7 @@ from core.db import query, query_count
 T = TypeVar("T")
 RETRYABLE = {1205, 1213}   # lock wait timeout, deadlock
 PK_RACE_RETRIES = 5        # a concurrent re-copy of the same key (an applier and a validation repair)
+CONFIRM_ROUNDS = 10        # re-copies of keys without a row until a read finds what was written
 
 
 def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Collection[Key],
@@ -55,8 +57,25 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Col
     if pair.remote:
         assert target is not None, "a new table on another server is written through its own session"
         return _write_remote(conn, target, pair, distinct, in_transaction)
-    return with_refusals_resolved(conn, pair, lambda probe: _write_racing(conn, pair, distinct, in_transaction, probe),
-                                  during_apply=True, rounds=ROUNDS)
+    for _ in range(CONFIRM_ROUNDS):
+        written, deleted = with_refusals_resolved(
+            conn, pair, lambda probe: _write_racing(conn, pair, distinct, in_transaction, probe), during_apply=True,
+            rounds=ROUNDS)
+        if written >= len(distinct) or _same_keys_present(conn, pair, distinct):
+            break
+    return written, deleted
+
+
+def _same_keys_present(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key]) -> bool:
+    """After a re-copy that found a key without a row (its locking read locked nothing, READ COMMITTED): do the
+    source and the new table hold rows of the same keys? Another re-copy may have written the row inserted
+    meanwhile just before this one's delete removed it; then the keys are re-copied again. (The delete is all
+    such a re-copy writes for that key: it can remove a row, never write an old one.)"""
+    pk = pair.pk
+    found = [Counter(tuple(r) for r in query(conn, f"SELECT {pk.column_list()} FROM {table} WHERE "
+                                                   f"{pk.in_list(len(keys))}", pk.flat(keys)))
+             for table in (pair.source_name, pair.target_name)]
+    return found[0] == found[1]
 
 
 def _write_racing(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key], in_transaction: bool,
@@ -101,23 +120,36 @@ def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence
 
 def _write_remote(conn: pymysql.connections.Connection, target: pymysql.connections.Connection, pair: TablePair,
                   keys: Sequence[Key], in_transaction: bool) -> tuple[int, int]:
-    """recopy_keys for a new table on another server: the source transaction's locking read, the target's write."""
-    if in_transaction:
-        conn.begin()
-    else:
-        conn.autocommit(False)
-    try:
-        present = read_keys(conn, pair, keys, locking=True)
-        deleted = write_rows(target, pair, pair.pk.in_list(len(keys)), pair.pk.flat(keys), present,
-                             lambda more: read_keys(conn, pair, more, locking=True), during_apply=True)
-        conn.commit()
-        return len(present), deleted
-    except BaseException:
-        conn.rollback()
-        raise
-    finally:
-        if not in_transaction:
-            conn.autocommit(True)
+    """recopy_keys for a new table on another server: the source transaction's locking read, the target's write.
+
+    The locking read orders two re-copies of a key only when it finds the row: a key without a row locks nothing
+    (READ COMMITTED), so the row can be inserted, and another re-copy read and write it, before this one's delete
+    reaches the target. So when a key found no row, the keys are read again once the target has committed, and
+    written again until a read finds the rows just written (a row found is locked until its write commits)."""
+    written, deleted, previous = 0, 0, None
+    for _ in range(CONFIRM_ROUNDS):
+        if in_transaction:
+            conn.begin()
+        else:
+            conn.autocommit(False)
+        try:
+            present = read_keys(conn, pair, keys, locking=True)
+            if previous is not None and Counter(present) == Counter(previous):
+                conn.commit()
+                break
+            deleted += write_rows(target, pair, pair.pk.in_list(len(keys)), pair.pk.flat(keys), present,
+                                  lambda more: read_keys(conn, pair, more, locking=True), during_apply=True)
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            if not in_transaction:
+                conn.autocommit(True)
+        written, previous = len(present), present
+        if len(present) >= len(keys):
+            break   # every key's row was locked from its read to the target's commit
+    return written, deleted
 
 
 def with_retry(action: Callable[[], T], attempts: int = 20) -> T:

@@ -1,8 +1,10 @@
 """Rows written to a new table on another server (docs/move.md): no statement can name both tables, so the rows
 travel through the tool, and what one INSERT … SELECT does on one server is done in two sessions.
 
-- Reading: the source's rows are read with their key; a FLOAT column is read widened to DOUBLE, whose text
-  form names the stored value exactly (a FLOAT's own text keeps six digits and would round it).
+- Reading: the source's rows are read with their key; each column so that the value written on the target is the
+  one the server's own conversion would store (core/table.py: remote_read): a FLOAT widened to DOUBLE, whose text
+  names the stored value exactly (a FLOAT's own text keeps six digits and would round it); a value going into a
+  column of another type converted by the source server.
 - Writing: one target transaction deletes the new table's rows of the batch (a key range, or the change
   keys) and inserts the rows read, so a batch written twice (a worker killed between the target's commit
   and its progress) is written once, and a key whose row left the source (or the --where predicate) is gone.
@@ -16,35 +18,25 @@ from collections.abc import Callable, Sequence
 
 import pymysql
 
-from applier.conflicts import DUPLICATE, ROUNDS, ConstraintViolated, primary_key_race, refused_by_new_table, \
-    unique_keys, unresolved
-from core.db import query, query_count, quote_ident
+from applier.conflicts import DUPLICATE, ROUNDS, ConstraintViolated, UniqueKey, primary_key_race, \
+    refused_by_new_table, unique_keys, unresolved
+from core.db import qualified, query, query_count, quote_ident
 from core.keys import Key
 from core.table import TablePair
 
 Row = tuple   # the key's values, then the copied columns' values in TablePair order
 Reread = Callable[[list[Key]], list[Row]]
 
-_source_columns: dict[TablePair, str] = {}
-
-
-def source_select(conn: pymysql.connections.Connection, pair: TablePair) -> str:
-    """`pk…, col…` for SELECT from the source: FLOAT columns widened to DOUBLE (read exactly)."""
-    if pair not in _source_columns:
-        floats = {r[0].lower() for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
-                                                    "TABLE_SCHEMA=%s AND TABLE_NAME=%s AND DATA_TYPE='float'",
-                                              (pair.database, pair.source))}
-        columns = [f"CAST({quote_ident(c)} AS DOUBLE)" if c.lower() in floats else quote_ident(c)
-                   for c in pair.source_columns]
-        _source_columns[pair] = ", ".join([pair.pk.column_list(), *columns])
-    return _source_columns[pair]
+def source_select(pair: TablePair) -> str:
+    """`pk…, col…` for SELECT from the source, each column read as core/table.py: remote_read says."""
+    return ", ".join([pair.pk.column_list(), *(pair.source_reads or map(quote_ident, pair.source_columns))])
 
 
 def read_rows(conn: pymysql.connections.Connection, pair: TablePair, where: str, params: Sequence,
               locking: bool = False) -> list[Row]:
     """The source rows matching `where` (and --where), keys first; `locking` reads them LOCK IN SHARE MODE."""
     lock = " LOCK IN SHARE MODE" if locking else ""
-    return [tuple(r) for r in query(conn, f"SELECT {source_select(conn, pair)} FROM {pair.source_name} "
+    return [tuple(r) for r in query(conn, f"SELECT {source_select(pair)} FROM {pair.source_name} "
                                           f"WHERE ({where}){pair.source_filter}{lock}", list(params))]
 
 
@@ -103,10 +95,13 @@ def colliding_keys(target: pymysql.connections.Connection, pair: TablePair, rows
     """Keys of the new table's rows that hold a UNIQUE value one of `rows` would write."""
     width = len(pair.pk.names)
     position = {c.lower(): i for i, c in enumerate(pair.target_columns)}
+    names, keys = unique_keys(target, pair.target_database or pair.database, pair.target)
     found: list[Key] = []
-    for key in unique_keys(target, pair.target_database or pair.database, pair.target)[1]:
+    computed: list[UniqueKey] = []
+    for key in keys:
         if not all(column.lower() in position for column, _ in key.parts):
-            continue   # a part the server computes (a generated column): the server's error stands
+            computed.append(key)   # a part the server computes (a generated column): compared in a probe below
+            continue
         values = [tuple(r[width + position[c.lower()]] for c, _ in key.parts) for r in rows]
         values = [v for v in values if None not in v]
         if not values:
@@ -115,4 +110,30 @@ def colliding_keys(target: pymysql.connections.Connection, pair: TablePair, rows
         found += [tuple(r) for r in query(
             target, f"SELECT {pair.pk.column_list()} FROM {pair.target_name} WHERE ({', '.join(key.exprs())}) "
                     f"IN ({', '.join([one] * len(values))})", [v for row in values for v in row])]
+    if computed:
+        found += _colliding_computed(target, pair, rows, names, computed)
     return list(dict.fromkeys(found))
+
+
+def _colliding_computed(target: pymysql.connections.Connection, pair: TablePair, rows: list[Row], names: list[str],
+                        keys: list[UniqueKey]) -> list[Key]:
+    """colliding_keys for keys with a generated part: `rows` written into a TEMPORARY copy of the new table without
+    its UNIQUE keys, where the server computes the generated values, and joined with the new table."""
+    width = len(pair.pk.names)
+    probe = qualified(pair.target_database or pair.database, f"{pair.target[:58]}_probe")
+    query(target, f"DROP TEMPORARY TABLE IF EXISTS {probe}")
+    query(target, f"CREATE TEMPORARY TABLE {probe} LIKE {pair.target_name}")
+    try:
+        if names:
+            query(target, f"ALTER TABLE {probe} " + ", ".join(f"DROP INDEX {quote_ident(n)}" for n in names))
+        with target.cursor() as cur:
+            cur.executemany(f"INSERT INTO {probe} ({pair.target_column_list}) VALUES "
+                            f"({', '.join(['%s'] * len(pair.target_columns))})", [r[width:] for r in rows])
+        found: list[Key] = []
+        for key in keys:
+            found += [tuple(r) for r in query(
+                target, f"SELECT DISTINCT {pair.pk.column_list('t')} FROM {pair.target_name} t "
+                        f"JOIN {probe} p ON {key.equal('t', 'p')}")]
+        return found
+    finally:
+        query(target, f"DROP TEMPORARY TABLE IF EXISTS {probe}")

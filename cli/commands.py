@@ -331,10 +331,16 @@ def cmd_abort(args: argparse.Namespace) -> int:
     migration = store.get(migration.id)
     if migration.stage in SWAPPED_STAGES or tables_swapped(conn, spec):
         finish_swapped(conn, endpoints, spec, migration)
-        print(f"migration {migration.id} of {args.table} could not be aborted: the tables had already been swapped. "
-              f"{args.table} has the new schema and receives the writes; the original table is kept as "
-              f"{db}.{spec.old_table} (without the writes made since the swap). The unfinished cleanup is done "
-              "(connector and topics removed) and the migration is recorded as done.")
+        if spec.target_server:
+            done = (f"could not be aborted: the table had already been moved. It lives on the target server as "
+                    f"{spec.target_database}.{spec.new_table}, which holds every acknowledged write: switch the "
+                    f"application to it (writes to {args.table} fail)")
+        else:
+            done = (f"could not be aborted: the tables had already been swapped. {args.table} has the new schema "
+                    "and receives the writes")
+        print(f"migration {migration.id} of {args.table} {done}; the original table is kept as {db}.{spec.old_table} "
+              "(without the writes made since the swap). The unfinished cleanup is done (connector and topics "
+              "removed) and the migration is recorded as done.")
         return ExitCode.ALREADY_SWAPPED
     tear_down(conn, endpoints, spec, migration, drop_new_table=True, metadata=Metadata.WORK)   # a sentry too
     new = f"{spec.target_database}.{spec.new_table} on the target server" if spec.target_server else spec.new_table

@@ -7,7 +7,12 @@ import pymysql
 
 from core.alter_columns import column_changes
 from core.db import qualified, query, quote_ident
-from core.keys import PrimaryKey, primary_key
+from core.keys import INTEGER_TYPES, STRING_TYPES, PrimaryKey, primary_key
+
+_NUMBERS = INTEGER_TYPES | {"decimal", "numeric", "float", "double", "real"}
+_IN_NUMBER_CONTEXT = {"bit", "enum", "set", "date", "time", "datetime", "timestamp"}   # `+ 0` is the server's number
+_TEMPORAL = {"time", "datetime", "timestamp"}
+_RENDERED = {"time", "datetime", "timestamp", "float", "double"}   # text as the server renders it
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class TablePair:
     target_database: str = ""   # the new table's schema ("": the source's)
     remote: bool = False        # the new table lives on another server: no statement names both tables
     where: str = ""             # only the source rows matching it are copied and kept (remote only)
+    source_reads: tuple[str, ...] = ()   # remote: how each of source_columns is read (remote_read)
 
     @property
     def source_name(self) -> str:
@@ -38,8 +44,9 @@ class TablePair:
 
     @property
     def source_filter(self) -> str:
-        """` AND (<where>)` for a statement reading the source, or nothing."""
-        return f" AND ({self.where})" if self.where else ""
+        """` AND (<where>)` for a statement reading the source, or nothing. Every such statement carries parameters,
+        so a `%` of the predicate (modulo, a LIKE wildcard) is doubled, as the driver's formatting wants it."""
+        return f" AND ({self.where.replace('%', '%%')})" if self.where else ""
 
     @property
     def target_column_list(self) -> str:
@@ -87,6 +94,39 @@ def load_pair(conn: pymysql.connections.Connection, database: str, source: str, 
                  (target_database or database, target))
     mapped = [(name, fills[name.lower()]) for name, extra in rows
               if not is_generated(extra) and name.lower() in fills]
+    reads: tuple[str, ...] = ()
+    if target_conn is not None:
+        source_types = data_types(conn, database, source)
+        target_types = data_types(target_conn, target_database or database, target)
+        reads = tuple(remote_read(s, source_types[s.lower()], target_types[t.lower()]) for t, s in mapped)
     return TablePair(database, source, target, primary_key(conn, database, source),
                      tuple(t for t, _ in mapped), tuple(s for _, s in mapped), target_database,
-                     target_conn is not None, where)
+                     target_conn is not None, where, reads)
+
+
+def data_types(conn: pymysql.connections.Connection, database: str, table: str) -> dict[str, str]:
+    """{lower-case column name: DATA_TYPE}."""
+    return {r[0].lower(): r[1].lower() for r in query(
+        conn, "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+        (database, table))}
+
+
+def remote_read(column: str, source_type: str, target_type: str) -> str:
+    """How a source column is read for a new table on another server, so that the value written there is the one
+    the server's own conversion (the ALTER's) would store: as it is when the type stays; a FLOAT widened to DOUBLE
+    (whose text names the stored value exactly); into a number column, a BIT, ENUM, SET or temporal value as the
+    server's number (`+ 0`: an ENUM's index, a DATE's YYYYMMDD; into an integer, a time's fraction cut off), into a
+    text column a temporal or floating value as the server's text (a FLOAT's six digits, a TIME's own fraction) and
+    a BIT as its number's digits."""
+    ident = quote_ident(column)
+    if target_type in STRING_TYPES and source_type in _RENDERED:
+        return f"CAST({ident} AS CHAR)"
+    if target_type in STRING_TYPES and source_type == "bit":
+        return f"CAST({ident} + 0 AS CHAR)"
+    if target_type in INTEGER_TYPES and source_type in _TEMPORAL:   # a fraction of a second is cut off
+        return f"TRUNCATE({ident} + 0, 0)"
+    if target_type in _NUMBERS and source_type in _IN_NUMBER_CONTEXT:
+        return f"({ident} + 0)"
+    if source_type == "float":
+        return f"CAST({ident} AS DOUBLE)"
+    return ident

@@ -137,6 +137,12 @@ def check_target(conn: pymysql.connections.Connection, target: pymysql.connectio
         except pymysql.err.MySQLError as exc:
             raise PreflightError(f"--where is not a predicate on {db}.{table}: {exc.args[-1]} "
                                  f"(server error {exc.args[0]})") from None
+        # A predicate reading other rows (a subquery, of this table or another) changes its answer for a row
+        # without a change event of that row, and cannot be evaluated under the cutover's lock of the table alone.
+        plan = query(conn, f"EXPLAIN SELECT 1 FROM {qualified(db, table)} WHERE ({spec.where})")
+        if any(str(step[1]).upper() != "SIMPLE" or step[2] not in (None, table) for step in plan):
+            raise PreflightError(f"--where must be decided by the row alone: {spec.where!r} reads other rows "
+                                 "(a subquery); rows would enter or leave it without a change to them")
     tdb, ttable = spec.target_names
     if not scalar(target, "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME=%s", (tdb,)):
         raise PreflightError(f"the target server has no database {tdb}: create it there first")

@@ -1,24 +1,31 @@
 """A table moved to another server (`migrate --target-dsn`): copied (its secondary index deferred) and kept in
 sync there, under writers that never pause, through a SIGKILL mid-copy; then the source is renamed away and the
 target must hold every write the application was told committed, and exactly its declared indexes. With
---where, only the rows matching the predicate, as the writers last left them, may be there.
+--where, only the rows matching the predicate, as the writers last left them, may be there. Every value comes
+through exactly although the rows travel through the tool.
 """
 from __future__ import annotations
 
 import random
 import signal
+import struct
 import threading
 
 import pymysql
 import pytest
 
+from applier import recopy, remote
+from applier.conflicts import ConstraintViolated
+from applier.recopy import recopy_keys
+from cli.exit_codes import ExitCode
 from core.context import throttle_for
 from core.db import connect, qualified, query, scalar
 from core.load import CriticalLoad
 from core.spec import MigrationSpec
+from core.table import load_pair
 from core.target_load import TargetLoad
 from tests.integration.helpers import chunk_progress, cli, latest_migration_id, leftovers, new_migration_row, \
-    start_cli, wait_for
+    start_cli, wait_for, waiting_without_coordinator
 from tests.integration.ledger import AcknowledgedWriter, Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
@@ -188,6 +195,9 @@ def test_load_limits_hold_the_work_back_for_the_target_server_too(endpoints, tar
     (["--target-dsn", "--target-table", "no_such_schema.small"], "has no database no_such_schema"),
     (["--target-dsn", "--target-table", f"{MOVED_DB}.small", "--where", "no_such_column = 1"],
      "--where is not a predicate"),
+    # a subquery's rows change without a change event of this table's rows (and cannot be read under its lock)
+    (["--target-dsn", "--target-table", f"{MOVED_DB}.small", "--where", f"v > (SELECT MIN(v) FROM {DB}.small)"],
+     "--where must be decided by the row alone"),
     (["--where", "id > 0"], "--where needs --target-dsn"),
 ])
 def test_bad_move_options_are_refused_with_exit_2_and_change_nothing(endpoints, conn, target, args, says):
@@ -226,3 +236,250 @@ def test_abort_of_a_move_removes_the_target_table_and_keeps_the_source(endpoints
     assert not table_exists(target, MOVED_DB, table)
     assert leftovers(endpoints, DB, table) == []
     assert scalar(conn, f"SELECT COUNT(*) FROM {qualified(DB, table)}") == 40_002
+
+
+# Rows travel through the tool (applier/remote.py): each value is read into Python and written back on the target.
+COLUMNS = """
+    id INT AUTO_INCREMENT PRIMARY KEY,
+    d DOUBLE, f FLOAT, f2 FLOAT(7,3), dm DECIMAL(65,30), b64 BIT(64), b1 BIT(1),
+    tm TIME(6), dt DATETIME(6), dz DATE, ts TIMESTAMP(6) NULL, y YEAR,
+    j JSON, l1 VARCHAR(20) CHARACTER SET latin1, vb VARBINARY(300), fb BINARY(4), ch CHAR(5),
+    e ENUM('x', 'y'), s SET('a', 'b', 'c'), g POINT,
+    gen VARCHAR(40) AS (CONCAT(ch, '|', e)) VIRTUAL
+"""
+# every column in a form that shows all of its bits, the same SQL on both servers
+SHOWN = ("id, CAST(d AS CHAR), CAST(f AS DOUBLE), CAST(f2 AS DOUBLE), CAST(dm AS CHAR), HEX(b64), HEX(b1), "
+         "CAST(tm AS CHAR), CAST(dt AS CHAR), CAST(dz AS CHAR), IF(ts = 0, 'zero', UNIX_TIMESTAMP(ts)), "
+         "CAST(y AS CHAR), HEX(j), HEX(l1), HEX(vb), HEX(fb), HEX(ch), HEX(e), HEX(s), HEX(g), HEX(gen)")
+INSERT = ("INSERT INTO {t} (id, d, f, f2, dm, b64, b1, tm, dt, dz, ts, y, j, l1, vb, fb, ch, e, s, g) VALUES "
+          "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, ST_GeomFromText(%s))")
+
+
+LATIN1 = [*range(32, 127), *range(160, 256)]
+
+
+def day(rng: random.Random, first_year: int, last_year: int) -> str:
+    return f"{rng.randint(first_year, last_year)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+
+
+def edge_rows(rng: random.Random, first: int, count: int) -> list[tuple]:
+    """Rows of values a round trip through Python could change: random bit patterns of doubles and floats, the
+    ends of each type's range, zero dates, negative and fractional times, bytes of every value."""
+    fixed = [
+        (-0.0, 1.1754943508222875e-38, 9999.999, "-" + "9" * 35 + "." + "9" * 30, b"\xff" * 8, b"\x01",
+         "-838:59:59.000000", "0000-00-00 00:00:00", "0000-00-00", "0000-00-00 00:00:00", 0,
+         '{"k": "\\u00e9\\ud83d\\ude00", "n": 1.0000000000000002}', "caf\u00e9 \u00ff", bytes(range(256)),
+         b"a\x00\x00\x00", "ab  ", "x", "a,c", "POINT(0.1 -0.2)"),
+        (5e-324, -3.4028234663852886e38, -0.001, "0." + "0" * 29 + "1", b"\x00" * 8, b"\x00",
+         "-00:00:00.000001", "9999-12-31 23:59:59.999999", "2020-00-00", "2038-01-19 03:14:07.999999", 2155,
+         "[]", "", b"", b"\x00\x00\x00\x00", "", "y", "", "POINT(1e300 -1e-300)"),
+        (None,) * 19,
+    ]
+    rows = []
+    for i in range(count):
+        values = list(fixed[i]) if i < len(fixed) else [
+            struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0],
+            struct.unpack("<f", struct.pack("<I", rng.getrandbits(32)))[0],
+            round(rng.uniform(-9999, 9999), 3),
+            f"{rng.randint(-10**30, 10**30)}.{rng.randint(0, 10**30 - 1):030d}",
+            rng.getrandbits(64).to_bytes(8, "big"), bytes([rng.getrandbits(1)]),
+            f"{'-' if rng.random() < 0.5 else ''}{rng.randint(0, 838)}:{rng.randint(0, 59):02d}:"
+            f"{rng.randint(0, 59):02d}.{rng.randint(0, 999_999):06d}",
+            f"{day(rng, 1000, 9999)} 12:34:56.{rng.randint(0, 999_999):06d}", day(rng, 1000, 9999),
+            f"{day(rng, 1971, 2037)} 01:30:00.{rng.randint(0, 999_999):06d}",
+            rng.randint(1901, 2155),
+            f'{{"v": {rng.random()!r}}}', "".join(chr(rng.choice(LATIN1)) for _ in range(10)),
+            rng.randbytes(rng.randint(0, 300)), rng.randbytes(4), "".join(rng.choice("ab ") for _ in range(5)),
+            rng.choice(["x", "y"]), rng.choice(["a", "b,c", "a,b,c"]),
+            f"POINT({rng.uniform(-180, 180)!r} {rng.uniform(-90, 90)!r})"]
+        values = [v if not isinstance(v, float) or v == v and abs(v) != float("inf") else 1.5 for v in values]
+        rows.append((first + i, *values))
+    return rows
+
+
+def test_every_value_survives_the_round_trip_to_the_target_server(endpoints, conn, target):
+    table = "edge_values"
+    name = qualified(DB, table)
+    fresh_start(conn, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} ({COLUMNS})")
+    rng = random.Random(77)
+    with conn.cursor() as cur:
+        cur.executemany(INSERT.format(t=name), edge_rows(rng, 1, 400))
+    query(conn, f"INSERT INTO {name} (id) VALUES (5000)")
+    query(conn, f"DELETE FROM {name} WHERE id = 5000")   # the counter stands past every row
+
+    result = cli("migrate", "--table", f"{DB}.{table}", "--target-dsn", "--target-table", f"{MOVED_DB}.{table}",
+                 *OPTIONS, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    old = qualified(DB, f"{table}_osc_old")
+    source = {r[0]: r for r in query(conn, f"SELECT {SHOWN} FROM {old}")}
+    moved = {r[0]: r for r in query(target, f"SELECT {SHOWN} FROM {qualified(MOVED_DB, table)}")}
+    assert source.keys() == moved.keys()
+    differing = [(source[k], moved[k]) for k in source if source[k] != moved[k]]
+    assert differing == [], f"{len(differing)} rows changed on the way; first: {differing[0]}"
+    counter = scalar(target, "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND "
+                             "TABLE_NAME=%s", (MOVED_DB, table))
+    assert counter is not None and int(counter) > 5000, "an id handed out on the source would be handed out again"
+
+
+def test_a_recopy_that_found_no_row_does_not_delete_a_newer_recopy_of_the_key(endpoints, conn, target, monkeypatch):
+    """Two re-copies of one key on the target (the cutover's catch-up and an applier of `stream-osc worker`): the
+    first reads the key while the row is deleted, which locks nothing; the row is inserted again and the second
+    re-copy writes it; the first's target write then deletes it. A write acknowledged before the cutover's lock,
+    whose change event was already drained, would be missing from the target."""
+    table = "raced"
+    name = qualified(DB, table)
+    fresh_start(conn, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT NOT NULL)")
+    query(target, f"CREATE TABLE {qualified(MOVED_DB, table)} (id INT PRIMARY KEY, v INT NOT NULL)")
+    pair = load_pair(conn, DB, table, table, "", target, MOVED_DB)
+    first, second = connect(endpoints.mysql), connect(endpoints.mysql)
+    first_target, second_target = connect(endpoints.target()), connect(endpoints.target())
+    reads: list[list] = []
+
+    def read_then_race(session, pair, keys, locking=False):
+        rows = remote.read_keys(session, pair, keys, locking)
+        reads.append(rows)
+        if len(reads) == 1:   # the first re-copy has read no row: the application inserts it, another re-copy runs
+            query(conn, f"INSERT INTO {name} VALUES (7, 1)")
+            recopy_keys(second, pair, [(7,)], target=second_target)
+        return rows
+
+    monkeypatch.setattr(recopy, "read_keys", read_then_race)
+    try:
+        recopy_keys(first, pair, [(7,)], target=first_target)
+    finally:
+        for session in (first, second, first_target, second_target):
+            session.close()
+    assert reads[0] == [], "the race did not happen as staged"
+    assert query(target, f"SELECT id, v FROM {qualified(MOVED_DB, table)}") == [(7, 1)], \
+        "the source holds the row; the target lost it"
+
+
+def test_abort_after_the_move_renamed_the_source_keeps_the_target_table(endpoints, conn, target):
+    """The coordinator died right after the cutover's RENAME, before recording it: the target holds the table and
+    takes the application's writes from now on. `abort` must find the move done, keep the target table, and say
+    where the table lives."""
+    table = "renamed"
+    name = qualified(DB, table)
+    fresh_start(conn, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT NOT NULL)")
+    query(conn, f"INSERT INTO {name} SELECT seq, seq FROM {DB}.seq_1_to_500")
+    waiting_without_coordinator(conn, DB, table, "--target-dsn", "--target-table", f"{MOVED_DB}.{table}", *OPTIONS)
+    query(conn, f"RENAME TABLE {name} TO {qualified(DB, table + '_osc_old')}")   # what the cutover's RENAME does
+    query(target, f"INSERT INTO {qualified(MOVED_DB, table)} VALUES (501, 501)")   # the application, switched
+
+    result = cli("abort", "--table", f"{DB}.{table}")
+    output = result.stdout + result.stderr
+    assert result.returncode == ExitCode.ALREADY_SWAPPED, output
+    assert scalar(target, f"SELECT COUNT(*) FROM {qualified(MOVED_DB, table)}") == 501, "the moved table was dropped"
+    assert f"{MOVED_DB}.{table}" in output and "target server" in output, output
+    assert "has the new schema and receives the writes" not in output, output
+
+
+@pytest.mark.parametrize("unique", ["email", "email_key"])
+def test_a_stale_row_on_the_target_gives_way_and_a_real_duplicate_stops_the_move(endpoints, conn, target, unique):
+    """Two rows swapped their UNIQUE values on the source after the copy: re-copying one of them meets the other's
+    stale copy on the target, which is re-synced from the source, not a reason to stop. Under a key the source
+    really breaks (a UNIQUE key the ALTER adds) the re-copy stops with ConstraintViolated. The key is a column, or
+    a column the server computes (a generated column)."""
+    table = "uniq"
+    name, moved = qualified(DB, table), qualified(MOVED_DB, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    columns = ("id INT PRIMARY KEY, email VARCHAR(40) NOT NULL, "
+               "email_key VARCHAR(40) AS (LOWER(email)) VIRTUAL")
+    query(conn, f"CREATE TABLE {name} ({columns})")
+    query(target, f"CREATE TABLE {moved} ({columns}, UNIQUE KEY one_email ({unique}))")
+    query(conn, f"INSERT INTO {name} (id, email) VALUES (1, 'B@x'), (2, 'a@x'), (3, 'c@x'), (4, 'C@x')")
+    query(target, f"INSERT INTO {moved} (id, email) VALUES (1, 'a@x'), (2, 'b@x'), (3, 'c@x')")   # copied before
+    pair = load_pair(conn, DB, table, table, f"ADD UNIQUE KEY one_email ({unique})", target, MOVED_DB)
+    source, target_session = connect(endpoints.mysql), connect(endpoints.target())
+    try:
+        recopy_keys(source, pair, [(1,)], target=target_session)
+        assert sorted(query(target, f"SELECT id, email FROM {moved}")) == [(1, "B@x"), (2, "a@x"), (3, "c@x")]
+        if unique == "email_key":   # 'c@x' and 'C@x' are one value of LOWER(email) on the source too
+            with pytest.raises(ConstraintViolated):
+                recopy_keys(source, pair, [(4,)], target=target_session)
+    finally:
+        source.close()
+        target_session.close()
+
+
+@pytest.mark.parametrize("column, value, new_type", [
+    ("BIT(8)", "b'101'", "INT"), ("BIT(8)", "b'101'", "VARCHAR(10)"), ("ENUM('x', 'y')", "'y'", "INT"),
+    ("SET('a', 'b')", "'a,b'", "INT"), ("DATE", "'2020-01-02'", "INT"), ("TIME", "'10:00:00'", "INT"),
+    ("TIME(3)", "'-01:02:03.5'", "INT"), ("TIME(3)", "'-01:02:03.5'", "VARCHAR(30)"),
+    ("DATETIME(3)", "'2020-01-01 00:00:00.5'", "VARCHAR(30)"), ("DATETIME(3)", "'2020-01-01 00:00:00.5'", "BIGINT"),
+    ("TIMESTAMP(2) NULL", "'2020-01-01 10:00:00.25'", "DECIMAL(20,2)"), ("FLOAT", "0.1", "VARCHAR(30)"),
+    ("FLOAT", "0.1", "DECIMAL(20,18)"), ("FLOAT", "0.1", "DOUBLE"), ("DOUBLE", "1e20", "VARCHAR(30)"),
+])
+def test_a_type_the_alter_changes_holds_what_the_servers_own_alter_stores(endpoints, conn, target, column, value,
+                                                                          new_type):
+    """A move's --alter changes a column's type: the rows travel through the tool, and the target must store what
+    the server's own ALTER stores (an ENUM's index, a BIT's number, a TIME's own text), not Python's rendering of
+    the value, nor refuse it."""
+    table = "retyped"
+    name = qualified(DB, table)
+    for t in (table, f"{table}_by_server"):
+        query(conn, f"DROP TABLE IF EXISTS {qualified(DB, t)}")
+    query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, c {column})")
+    query(conn, f"INSERT INTO {name} VALUES (1, {value})")
+    alter = f"MODIFY c {new_type}"
+    by_server = qualified(DB, f"{table}_by_server")
+    query(conn, f"CREATE TABLE {by_server} LIKE {name}")
+    query(conn, f"INSERT INTO {by_server} SELECT * FROM {name}")
+    query(conn, f"ALTER TABLE {by_server} {alter}")
+    query(target, f"CREATE TABLE {qualified(MOVED_DB, table)} (id INT PRIMARY KEY, c {new_type})")
+    pair = load_pair(conn, DB, table, table, alter, target, MOVED_DB)
+    remote.write_rows(target, pair, "1=1", [], remote.read_rows(conn, pair, "1=1", []), lambda keys: [], False)
+    shown = "SELECT HEX(c), CAST(c AS CHAR) FROM {}"
+    assert query(target, shown.format(qualified(MOVED_DB, table))) == query(conn, shown.format(by_server))
+
+
+def test_a_where_with_percent_signs_moves_exactly_its_rows(endpoints, conn, target):
+    """`%` is SQL's modulo and LIKE's wildcard; the predicate goes into statements that carry parameters, where a
+    bare `%` would be taken for a placeholder."""
+    table = "pct"
+    name = qualified(DB, table)
+    fresh_start(conn, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT NOT NULL, tag VARCHAR(10) NOT NULL)")
+    query(conn, f"INSERT INTO {name} SELECT seq, seq, IF(seq % 7 = 0, 'a%b', 'ab') FROM {DB}.seq_1_to_300")
+    predicate = "v % 3 = 0 OR tag LIKE 'a\\%%'"
+    wanted = query(conn, f"SELECT id, v, tag FROM {name} WHERE {predicate} ORDER BY id")
+    result = cli("migrate", "--table", f"{DB}.{table}", "--target-dsn", "--target-table", f"{MOVED_DB}.{table}",
+                 "--where", predicate, *OPTIONS, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert query(target, f"SELECT id, v, tag FROM {qualified(MOVED_DB, table)} ORDER BY id") == wanted
+    assert 100 < len(wanted) < 300
+
+
+def test_a_joined_worker_applies_to_the_target_server_and_the_cutover_command_finishes_the_move(endpoints, conn,
+                                                                                                   target, cli_log):
+    """`stream-osc worker` and `stream-osc cutover` know the move from its stored options alone: the worker's
+    appliers write the target server, the cutover renames the source away, the worker leaves."""
+    table = "joined"
+    name, moved = qualified(DB, table), qualified(MOVED_DB, table)
+    fresh_start(conn, table)
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, payload VARCHAR(20) NOT NULL)")
+    query(conn, f"INSERT INTO {name} SELECT seq, 'before' FROM {DB}.seq_1_to_2000")
+    waiting_without_coordinator(conn, DB, table, "--target-dsn", "--target-table", f"{MOVED_DB}.{table}", *OPTIONS)
+    worker = start_cli("--log-level", "INFO", "worker", "--table", f"{DB}.{table}", log=cli_log)
+    try:
+        query(conn, f"UPDATE {name} SET payload = 'while waiting' WHERE id = 100")
+        wait_for(lambda: scalar(target, f"SELECT payload FROM {moved} WHERE id = 100") == "while waiting", 60,
+                 "the worker's appliers to write the change on the target server")
+        result = cli("cutover", "--table", f"{DB}.{table}", "--quiet")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert worker.wait(60) == 0   # it leaves once the table is moved
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(30)
+    assert not table_exists(conn, DB, table)
+    assert scalar(target, f"SELECT COUNT(*) FROM {moved} WHERE payload = 'before'") == 1999
