@@ -208,16 +208,29 @@ def describe_difference(conn: pymysql.connections.Connection, hasher: RowHasher,
     return "columns differ: " + ", ".join(columns) if columns else "equal now"
 
 
+def source_hashes(conn: pymysql.connections.Connection, hasher: RowHasher, keys: set[Key]) -> dict[Key, str]:
+    """Key -> the source row's hash, for the given keys (a key without a row is left out)."""
+    if not keys:
+        return {}
+    pair, ordered = hasher.pair, list(keys)
+    return {tuple(r[:-1]): r[-1] for r in query(conn, f"SELECT {pair.pk.column_list()}, {hasher.row_sql(True)} FROM "
+                                                      f"{pair.source_name} WHERE ({pair.pk.in_list(len(ordered))})"
+                                                      f"{pair.source_filter}", pair.pk.flat(ordered))}
+
+
 def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: Key | None, hi: Key | None,
                  diff: set[Key], table: str, target_conn: pymysql.connections.Connection | None = None) -> int:
     """Re-copy `diff` and re-check the whole range until it matches; returns the number of rows re-copied.
 
-    The whole range is re-checked, not only the re-copied keys: a REPLACE deletes any row of the new
-    table that holds the same UNIQUE value, and no change event will bring that row back. A key that
-    differs again after being re-copied gets a strike (a lossy conversion, two rows colliding on a
-    UNIQUE key, or a row written that often); ROUNDS strikes fail. A key that newly differs in both
-    tables, or exists only in the new table, is a write in flight that the appliers apply; a key newly
-    missing from the new table may be a row the REPLACE deleted, so it is re-copied too.
+    The whole range is re-checked, not only the re-copied keys: a row of the new table that another
+    write removed brings no change event of its own. A key that differs again after being re-copied,
+    while its source row held still from before the re-copy to the re-check, gets a strike (a lossy
+    conversion, two rows colliding on a UNIQUE key); ROUNDS strikes fail. A key whose source row was
+    written meanwhile (a hot row, such as a counter the application bumps without pause) is a write in
+    flight: the appliers and the cutover's drain under the lock apply it, and it is not re-copied here
+    again, or a row written that often would fail validation. A key that newly differs in both tables,
+    or exists only in the new table, is a write in flight too; a key newly missing from the new table
+    is re-copied.
     """
     recopied: set[Key] = set()
     strikes: Counter[Key] = Counter()
@@ -225,10 +238,14 @@ def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: Ke
     for _ in range(MAX_ROUNDS):
         if not diff:
             return len(recopied)
+        before = source_hashes(conn, hasher, diff)
         with_retry(partial(recopy_keys, conn, hasher.pair, diff, target=target_conn))
         recopied |= diff
         now = differing_keys(conn, hasher, lo, hi, target_conn)
-        persisting = now.keys & recopied
+        suspects = now.keys & recopied
+        after = source_hashes(conn, hasher, suspects)
+        written = {k for k in suspects if before.get(k) != after.get(k)}
+        persisting = suspects - written
         strikes.update(persisting)
         worst = max(persisting, key=lambda k: strikes[k], default=None)
         if worst is not None and strikes[worst] >= ROUNDS:
@@ -237,7 +254,7 @@ def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: Ke
                 f"re-copied {ROUNDS} times; first {show_key(hasher.pair.pk, worst)}: "
                 f"{describe_difference(conn, hasher, worst, target_conn)}. "
                 "The ALTER may change values (a lossy type change) or make rows collide on a UNIQUE key")
-        diff = persisting | now.missing
+        diff = persisting | (now.missing - written)
     sample = "; ".join(show_key(hasher.pair.pk, k) for k in list(diff)[:10])
     raise ValidationFailed(f"rows of {table} in key range {where} kept differing through {MAX_ROUNDS} rounds of "
                            f"re-copies (still {sample}); retry when writes to the table are fewer")

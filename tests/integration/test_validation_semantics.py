@@ -13,6 +13,7 @@ import pytest
 
 from core.state import Chunk
 from core.table import TablePair, load_pair
+from cutover import validate as validate_module
 from cutover.compare import compare_tables
 from cutover.validate import (
     ValidationFailed,
@@ -214,3 +215,27 @@ def test_key_ranges_in_snapshot_mode_are_read_in_the_snapshot(endpoints, conn):
         assert validation_ranges(conn, ctx, conn) == [(None, (1,)), ((1,), (501,)), ((501,), (1001,)), ((1001,), None)]
     finally:
         snapshot.close()
+
+
+def test_a_row_written_without_pause_during_a_repair_is_not_taken_for_a_lossy_change(conn, endpoints, monkeypatch):
+    """Validation without a snapshot (the lock did not fit the window) meets a counter the application bumps
+    without pause: every re-check finds it changed since its re-copy. That is a write in flight, left to the
+    appliers and the cutover's drain, not a row the ALTER changes: the repair must end, not fail."""
+    pair = make_pair(conn, "hot", "id INT PRIMARY KEY, counter BIGINT NOT NULL", [(i, 0) for i in range(1, 51)],
+                     "ADD COLUMN note INT NULL")
+    hasher = row_hasher(conn, pair)
+    application = db_conn(endpoints)
+    real_check = validate_module.differing_keys
+    bumps = []
+
+    def write_lands_before_the_recheck(*args, **kwargs):
+        query(application, f"UPDATE {pair.source_name} SET counter = counter + 1 WHERE id = 1")
+        bumps.append(1)
+        return real_check(*args, **kwargs)
+
+    monkeypatch.setattr(validate_module, "differing_keys", write_lands_before_the_recheck)
+    try:
+        repair_range(conn, hasher, (1,), (51,), {(1,)}, "valsem.hot")
+    finally:
+        application.close()
+    assert bumps, "the repair never re-checked"
