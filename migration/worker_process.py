@@ -112,12 +112,12 @@ class JoinedWorker:
                    still: Callable[[Migration], bool]) -> None:
         """Run one kind of worker while `still(migration)` holds (or until the threads end by themselves)."""
         spec = spec_of(migration, self.copy_workers, self.apply_workers)
-        target = target_connection(self.endpoints, spec)
+        target_conn = target_connection(self.endpoints, spec)   # not `target`: that is the worker function
         try:
-            pair = spec_pair(self.conn, spec, target)
+            pair = spec_pair(self.conn, spec, target_conn)
         finally:
-            if target is not None:
-                target.close()
+            if target_conn is not None:
+                target_conn.close()
         count = spec.copy_workers if kind == "copy" else spec.apply_workers
         yielding, probe = self._yielding(spec, migration) if kind == "copy" else (never_yielding(count), None)
         ctx = RunContext(self.endpoints, spec, migration, pair, yielding=yielding)
