@@ -107,16 +107,24 @@ class OffsetCommitter:
 
 
 def apply_worker(ctx: RunContext, worker_no: int) -> None:
-    """Consume, re-copy the batch's distinct keys, commit offsets after the write; until stopped."""
+    """Consume, re-copy the batch's distinct keys, commit offsets after the write; until stopped.
+
+    The database sessions are opened before the consumer joins the group, and the consumer is closed however
+    the worker ends: a member that never consumes keeps the partitions the group gives it (librdkafka goes on
+    heartbeating for it), so an applier that failed to start during a database outage would hold their
+    changes back for as long as its error is kept, and the lag that apply and cutover wait for would not fall.
+    """
     names = TopicNames(ctx.migration.prefix, ctx.spec.database, ctx.spec.table)
-    consumer = applier_consumer(ctx, f"{ctx.migration.prefix}-applier-{worker_no}")
-    consumer.subscribe([names.changes])
     conn = applier_session(ctx)
-    target = ctx.target_db() if ctx.pair.remote else None
-    stats = ApplyStats(ctx.redis(), ctx.migration.id)
-    committer = OffsetCommitter(consumer, worker_no)
-    pk = ctx.pair.pk
+    target: pymysql.connections.Connection | None = None
+    consumer: Consumer | None = None
     try:
+        target = ctx.target_db() if ctx.pair.remote else None
+        stats = ApplyStats(ctx.redis(), ctx.migration.id)
+        consumer = applier_consumer(ctx, f"{ctx.migration.prefix}-applier-{worker_no}")
+        consumer.subscribe([names.changes])
+        committer = OffsetCommitter(consumer, worker_no)
+        pk = ctx.pair.pk
         while not ctx.stop.is_set():
             committer.retry_owed()   # before a pause can hold this applier: a refused commit must not wait
             if not ctx.wait_while_paused_or_throttled(conn):
@@ -139,7 +147,8 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
             committer.after_batch()
             stats.add(len(messages), len(keys), (time.monotonic() - started) * 1000)
     finally:
+        if consumer is not None:
+            consumer.close()
         conn.close()
         if target is not None:
             target.close()
-        consumer.close()
