@@ -4,12 +4,14 @@ from __future__ import annotations
 import logging
 import time
 
+import pymysql
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from applier.recopy import recopy_keys, with_retry
 from core import redis_keys
 from core.context import RunContext
+from core.db import query
 from core.keys import Key
 from core.logs import log_event
 from streams.events import decode_key
@@ -20,6 +22,24 @@ log = logging.getLogger("stream_osc.apply")
 # consume() returns when a batch is full or after this long: short enough that a lone change is
 # applied within tens of milliseconds, long enough to gather a batch under load
 APPLY_WAIT_S = 0.05
+
+
+# How long an applier's statement waits for a row lock (the server's default is 50 s): see applier_session.
+APPLIER_LOCK_WAIT_S = 5
+
+
+def applier_session(ctx: RunContext) -> pymysql.connections.Connection:
+    """An applier's database session, its row-lock waits bounded to APPLIER_LOCK_WAIT_S.
+
+    The server notices a vanished client only when it next reads from it, not while a statement waits for a
+    lock: an applier whose link is cut while its locking read waits for an application transaction leaves a
+    session behind that keeps the share locks it already took on the application's rows until its own wait
+    ends (measured: 49 s under the default), and the application's writes to those rows wait as long. A short
+    wait bounds that; a re-copy that times out is rolled back and retried (recopy.with_retry).
+    """
+    conn = ctx.db(autocommit=True)
+    query(conn, "SET SESSION innodb_lock_wait_timeout = %s", (APPLIER_LOCK_WAIT_S,))
+    return conn
 
 
 def applier_consumer(ctx: RunContext, client_id: str) -> Consumer:
@@ -87,16 +107,24 @@ class OffsetCommitter:
 
 
 def apply_worker(ctx: RunContext, worker_no: int) -> None:
-    """Consume, re-copy the batch's distinct keys, commit offsets after the write; until stopped."""
+    """Consume, re-copy the batch's distinct keys, commit offsets after the write; until stopped.
+
+    The database sessions are opened before the consumer joins the group, and the consumer is closed however
+    the worker ends: a member that never consumes keeps the partitions the group gives it (librdkafka goes on
+    heartbeating for it), so an applier that failed to start during a database outage would hold their
+    changes back for as long as its error is kept, and the lag that apply and cutover wait for would not fall.
+    """
     names = TopicNames(ctx.migration.prefix, ctx.spec.database, ctx.spec.table)
-    consumer = applier_consumer(ctx, f"{ctx.migration.prefix}-applier-{worker_no}")
-    consumer.subscribe([names.changes])
-    conn = ctx.db(autocommit=True)
-    target = ctx.target_db() if ctx.pair.remote else None
-    stats = ApplyStats(ctx.redis(), ctx.migration.id)
-    committer = OffsetCommitter(consumer, worker_no)
-    pk = ctx.pair.pk
+    conn = applier_session(ctx)
+    target: pymysql.connections.Connection | None = None
+    consumer: Consumer | None = None
     try:
+        target = ctx.target_db() if ctx.pair.remote else None
+        stats = ApplyStats(ctx.redis(), ctx.migration.id)
+        consumer = applier_consumer(ctx, f"{ctx.migration.prefix}-applier-{worker_no}")
+        consumer.subscribe([names.changes])
+        committer = OffsetCommitter(consumer, worker_no)
+        pk = ctx.pair.pk
         while not ctx.stop.is_set():
             committer.retry_owed()   # before a pause can hold this applier: a refused commit must not wait
             if not ctx.wait_while_paused_or_throttled(conn):
@@ -119,7 +147,8 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
             committer.after_batch()
             stats.add(len(messages), len(keys), (time.monotonic() - started) * 1000)
     finally:
+        if consumer is not None:
+            consumer.close()
         conn.close()
         if target is not None:
             target.close()
-        consumer.close()

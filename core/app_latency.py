@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import pymysql
 
+from core.db import DatabaseUnreachable
 from core.logs import log_event
 from core.state import StateStore, Status
 from core.yielding import Yielding
@@ -68,7 +69,8 @@ class LatencyProbe:
 
     def _run(self) -> None:
         """Sample until stopped. A failed write gives no sample (an outage stops the work by itself) and is
-        logged once per streak."""
+        logged once per streak. A refused reconnect is such a failure too: the thread must outlive the outage,
+        or copy and validation would keep a stale pace for the rest of the process."""
         conn: pymysql.connections.Connection | None = None
         store: StateStore | None = None
         failing = False
@@ -83,7 +85,7 @@ class LatencyProbe:
                 began = time.monotonic()
                 store.stamp_latency_probe(self.migration_id, self.probe)
                 latency_ms, failing = (time.monotonic() - began) * 1000, False
-            except pymysql.err.MySQLError as exc:
+            except (pymysql.err.MySQLError, DatabaseUnreachable) as exc:
                 if not failing:
                     log_event(log, "application latency probe failed; copy and validation keep their current "
                                    "pace until it works again", logging.WARNING, reason=str(exc))

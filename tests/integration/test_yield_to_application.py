@@ -8,9 +8,11 @@ import time
 
 import pytest
 
-from core.db import qualified, query
+from core.app_latency import LatencyProbe
+from core.db import DatabaseUnreachable, qualified, query
 from core.spec import MigrationSpec, helper_table_name
 from core.state import LATENCY_PROBES, StateStore
+from core.yielding import Yielding
 from tests.integration.helpers import chunk_progress, db_conn, latest_migration_id, leftovers, start_cli, \
     status_doc, wait_for
 from tests.integration.ledger import Ledger, create_ledger_table
@@ -100,3 +102,38 @@ def test_copy_runs_one_statement_at_a_time_while_application_writes_are_slow(end
     assert ledger.missing(conn) == []
     assert leftovers(endpoints, DB, table) == [f"table {DB}.{helper_table_name(table, 'old')}"]
     assert "application write latency" in cli_log.read_text()
+
+
+class CountingYielding(Yielding):
+    """A Yielding that counts the samples it is given."""
+
+    def __init__(self) -> None:
+        super().__init__(1, None)
+        self.samples = 0
+
+    def sample(self, latency_ms: float, now: float | None = None) -> float | None:
+        self.samples += 1
+        return super().sample(latency_ms, now)
+
+
+def test_latency_probe_keeps_sampling_after_the_database_was_unreachable(endpoints):
+    """A database outage (connections refused, as while a link is down) only pauses the probe: once the server
+    answers again it samples again. The probe thread must not end on the refused reconnect, or copy and
+    validation would keep a stale pace for the rest of the process."""
+    conn = db_conn(endpoints)
+    StateStore(conn, METADATA).ensure_schema()
+    refusals = [DatabaseUnreachable("cannot connect (error 2003)")] * 2
+
+    def connect_after_outage():
+        if refusals:
+            raise refusals.pop()
+        return db_conn(endpoints)
+    yielding = CountingYielding()
+    probe = LatencyProbe(connect_after_outage, METADATA, 2**31 - 1, yielding).start()
+    try:
+        wait_for(lambda: yielding.samples > 0 or not probe.thread.is_alive(), 30, "a sample or the probe's end")
+        assert probe.thread.is_alive() and yielding.samples > 0 and not refusals
+    finally:
+        probe.stop()
+        StateStore(conn, METADATA).remove_latency_probes(2**31 - 1)
+        conn.close()
