@@ -6,9 +6,10 @@ import time
 
 import pymysql
 import redis
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from applier.recopy import recopy_keys, with_retry
+from applier.uncopied import keys_left_to_copy
 from core import redis_keys
 from core.context import RunContext
 from core.db import query
@@ -42,9 +43,10 @@ def applier_session(ctx: RunContext) -> pymysql.connections.Connection:
     return conn
 
 
-def applier_consumer(ctx: RunContext, client_id: str) -> Consumer:
-    """A member of the migration's applier group, reading the change topic from its start."""
-    return Consumer(consumer_config(ctx.endpoints.kafka, **{
+def applier_consumer(ctx: RunContext, client_id: str, committer: OffsetCommitter) -> Consumer:
+    """A member of the migration's applier group, reading the change topic from its start; its positions are
+    stored and committed by `committer`."""
+    consumer = Consumer(consumer_config(ctx.endpoints.kafka, **{
         "group.id": ctx.migration.group_id,
         "client.id": client_id,
         "enable.auto.commit": False,
@@ -52,7 +54,11 @@ def applier_consumer(ctx: RunContext, client_id: str) -> Consumer:
         "partition.assignment.strategy": "cooperative-sticky",
         "max.poll.interval.ms": 300000,
         "session.timeout.ms": 10000,
+        "enable.auto.offset.store": False,
+        "on_commit": committer.on_commit,
     }))
+    committer.consumer = consumer
+    return consumer
 
 
 class ApplyStats:
@@ -74,40 +80,66 @@ class ApplyStats:
 
 
 class OffsetCommitter:
-    """Commits an applier's consumed positions after each write, and again later if a commit was refused.
+    """Commits an applier's positions after each write, without waiting for the broker's answer.
 
-    A commit refused mid-rebalance leaves the committed offset behind the consumer's position; on a
-    quiet table no later batch would move it, and the group's lag would never reach zero. The owed
-    commit is retried before the applier's next step (re-applying is harmless either way: a
-    partition that moved is re-read by its new owner from the committed offset).
+    Positions are stored only once their batch is written (`enable.auto.offset.store` is off), so no commit
+    covers a change not yet applied. The commit does not wait: librdkafka's synchronous commit can hang for
+    good (confluent-kafka-python #1801; seen here after a commit refused in a rebalance), and a hung applier
+    stays a member of the group whose partitions nobody consumes, so the lag that apply and cutover wait for
+    stops falling. The broker's answer arrives in on_commit during a later consume(); a refused commit (mid
+    rebalance) is owed and made again before the applier's next step: on a quiet table no later batch would
+    move the committed offset, and the group's lag would never reach zero. (A partition that moved is re-read
+    by its new owner from the committed offset; re-applying is harmless.)
     """
 
-    def __init__(self, consumer: Consumer, worker_no: int) -> None:
-        self.consumer = consumer
+    def __init__(self, worker_no: int) -> None:
         self.worker_no = worker_no
+        self.consumer: Consumer | None = None
         self.owed = False
 
-    def after_batch(self) -> None:
-        self.owed = not self._commit()
+    def after_batch(self, messages: list[Message]) -> None:
+        """Store the batch's positions (it is written) and commit them."""
+        last: dict[tuple[str, int], int] = {}
+        for msg in messages:
+            if not msg.error():
+                last[(msg.topic(), msg.partition())] = msg.offset()
+        if last:
+            try:
+                self._consumer().store_offsets(offsets=[TopicPartition(topic, partition, offset + 1)
+                                                        for (topic, partition), offset in last.items()])
+            except KafkaException as exc:   # a partition revoked since: its new owner re-reads it
+                log_event(log, "positions of revoked partitions not stored", logging.DEBUG, worker=self.worker_no,
+                          reason=str(exc))
+        self._commit()
 
     def retry_owed(self) -> None:
         if self.owed:
-            self.owed = not self._commit()
+            self._commit()
 
-    def _commit(self) -> bool:
+    def on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """The broker's answer to a commit (called from consume())."""
+        if error is None or error.code() == KafkaError._NO_OFFSET:   # nothing stored since the last commit
+            return
+        self.owed = True
+        log_event(log, "offset commit refused; retried before the next batch", logging.WARNING,
+                  worker=self.worker_no, reason=str(error))
+
+    def _commit(self) -> None:
+        self.owed = False
         try:
-            self.consumer.commit(asynchronous=False)
-            return True
+            self._consumer().commit(asynchronous=True)
         except KafkaException as exc:
-            if exc.args[0].code() == KafkaError._NO_OFFSET:   # nothing consumed since the last commit
-                return True
-            log_event(log, "offset commit refused; retried before the next batch", logging.WARNING,
-                      worker=self.worker_no, reason=str(exc))
-            return False
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                self.on_commit(exc.args[0], [])
+
+    def _consumer(self) -> Consumer:
+        assert self.consumer is not None, "the committer's consumer is set when the consumer is made"
+        return self.consumer
 
 
 def apply_worker(ctx: RunContext, worker_no: int) -> None:
-    """Consume, re-copy the batch's distinct keys, commit offsets after the write; until stopped.
+    """Consume, re-copy the batch's distinct keys, commit offsets after the write; until stopped. During the
+    copy, keys it has yet to read are left to it (applier/uncopied.py).
 
     The database sessions are opened before the consumer joins the group, and the consumer is closed however
     the worker ends: a member that never consumes keeps the partitions the group gives it (librdkafka goes on
@@ -121,10 +153,11 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
     try:
         target = ctx.target_db() if ctx.pair.remote else None
         stats = ApplyStats(ctx.redis(), ctx.migration.id)
-        consumer = applier_consumer(ctx, f"{ctx.migration.prefix}-applier-{worker_no}")
+        committer = OffsetCommitter(worker_no)
+        consumer = applier_consumer(ctx, f"{ctx.migration.prefix}-applier-{worker_no}", committer)
         consumer.subscribe([names.changes])
-        committer = OffsetCommitter(consumer, worker_no)
         pk = ctx.pair.pk
+        copy_complete = False   # while chunks remain, keys the copy has yet to read are left to it
         while not ctx.stop.is_set():
             committer.retry_owed()   # before a pause can hold this applier: a refused commit must not wait
             if not ctx.wait_while_paused_or_throttled(conn):
@@ -142,9 +175,13 @@ def apply_worker(ctx: RunContext, worker_no: int) -> None:
                 change = decode_key(msg.key(), pk)
                 if change is not None and not change.is_fence:
                     keys.add(change.pk)
+            if keys and not copy_complete:
+                left = with_retry(lambda keys=keys: keys_left_to_copy(conn, ctx, list(keys)))
+                copy_complete = left is None
+                keys -= left or set()
             if keys:
                 with_retry(lambda keys=keys: recopy_keys(conn, ctx.pair, keys, target=target))
-            committer.after_batch()
+            committer.after_batch(messages)
             stats.add(len(messages), len(keys), (time.monotonic() - started) * 1000)
     finally:
         if consumer is not None:

@@ -51,11 +51,23 @@ def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: 
 
 def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,
                 hi: Key | None, last: bool, probe: Probe | None) -> int:
-    """One transaction of copy_batch; with a probe, the way is cleared (or refused) before the insert."""
+    """One transaction of copy_batch; with a probe, the way is cleared (or refused) before the insert.
+
+    The chunk's row is locked first, before the read's snapshot: an applier that asks which keys the copy has
+    yet to read waits for the batch's commit (applier/uncopied.py). The new table's rows in the range are
+    deleted before the insert: an applier writes a key there only when its row came back after the applier
+    found it missing, and the batch's read is the newer (its change, if any after, is applied after the
+    batch).
+    """
     pair, store = ctx.pair, ctx.store(conn)
     where, params = pair.pk.in_range(lo, hi, ctx.migration.copy_until)
     conn.begin()
     try:
+        if query(conn, f"SELECT 1 FROM {store.t('chunks')} WHERE migration_id=%s AND chunk_no=%s "
+                       "AND next_key <=> %s AND NOT done FOR UPDATE", (ctx.migration.id, chunk_no, dump_key(lo))) \
+                != [(1,)]:
+            raise LeaseLost(f"chunk {chunk_no} moved on without us")
+        query(conn, f"DELETE FROM {pair.target_name} WHERE {where}", params)
         if probe is not None:
             keys = [tuple(r) for r in query(conn, f"SELECT {pair.pk.column_list()} FROM {pair.source_name} "
                                                   f"WHERE {where}", params)]

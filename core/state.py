@@ -153,6 +153,8 @@ _COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, COALESCE(pk_columns,
 class StateStore:
     """Reads and writes the metadata schema; every write is a committed transaction."""
 
+    chunk_columns = _CHUNK_COLUMNS   # what chunk() reads, for a caller's own (locking) read of chunk rows
+
     def __init__(self, conn: pymysql.connections.Connection, schema: str) -> None:
         self.conn = conn
         self.schema = schema

@@ -337,6 +337,8 @@ class Runner:
         `stream-osc cutover` asks)."""
         migration = ctx.migration
         if migration.stage == Stage.COPY:
+            if not deferred(migration):   # apply during the copy; deferred indexes are built before any apply
+                self._start_appliers(ctx)
             self._copy(ctx)
         if self.store.get(migration.id).stage == Stage.INDEXES:   # before any applier writes to the new table
             self._hold_while_paused(ctx)
@@ -346,7 +348,8 @@ class Runner:
             finally:
                 table_conn.close()
             self._enter_stage(migration.id, Stage.APPLY)
-        self._start_appliers(ctx)
+        if self.appliers is None:
+            self._start_appliers(ctx)
         stage = self.store.get(migration.id).stage
         if stage == Stage.APPLY:
             self._wait_for_lag(ctx, self.spec.max_lag_events)
@@ -379,6 +382,8 @@ class Runner:
             try:
                 while group.alive() and not self.restart_copy:
                     group.wait(0.5)
+                    if self.appliers is not None:
+                        self.appliers.raise_if_failed()
                     self._show_copy(ctx)
                     self._show_throttle(ctx)
                     self._check_health(ctx)

@@ -2,8 +2,9 @@
 
 It follows the migration's durable stage: copy workers while the stage is `copy` (chunks are pulled
 from the Redis queue the coordinator seeds), appliers (members of the migration's consumer group)
-from `apply` until the swap. It exits when the migration is done or aborted. Coordination happens
-only through the database, Redis and Kafka, so it may run on any machine.
+from `apply` until the swap (the coordinator's own appliers also run during the copy). It exits when
+the migration is done or aborted. Coordination happens only through the database, Redis and Kafka,
+so it may run on any machine.
 """
 from __future__ import annotations
 

@@ -1,29 +1,63 @@
-"""An applier's refused offset commit is owed and retried before the next step (pure logic, fake consumer)."""
+"""An applier commits only written positions, never waits on a commit, and retries a refused one before its next
+step (pure logic, fake consumer)."""
 from __future__ import annotations
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, TopicPartition
 
 from applier.apply import OffsetCommitter
 
 
-class ScriptedConsumer:
-    """Stands in for a consumer whose commits fail with the given error codes, in order, then succeed."""
+class Written:
+    """Stands in for a consumed message whose change was written."""
 
-    def __init__(self, *failures: int) -> None:
-        self.failures = list(failures)
+    def __init__(self, partition: int, offset: int, failed: bool = False) -> None:
+        self._partition, self._offset, self._failed = partition, offset, failed
+
+    def topic(self) -> str:
+        return "changes"
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def error(self) -> KafkaError | None:
+        return KafkaError(KafkaError._PARTITION_EOF) if self._failed else None
+
+
+class RecordingConsumer:
+    """Stands in for a consumer: records stored positions and commits (which must not wait)."""
+
+    def __init__(self) -> None:
+        self.stored: list[tuple[int, int]] = []
         self.commits = 0
 
+    def store_offsets(self, offsets: list[TopicPartition]) -> None:
+        self.stored += [(tp.partition, tp.offset) for tp in offsets]
+
     def commit(self, asynchronous: bool = True) -> None:
-        assert asynchronous is False
+        assert asynchronous is True, "a synchronous commit can hang for good"
         self.commits += 1
-        if self.failures:
-            raise KafkaException(KafkaError(self.failures.pop(0)))
 
 
-def test_a_commit_refused_mid_rebalance_is_retried_retry_owed():
-    consumer = ScriptedConsumer(KafkaError.REBALANCE_IN_PROGRESS)
-    committer = OffsetCommitter(consumer, 0)
-    committer.after_batch()
+def committer_with_consumer() -> tuple[OffsetCommitter, RecordingConsumer]:
+    committer, consumer = OffsetCommitter(0), RecordingConsumer()
+    committer.consumer = consumer
+    return committer, consumer
+
+
+def test_only_the_positions_after_a_written_batch_are_stored_one_past_each_partitions_last():
+    committer, consumer = committer_with_consumer()
+    committer.after_batch([Written(0, 5), Written(1, 7), Written(0, 6), Written(2, 9, failed=True)])
+    assert sorted(consumer.stored) == [(0, 7), (1, 8)]
+    assert consumer.commits == 1
+
+
+def test_a_commit_refused_mid_rebalance_is_owed_and_retried_retry_owed():
+    committer, consumer = committer_with_consumer()
+    committer.after_batch([Written(0, 1)])
+    committer.on_commit(KafkaError(KafkaError.REBALANCE_IN_PROGRESS), [])
     assert committer.owed
     committer.retry_owed()
     assert not committer.owed and consumer.commits == 2
@@ -32,16 +66,17 @@ def test_a_commit_refused_mid_rebalance_is_retried_retry_owed():
 
 
 def test_a_commit_refused_twice_stays_owed():
-    consumer = ScriptedConsumer(KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION)
-    committer = OffsetCommitter(consumer, 0)
-    committer.after_batch()
+    committer, consumer = committer_with_consumer()
+    committer.after_batch([Written(0, 1)])
+    committer.on_commit(KafkaError(KafkaError.REBALANCE_IN_PROGRESS), [])
     committer.retry_owed()
+    committer.on_commit(KafkaError(KafkaError.ILLEGAL_GENERATION), [])
     assert committer.owed
     committer.retry_owed()
     assert not committer.owed and consumer.commits == 3
 
 
 def test_nothing_to_commit_is_not_owed():
-    committer = OffsetCommitter(ScriptedConsumer(KafkaError._NO_OFFSET), 0)
-    committer.after_batch()
+    committer, _ = committer_with_consumer()
+    committer.on_commit(KafkaError(KafkaError._NO_OFFSET), [])
     assert not committer.owed
