@@ -14,7 +14,7 @@ from applier.apply import ApplyStats
 from bench.table import BenchTable
 from core.db import connect, qualified, query
 from core.endpoints import Endpoints
-from core.spec import MigrationSpec
+from core.spec import MigrationSpec, helper_table_name
 from core.state import Migration, StateStore
 from streams.topics import TopicNames, group_lag
 
@@ -36,7 +36,7 @@ class Sample:
 
 @dataclass
 class Observer:
-    """Samples the migration every `interval` s and, once the backlog is drained, probes apply latency.
+    """Samples the migration every `interval` s and, once the appliers keep up, probes apply latency.
 
     The probe updates rows above sysbench's id range and polls `_<table>_new` until each written
     token appears: the time between the write's commit and that moment is commit-to-applied latency.
@@ -87,11 +87,11 @@ class Observer:
         copied = store.copy_progress(migration.id)[0]
         applied = ApplyStats(client, migration.id).read().get("events", 0)
         lag = None
-        if migration.stage in ("apply", "validate", "cutover"):
+        if migration.stage in ("copy", "apply", "validate", "cutover"):   # appliers run from the copy on
             names = TopicNames(migration.prefix, self.table.database, self.table.table)
             lag = group_lag(self.endpoints.kafka, migration.group_id, names.changes,
                             int(migration.options.get("partitions", MigrationSpec.partitions)))
-            if migration.stage != "apply" or lag <= STEADY_LAG:
+            if migration.stage in ("validate", "cutover") or lag <= STEADY_LAG:
                 self.steady.set()
         self.samples.append(Sample(round(time.monotonic() - self.started, 2), migration.stage, copied, applied, lag))
 
@@ -101,7 +101,7 @@ class Observer:
             if self.stop_event.is_set():
                 return
         writer, reader = connect(self.endpoints.mysql), connect(self.endpoints.mysql)
-        new_table = qualified(self.table.database, f"_{self.table.table}_new")
+        new_table = qualified(self.table.database, helper_table_name(self.table.table, "new"))
         ids = self.table.probe_ids()
         sent: dict[str, float] = {}
         seen: set[str] = set()
@@ -144,7 +144,10 @@ class Observer:
             out["copy_seconds"] = round(copy_end.t - copy_start.t, 1)
             out["copy_rows_per_s"] = round(rows / max(copy_end.t - copy_start.t, 0.001))
         out["stage_start_s"] = {stage: s.t for stage, s in first.items()}
-        drain = [s for s in self.samples if s.lag is not None]
+        during_copy = [s.lag for s in self.samples if s.lag is not None and s.stage == "copy"]
+        if during_copy:
+            out["copy_peak_lag_events"] = max(during_copy)
+        drain = [s for s in self.samples if s.lag is not None and s.stage != "copy"]
         if drain:
             done = next((s for s in drain if s.lag <= STEADY_LAG), drain[-1])
             start = drain[0]

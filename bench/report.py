@@ -265,10 +265,11 @@ def write_markdown(path: Path, invocations: list[dict[str, Any]], runs: list[dic
         "Peak RSS is the tool process's maximum resident set (wait4 rusage).", "",
         "## Results", "", *_main_table(results), "",
         "## stream-osc in detail", "", *_stream_osc_table(results), "",
-        "Apply capacity is the rate at which the appliers drained the backlog that built up during the copy "
-        "(events applied ÷ drain time); commit→applied is measured by a probe that updates rows outside "
-        "sysbench's range every 50 ms once the backlog is drained and polls the new table until each value "
-        "appears.", "",
+        "Apply capacity is the rate at which the appliers drained a backlog left at the copy's end (events "
+        "applied ÷ drain time; the appliers apply during the copy, so there is often none to drain, and the "
+        "group's largest lag during the copy is `copy_peak_lag_events` in the JSON); commit→applied is measured "
+        "by a probe that updates rows outside sysbench's range every 50 ms once the group's lag is at most 1,000 "
+        "events and polls the new table until each value appears.", "",
         *_held_section(results),
         "## Runs that did not finish", "", *_unfinished([r for r in runs if r.get("invocation", 0) in current]), "",
     ]
