@@ -118,6 +118,8 @@ class OffsetCommitter:
 
     def on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """The broker's answer to a commit (called from consume())."""
+        if error is None:   # the request went through; a partition may still have been refused
+            error = next((tp.error for tp in partitions if tp.error is not None), None)
         if error is None or error.code() == KafkaError._NO_OFFSET:   # nothing stored since the last commit
             return
         self.owed = True

@@ -7,7 +7,8 @@ import time
 import pymysql
 
 from applier.chunks import ChunkQueue, next_boundary
-from applier.conflicts import ROUNDS, Probe, with_refusals_resolved
+from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
+from applier.recopy import PK_RACE_RETRIES
 from applier.remote import read_keys, read_rows, write_rows
 from core.context import RunContext
 from core.db import query
@@ -45,8 +46,15 @@ def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: 
                        "AND next_key <=> %s AND NOT done", (ctx.migration.id, chunk_no, dump_key(lo))) != [(1,)]:
             raise LeaseLost(f"chunk {chunk_no} moved on without us")
 
-    return with_refusals_resolved(conn, ctx.pair, lambda probe: _copy_batch(conn, ctx, chunk_no, lo, hi, last, probe),
-                                  during_apply=False, rounds=ROUNDS, before_probe=still_ours)
+    for attempt in range(PK_RACE_RETRIES):
+        try:
+            return with_refusals_resolved(conn, ctx.pair,
+                                          lambda probe: _copy_batch(conn, ctx, chunk_no, lo, hi, last, probe),
+                                          during_apply=False, rounds=ROUNDS, before_probe=still_ours)
+        except pymysql.err.MySQLError as exc:   # an applier wrote a key of the range after the batch's DELETE
+            if not primary_key_race(exc) or attempt == PK_RACE_RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,
@@ -55,9 +63,11 @@ def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no:
 
     The chunk's row is locked first, before the read's snapshot: an applier that asks which keys the copy has
     yet to read waits for the batch's commit (applier/uncopied.py). The new table's rows in the range are
-    deleted before the insert: an applier writes a key there only when its row came back after the applier
-    found it missing, and the batch's read is the newer (its change, if any after, is applied after the
-    batch).
+    deleted before the insert: an applier writes a key there when its row came back after the applier found it
+    missing, or when the change key differs from the row's key only as its collation allows (the check's
+    answer is the row's key), and the batch's read is the newer (a change after it is applied after the
+    batch). A re-copy that writes such a key between the batch's DELETE and its INSERT makes the INSERT meet
+    it on the primary key: the batch is rolled back and written again (copy_batch).
     """
     pair, store = ctx.pair, ctx.store(conn)
     where, params = pair.pk.in_range(lo, hi, ctx.migration.copy_until)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from applier.copy import _copy_batch
+import applier.copy as copy_module
+from applier.copy import _copy_batch, copy_batch
 from applier.recopy import recopy_keys
 from applier.uncopied import keys_left_to_copy
 from core.db import connect, query
@@ -124,6 +125,32 @@ def test_a_row_an_applier_wrote_where_the_copy_has_yet_to_read_gives_way_to_the_
         query(conn, f"UPDATE {DB}.t SET v = 5 WHERE id = 40")
         assert _copy_batch(copier, plan, 0, (1,), (101,), True, None) == 100   # no duplicate refused
         assert query(conn, f"SELECT v FROM {DB}.t_osc_new WHERE id = 40") == [(5,)]
+        assert query(conn, f"SELECT COUNT(*) FROM {DB}.t_osc_new") == [(100,)]
+    finally:
+        copier.close()
+        applier.close()
+
+
+def test_a_key_an_applier_writes_between_the_batchs_delete_and_insert_makes_the_batch_write_again(
+        endpoints, conn, plan, monkeypatch):
+    """The change key differs from the row's only by collation, or the row came back after the check: the
+    re-copy writes into the range the batch is copying, after the batch's DELETE and before its INSERT."""
+    copier, applier = connect(endpoints.mysql), connect(endpoints.mysql)
+    deletes: list[str] = []
+
+    def query_then_recopy(session, sql, args=None):
+        rows = query(session, sql, args)
+        if sql.startswith(f"DELETE FROM {plan.pair.target_name}") and not deletes:
+            deletes.append(sql)
+            query(conn, f"UPDATE {DB}.t SET v = 6 WHERE id = 30")
+            recopy_keys(applier, plan.pair, [(30,)])   # committed: the batch's INSERT meets it
+        return rows
+
+    monkeypatch.setattr(copy_module, "query", query_then_recopy)
+    try:
+        assert copy_batch(copier, plan, 0, (1,), (101,), True) == 100
+        assert len(deletes) == 1
+        assert query(conn, f"SELECT v FROM {DB}.t_osc_new WHERE id = 30") == [(6,)]
         assert query(conn, f"SELECT COUNT(*) FROM {DB}.t_osc_new") == [(100,)]
     finally:
         copier.close()

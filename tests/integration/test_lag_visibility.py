@@ -80,6 +80,7 @@ def test_group_backlog_and_capture_lag_are_visible_and_honest_during_the_copy(en
         traffic.start()
 
         # the group is there with committed offsets while the copy waits, and its lag grows with the writes
+        # (--max-load holds the appliers as well as the copy, so nothing is applied meanwhile)
         first = wait_for(lambda: group_backlog(endpoints.kafka_bootstrap, migration.group_id, names.changes), 30,
                          "the applier group's committed offsets")
         wait_for(lambda: sum(group_backlog(endpoints.kafka_bootstrap, migration.group_id,

@@ -41,6 +41,13 @@ class RecordingConsumer:
         self.commits += 1
 
 
+class Refused:
+    """Stands in for a partition of a commit result that the broker refused (TopicPartition.error is read-only)."""
+
+    def __init__(self, error: KafkaError) -> None:
+        self.error = error
+
+
 def committer_with_consumer() -> tuple[OffsetCommitter, RecordingConsumer]:
     committer, consumer = OffsetCommitter(0), RecordingConsumer()
     committer.consumer = consumer
@@ -80,3 +87,9 @@ def test_nothing_to_commit_is_not_owed():
     committer, _ = committer_with_consumer()
     committer.on_commit(KafkaError(KafkaError._NO_OFFSET), [])
     assert not committer.owed
+
+
+def test_a_commit_refused_for_one_partition_only_is_owed():
+    committer, _ = committer_with_consumer()
+    committer.on_commit(None, [TopicPartition("changes", 0, 7), Refused(KafkaError(KafkaError.ILLEGAL_GENERATION))])
+    assert committer.owed
