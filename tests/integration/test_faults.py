@@ -27,7 +27,7 @@ from demo.traffic import SampleRows, Traffic
 from stack import services
 from stack.config import StackConfig
 from stack.process import free_ports
-from tests.integration.helpers import (db_conn, fresh_table, latest_migration_id, leftovers, migration_row,
+from tests.integration.helpers import (cli, db_conn, fresh_table, latest_migration_id, leftovers, migration_row,
                                        new_migration_row, start_cli, wait_for)
 from tests.integration.tcp_relay import TcpRelay, refuses, tcp_peer_ports
 
@@ -71,6 +71,7 @@ class Run:
     relay: TcpRelay | None = None
     hit_stage: str = ""
     restarts: list[str] = field(default_factory=list)
+    apply_held: bool = True   # a run aimed at apply holds the stage open until its fault was caused
 
     @classmethod
     def plan(cls, seed: int, tmp_path: Path, env: dict[str, str]) -> "Run":
@@ -89,10 +90,11 @@ class Run:
     def start_coordinator(self) -> None:
         """`migrate`, first and again after a crash: the same command continues the migration.
 
-        A run aimed at the apply stage holds it open with a tiny --max-lag; the others use the default,
-        which unthrottled writers let the appliers reach (a tiny one they may never let them reach).
+        A run aimed at the apply stage holds it open with a tiny --max-lag until the fault is caused; the others
+        use the default, which unthrottled writers let the appliers reach (a tiny one they may never let them
+        reach: appliers that keep up still leave tens to hundreds of events in flight).
         """
-        max_lag = "20" if self.stage == "apply" else "1000"
+        max_lag = "20" if self.stage == "apply" and self.apply_held else "1000"
         self.coordinator = start_cli("migrate", "--table", f"{DB}.{self.table}", "--alter", ALTER, "--quiet",
                                      "--copy-workers", "1", "--apply-workers", "1", "--chunk-size", "4000",
                                      "--batch-size", "500", "--target-batch-time", "0",
@@ -233,7 +235,17 @@ def inject_at_random_moment(run: Run, conn, config: StackConfig) -> None:
         return
     time.sleep(run.delay_s)
     run.hit_stage = current_stage(conn, run.table)
+    if run.stage == "apply":
+        run.apply_held = False   # a coordinator started by the fault already runs with the default
     inject(run, conn, config)
+    if run.stage == "apply":
+        release_apply(run, conn)
+
+
+def release_apply(run: Run, conn) -> None:
+    """Let the apply stage end, as an operator would once the fault is over: the default --max-lag."""
+    done = cli("set", "--table", f"{DB}.{run.table}", "max-lag=1000")
+    assert done.returncode == 0 or current_stage(conn, run.table) in ("cleanup", "done"), done.stderr
 
 
 def current_stage(conn, table: str) -> str:
