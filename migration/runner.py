@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timezone
+from functools import partial
 from typing import Callable
 
 import pymysql
 import redis
 
-from applier.apply import ApplyStats, apply_worker
+from applier.apply import ApplyStats, apply_worker, new_member_name
 from applier.chunks import ChunkQueue
 from applier.conflicts import ConstraintViolated
 from applier.copy import copy_worker
@@ -103,6 +104,7 @@ class Runner:
         self.store = StateStore(self.conn, spec.metadata_schema)
         self.connect = connect_client(endpoints)
         self.appliers: WorkerGroup | None = None
+        self.applier_member = new_member_name()   # the same static group members across stops and starts
         self.last_health_check = 0.0
         self.throttled = False
         self.connector_missing_since: float | None = None
@@ -412,7 +414,8 @@ class Runner:
             self.throttled = bool(note)
 
     def _start_appliers(self, ctx: RunContext) -> None:
-        self.appliers = WorkerGroup(ctx, apply_worker, self.spec.apply_workers, "apply").start()
+        self.appliers = WorkerGroup(ctx, partial(apply_worker, member=self.applier_member),
+                                    self.spec.apply_workers, "apply").start()
 
     def _stop_appliers(self) -> None:
         if self.appliers is not None:

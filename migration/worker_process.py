@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 import pymysql
 
-from applier.apply import apply_worker
+from applier.apply import apply_worker, new_member_name
 from applier.copy import copy_worker
 from migration.checks import PreflightError
 from core.app_latency import LatencyProbe
@@ -64,6 +65,7 @@ class JoinedWorker:
         self.progress = progress
         self.copy_workers = copy_workers
         self.apply_workers = apply_workers
+        self.applier_member = new_member_name()   # the same static group members across stops and starts
 
     def _finished(self, migration: Migration) -> bool:
         return migration.status in FINISHED or migration.stage in SWAPPED_STAGES
@@ -94,7 +96,8 @@ class JoinedWorker:
         if migration.stage == Stage.COPY:
             self._run_group(migration, copy_worker, Stage.COPY, lambda m: m.stage == Stage.COPY)
         elif migration.stage in APPLY_STAGES:
-            self._run_group(migration, apply_worker, Stage.APPLY, lambda m: m.stage in APPLY_STAGES)
+            self._run_group(migration, partial(apply_worker, member=self.applier_member), Stage.APPLY,
+                            lambda m: m.stage in APPLY_STAGES)
         # init, or no chunk free for now (leased by others, or the coordinator re-seeds the queue)
         time.sleep(1.0)
         return False

@@ -35,7 +35,7 @@ def test_applier_that_cannot_reach_the_database_leaves_the_group_its_partitions_
                                                          "session.timeout.ms": 10000}))
     try:
         with pytest.raises(DatabaseUnreachable) as failed:   # kept: a failed worker's error is kept by its group
-            apply_worker(ctx, 0)
+            apply_worker(ctx, 0, member="refused")
         other.subscribe([names.changes])
 
         def all_partitions_here() -> bool:
