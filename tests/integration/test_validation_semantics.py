@@ -112,6 +112,30 @@ def test_a_difference_only_the_wider_type_can_hold_is_found(conn, column, change
     assert differences(conn, pair) == {77}
 
 
+KEPT_DDL = ("id INT PRIMARY KEY, f FLOAT, d DOUBLE, c CHAR(8) CHARACTER SET latin1, "
+            "v VARCHAR(10) CHARACTER SET utf8mb4, b VARBINARY(8), e ENUM('x','y'), t DATETIME(3), j TEXT")
+
+
+@pytest.mark.parametrize("column, change", [
+    ("f", "f = 1.0000001"),   # FLOAT prints 6 digits: '1' on both sides unless compared exactly
+    ("d", "d = d + 1e-9"),
+    ("c", "c = 'ac'"),
+    ("v", "v = 'é'"),
+    ("b", "b = X'FE'"),
+    ("e", "e = 'y'"),
+    ("t", "t = t + INTERVAL 1000 MICROSECOND"),
+    ("j", "j = NULL"),
+])
+def test_a_difference_in_a_column_the_alter_keeps_is_found(conn, column, change):
+    """A column whose type the ALTER keeps is compared as exactly as a converted one: a FLOAT differing in its
+    8th digit prints alike as text ('1')."""
+    rows = [(i, 1.0, 0.5, "ab ", "é", b"\xff", "x", "2024-01-01 00:00:00.001", f"text {i}") for i in range(1, 51)]
+    pair = make_pair(conn, "kept", KEPT_DDL, rows, "ADD COLUMN added INT NULL")
+    assert differences(conn, pair) == set()
+    query(conn, f"UPDATE {pair.target_name} SET {change} WHERE id = 7")
+    assert differences(conn, pair) == {7}
+
+
 def test_paired_differences_are_found(conn):
     """The same byte flipped in two same-length values: their CRC32 deltas are equal and cancel in a BIT_XOR."""
     pair = make_pair(conn, "paired", "id INT PRIMARY KEY, c VARCHAR(10)",
