@@ -4,8 +4,11 @@ What a checksum must get right (docs/invariants.md, 9: the reason validation exi
 - columns are compared as mapped by the ALTER (source name on the source side, new name on the new side);
 - values compare in the new column's type: the source value is converted as the copy converts it (a
   widening ALTER such as DECIMAL(12,2) -> DECIMAL(14,4) or latin1 -> utf8mb4 compares equal);
-- binary data is hashed as bytes; each column is hashed on its own, so no separator can make two
-  different rows look alike, and NULL, '' and a value the conversion rejects are told apart;
+- binary data is hashed as bytes; each column is reduced on its own to its CRC32 (digits) or a marker
+  letter, joined by commas that none of them holds, so no value can make two different rows look alike,
+  and NULL, '' and a value the conversion rejects are told apart;
+- a row's hash is the MD5 of that text (one MD5 per row, not per column: the checksum takes about half
+  the time, measured on sysbench rows), so a differing column is missed only if its CRC32 collides;
 - a range's checksum is the row count and the SUM of 64-bit row hashes: unlike BIT_XOR, two equal
   differences do not cancel.
 """
@@ -102,13 +105,14 @@ def in_target_type(expr: str, col: ColumnType) -> str:
 
 
 def column_part(ident: str, col: ColumnType) -> str:
-    """A fixed-form hash of one column: 'N' for NULL, 'E' if the conversion yields NULL, else 32 hex digits."""
-    return f"IF({ident} IS NULL, 'N', COALESCE(MD5({in_target_type(ident, col)}), 'E'))"
+    """One column's part of the row hash: 'N' for NULL, 'E' if the conversion yields NULL, else the decimal
+    CRC32 of the converted value (never a comma)."""
+    return f"IF({ident} IS NULL, 'N', COALESCE(CRC32({in_target_type(ident, col)}), 'E'))"
 
 
 @dataclass(frozen=True)
 class RowHasher:
-    """SQL hashing a row's mapped columns, per side; parts are prefix-free, so their concatenation is too."""
+    """SQL hashing a row's mapped columns, per side; parts hold no comma, so joined by commas they are told apart."""
 
     pair: TablePair
     source_parts: tuple[str, ...]
@@ -119,7 +123,7 @@ class RowHasher:
 
     def row_sql(self, source: bool) -> str:
         parts = self.source_parts if source else self.target_parts
-        return f"MD5(CONCAT({', '.join(parts)}))"
+        return f"MD5(CONCAT_WS(',', {', '.join(parts)}))"
 
 
 Sessions = tuple[pymysql.connections.Connection, pymysql.connections.Connection | None]   # (source, target)
