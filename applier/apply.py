@@ -108,6 +108,7 @@ class OffsetCommitter:
         self.worker_no = worker_no
         self.consumer: Consumer | None = None
         self.owed = False
+        self.refusing = False   # the last answer was a refusal
 
     def after_batch(self, messages: list[Message]) -> None:
         """Store the batch's positions (it is written) and commit them."""
@@ -133,10 +134,14 @@ class OffsetCommitter:
         if error is None:   # the request went through; a partition may still have been refused
             error = next((tp.error for tp in partitions if tp.error is not None), None)
         if error is None or error.code() == KafkaError._NO_OFFSET:   # nothing stored since the last commit
+            self.refusing = False
             return
         self.owed = True
-        log_event(log, "offset commit refused; retried before the next batch", logging.WARNING,
-                  worker=self.worker_no, reason=str(error))
+        # every commit in flight when the group's generation moves is refused at once: one warning per run of
+        # refusals, the rest at debug
+        log_event(log, "offset commit refused; retried before the next batch",
+                  logging.DEBUG if self.refusing else logging.WARNING, worker=self.worker_no, reason=str(error))
+        self.refusing = True
 
     def _commit(self) -> None:
         self.owed = False

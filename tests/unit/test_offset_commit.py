@@ -93,3 +93,18 @@ def test_a_commit_refused_for_one_partition_only_is_owed():
     committer, _ = committer_with_consumer()
     committer.on_commit(None, [TopicPartition("changes", 0, 7), Refused(KafkaError(KafkaError.ILLEGAL_GENERATION))])
     assert committer.owed
+
+
+def test_a_burst_of_refused_commits_warns_once_until_a_commit_goes_through(caplog):
+    committer, _ = committer_with_consumer()
+    caplog.set_level("DEBUG", logger="stream_osc.apply")
+
+    def warnings() -> int:
+        return sum(r.levelname == "WARNING" for r in caplog.records)
+
+    for _ in range(15):   # every commit in flight when the generation moved
+        committer.on_commit(KafkaError(KafkaError.ILLEGAL_GENERATION), [])
+    assert warnings() == 1
+    committer.on_commit(None, [TopicPartition("changes", 0, 7)])
+    committer.on_commit(KafkaError(KafkaError.REBALANCE_IN_PROGRESS), [])
+    assert warnings() == 2, "a refusal after a commit went through is a new run, warned again"
