@@ -194,7 +194,11 @@ class Probe:
             removed += query_count(self.conn, f"DELETE FROM {self.pair.target_name} WHERE {pk.in_list(len(stale))} "
                                               f"AND ({key.values()}) IN (SELECT {key.values('p')} FROM {self.name} p)",
                                    pk.flat(stale))
-        self._refuse(self._load(stale))
+        # Judged again on rows read at one moment: `keys` were read before the stale rows, under READ
+        # COMMITTED each statement its own snapshot, and two rows that exchanged a UNIQUE value between the
+        # reads would look like a duplicate the source never held.
+        query(self.conn, f"DELETE FROM {self.name}")
+        self._refuse(self._load([*keys, *stale]))
         self._check_duplicates()
         return removed
 

@@ -118,6 +118,47 @@ def test_stale_copied_row_colliding_under_a_new_unique_key_is_not_a_duplicate(en
     assert migration_row(conn, DB, "stale").status == "done"
 
 
+def test_two_rows_exchanging_a_unique_value_between_the_probes_reads_are_not_a_duplicate(endpoints, conn,
+                                                                                         monkeypatch):
+    """The copy's batch reads row 2 (u='b'); row 1 of the new table, a stale copy holding 'b', is in its way.
+    Before row 1's source row is read, the application swaps the two rows' values in one transaction. The
+    source never held 'b' twice: the way is cleared, nothing refused."""
+    from applier.conflicts import Probe
+    from core.table import load_pair
+    make_table(conn, "swapread", "id INT PRIMARY KEY, u VARCHAR(20), UNIQUE KEY uk (u)", [(1, "a"), (2, "b")])
+    query(conn, f"CREATE TABLE {DB}.swapread_osc_new LIKE {DB}.swapread")
+    query(conn, f"INSERT INTO {DB}.swapread_osc_new VALUES (1, 'b')")   # copied before 1 and 2 swapped twice
+    pair = load_pair(conn, DB, "swapread", "swapread_osc_new")
+    worker, app = db_conn(endpoints), db_conn(endpoints)
+    loads: list[list[tuple]] = []
+    original = Probe._load
+
+    def swap_after_the_first_read(probe, keys):
+        found = original(probe, keys)
+        loads.append(list(keys))
+        if len(loads) == 1:
+            app.begin()
+            query(app, f"UPDATE {DB}.swapread SET u = NULL WHERE id = 2")
+            query(app, f"UPDATE {DB}.swapread SET u = 'b' WHERE id = 1")
+            query(app, f"UPDATE {DB}.swapread SET u = 'a' WHERE id = 2")
+            app.commit()
+        return found
+
+    monkeypatch.setattr(Probe, "_load", swap_after_the_first_read)
+    try:
+        with Probe(worker, pair, during_apply=False) as probe:
+            worker.begin()
+            assert probe.clear_way([(2,)]) == 1
+            worker.commit()
+    finally:
+        worker.close()
+        app.close()
+    assert loads[0] == [(2,)] and len(loads) == 2
+    assert not query(conn, f"SELECT * FROM {DB}.swapread_osc_new")   # row 1's change is the appliers' to write
+    assert dict(query(conn, f"SELECT id, u FROM {DB}.swapread")) == {1: "b", 2: "a"}
+    query(conn, f"DROP TABLE {DB}.swapread_osc_new")
+
+
 @pytest.mark.parametrize("alter, write, expected", [
     ("ADD UNIQUE KEY uk (name(10))", "INSERT INTO {t} VALUES (100, 'abcdefghij-100')",
      ["during the migration breaks UNIQUE key 'uk' (name(10))", "id=1 (name='abcdefghij-1')",
