@@ -253,9 +253,10 @@ class Cutover:
         The proof is the cutover's (lock, fence, drain in the lock session), without the rename: the
         snapshots are taken while writes wait, then the lock is released. Returns the milliseconds
         writes were blocked; raises CutoverAborted when the lock or the drain does not fit the window.
-        The applier group must be stopped (its committed offsets are the start). A new table on another
-        server has its snapshots (each pair's second session) taken under the same lock, after the drain:
-        with the appliers stopped, nothing else writes it.
+        The drain starts at the applier group's committed offsets; appliers may run when the new table is on
+        this server (the lock holds them off both tables: cutover/README.md, "The validation snapshot"). A
+        new table on another server has its snapshots (each pair's second session) taken under the same
+        lock, after the drain: the appliers must be stopped there, so that nothing else writes it.
         """
         spec, ctx = self.ctx.spec, self.ctx
         consumer, reader = self._fence_reader()

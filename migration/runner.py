@@ -474,12 +474,20 @@ class Runner:
         re-reading every range that a write touched meanwhile. Sessions holding the table are waited for as
         the cutover waits for them (no lock requested meanwhile), before and whenever they stop a try: a
         holder is not a reason to fall back to the live tables.
+
+        The appliers go on applying through it when the new table is on this server (cutover/README.md,
+        "The validation snapshot"): the lock holds them off both tables while the snapshots are opened.
+        Stopping them cost every change of the following seconds its commit→applied time (measured: 2 s
+        without an applied event under 1,000 tx/s). A new table on another server is outside the lock, so
+        there they are stopped.
         """
+        stop_appliers = ctx.pair.remote
         while True:
             self._wait_for_lag(ctx, self.spec.max_lag_events)
             self._wait_for_blockers(ctx, "validate")
             self._hold_while_paused(ctx)   # a pause set during the waits above is kept before any lock
-            self._stop_appliers()
+            if stop_appliers:
+                self._stop_appliers()
             sessions = [(ctx.db(), ctx.target_db() if ctx.pair.remote else None)
                         for _ in range(self.spec.copy_workers)]
             try:
@@ -489,7 +497,8 @@ class Runner:
                 close_sessions(sessions)
                 if not isinstance(exc, CutoverAborted):
                     raise   # the run stops or is retried: no applier to start here
-                self._start_appliers(ctx)
+                if stop_appliers:
+                    self._start_appliers(ctx)
                 if exc.blockers:   # no lock was requested: wait for them, then try again
                     self.blocker_clock.saw(exc.blockers, time.monotonic())
                     self.progress.say(f"validate: {exc}")
@@ -497,7 +506,8 @@ class Runner:
                 log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc))
                 self.progress.say(f"validate: no consistent snapshot within the window ({exc})")
                 return None
-            self._start_appliers(ctx)
+            if stop_appliers:
+                self._start_appliers(ctx)
             return sessions
 
     def _cutover(self, ctx: RunContext, cutover: Cutover) -> None:
