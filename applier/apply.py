@@ -16,6 +16,7 @@ from core.context import RunContext
 from core.db import query
 from core.keys import Key
 from core.logs import log_event
+from streams.closing import close_within
 from streams.events import decode_key
 from streams.topics import TopicNames, consumer_config
 
@@ -209,7 +210,7 @@ def apply_worker(ctx: RunContext, worker_no: int, member: str) -> None:
             stats.add(len(messages), len(keys), (time.monotonic() - started) * 1000)
     finally:
         if consumer is not None:
-            consumer.close()
+            close_within(consumer, f"applier-{worker_no}")
         conn.close()
         if target is not None:
             target.close()
