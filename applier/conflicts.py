@@ -15,6 +15,9 @@ a TEMPORARY table created LIKE the new table without its UNIQUE keys, where the 
 checks them as the new table would. UNIQUE keys are then checked on those converted rows by grouping
 on the key parts (LEFT(col, SUB_PART) for prefix parts; rows with a NULL part never collide, as in
 the index). Every statement names the probe table once (MySQL cannot reopen a TEMPORARY table).
+Each statement reads its own moment (READ COMMITTED), and the copy does not lock the rows it checks: a
+verdict drawn from rows read at two moments is judged again on rows read in one statement, and when the
+rows changed in between, the round proves nothing either way; it is rolled back and tried again (RowsMoved).
 """
 from __future__ import annotations
 
@@ -46,6 +49,10 @@ class ConstraintViolated(Exception):
     """The table's rows, or a write made to it during the migration, break a rule the ALTER adds."""
 
     user_facing = True
+
+
+class RowsMoved(Exception):
+    """The source's rows changed between the probe's reads: the round proves nothing and is tried again."""
 
 
 def refused_by_new_table(exc: BaseException) -> bool:
@@ -169,6 +176,8 @@ class Probe:
         That current row is read after q was removed (its row lock held until commit): if q differs
         then, a change of q committed after the stale copy was made, and its applier writes q after this
         transaction (its write waits for that lock), so removing q loses nothing, whatever the timing.
+        Raises RowsMoved when that cannot be told because rows changed between the reads (the copy's rows of
+        `keys` are not locked); the caller rolls back, so nothing is removed, and tries again.
         """
         pk = self.pair.pk
         query(self.conn, f"DELETE FROM {self.name}")
@@ -194,13 +203,17 @@ class Probe:
             removed += query_count(self.conn, f"DELETE FROM {self.pair.target_name} WHERE {pk.in_list(len(stale))} "
                                               f"AND ({key.values()}) IN (SELECT {key.values('p')} FROM {self.name} p)",
                                    pk.flat(stale))
-        # Judged again on rows read at one moment: `keys` were read before the stale rows, under READ
-        # COMMITTED each statement its own snapshot, and two rows that exchanged a UNIQUE value between the
-        # reads would look like a duplicate the source never held.
+        self._refuse(self._load(stale))
+        if self._duplicate() is None:
+            return removed
+        # A stale row still collides, but `keys` were read before it: under READ COMMITTED each statement
+        # reads its own moment. Read together in one statement, a duplicate is the source's own; none means
+        # rows changed between the reads (two rows exchanged a value, or the row of `keys` moved away from
+        # it), and q's removal is not proven: the caller rolls the round back and tries again.
         query(self.conn, f"DELETE FROM {self.name}")
         self._refuse(self._load([*keys, *stale]))
         self._check_duplicates()
-        return removed
+        raise RowsMoved(f"rows of {self._table} changed while their UNIQUE values were checked")
 
     def _load(self, keys: Sequence[Key]) -> list[Refusal]:
         """Put the source's current rows `keys` into the probe; returns the ones the server refuses
@@ -224,14 +237,22 @@ class Probe:
             found += self._load(keys[half:])
         return found[:SAMPLE]
 
-    def _check_duplicates(self) -> None:
-        """Raise when rows in the probe collide under a UNIQUE key of the new table."""
+    def _duplicate(self) -> tuple[UniqueKey, list[tuple]] | None:
+        """The first UNIQUE key of the new table under which rows in the probe collide, with up to two of
+        its shared values (as COUNT(*), *value); None when no rows collide."""
         for key in self.keys:
             not_null = " AND ".join(f"{quote_ident(c)} IS NOT NULL" for c, _ in key.parts)
             groups = query(self.conn, f"SELECT COUNT(*), {key.values()} FROM {self.name} WHERE {not_null} "
                                       f"GROUP BY {key.values()} HAVING COUNT(*) > 1 LIMIT 2")
             if groups:
-                raise ConstraintViolated(self._describe_duplicates(key, groups))
+                return key, groups
+        return None
+
+    def _check_duplicates(self) -> None:
+        """Raise when rows in the probe collide under a UNIQUE key of the new table."""
+        found = self._duplicate()
+        if found is not None:
+            raise ConstraintViolated(self._describe_duplicates(*found))
 
     # messages --------------------------------------------------------------------------------------
     @property
@@ -308,6 +329,8 @@ def with_refusals_resolved(conn: pymysql.connections.Connection, pair: TablePair
         for _ in range(rounds):
             try:
                 return write(probe)
+            except RowsMoved:
+                continue   # `write` rolled its transaction back: nothing was removed
             except pymysql.err.MySQLError as exc:
                 if not refused_by_new_table(exc):
                     raise

@@ -118,45 +118,90 @@ def test_stale_copied_row_colliding_under_a_new_unique_key_is_not_a_duplicate(en
     assert migration_row(conn, DB, "stale").status == "done"
 
 
+def _probe_round(endpoints, conn, table: str, keys: list[tuple], monkeypatch, between_reads) -> tuple[str, list]:
+    """One careful round of the copy for `keys` of DB.table: the probe clears the way in a transaction, and
+    `between_reads(app)` commits the application's write right after the probe's first read of the source.
+    Returns how the round ended ('cleared', 'moved' or the ConstraintViolated text) and the new table's rows
+    after the transaction ended (committed when cleared, else rolled back)."""
+    from applier.conflicts import ConstraintViolated, Probe, RowsMoved
+    from core.table import load_pair
+    pair = load_pair(conn, DB, table, f"{table}_osc_new")
+    worker, app = db_conn(endpoints), db_conn(endpoints)
+    original, reads = Probe._load, []
+
+    def write_after_the_first_read(probe, ks):
+        found = original(probe, ks)
+        reads.append(list(ks))
+        if len(reads) == 1:
+            between_reads(app)
+        return found
+
+    monkeypatch.setattr(Probe, "_load", write_after_the_first_read)
+    try:
+        with Probe(worker, pair, during_apply=False) as probe:
+            worker.begin()
+            try:
+                probe.clear_way(keys)
+                worker.commit()
+                outcome = "cleared"
+            except RowsMoved:
+                worker.rollback()
+                outcome = "moved"
+            except ConstraintViolated as exc:
+                worker.rollback()
+                outcome = str(exc)
+    finally:
+        worker.close()
+        app.close()
+    assert reads[0] == keys
+    rows = sorted(tuple(r) for r in query(conn, f"SELECT * FROM {DB}.{table}_osc_new"))
+    query(conn, f"DROP TABLE {DB}.{table}_osc_new")
+    return outcome, rows
+
+
 def test_two_rows_exchanging_a_unique_value_between_the_probes_reads_are_not_a_duplicate(endpoints, conn,
                                                                                          monkeypatch):
     """The copy's batch reads row 2 (u='b'); row 1 of the new table, a stale copy holding 'b', is in its way.
     Before row 1's source row is read, the application swaps the two rows' values in one transaction. The
-    source never held 'b' twice: the way is cleared, nothing refused."""
-    from applier.conflicts import Probe
-    from core.table import load_pair
+    source never held 'b' twice: no refusal; the round is tried again, and row 1 is kept until then."""
     make_table(conn, "swapread", "id INT PRIMARY KEY, u VARCHAR(20), UNIQUE KEY uk (u)", [(1, "a"), (2, "b")])
     query(conn, f"CREATE TABLE {DB}.swapread_osc_new LIKE {DB}.swapread")
     query(conn, f"INSERT INTO {DB}.swapread_osc_new VALUES (1, 'b')")   # copied before 1 and 2 swapped twice
-    pair = load_pair(conn, DB, "swapread", "swapread_osc_new")
-    worker, app = db_conn(endpoints), db_conn(endpoints)
-    loads: list[list[tuple]] = []
-    original = Probe._load
 
-    def swap_after_the_first_read(probe, keys):
-        found = original(probe, keys)
-        loads.append(list(keys))
-        if len(loads) == 1:
-            app.begin()
-            query(app, f"UPDATE {DB}.swapread SET u = NULL WHERE id = 2")
-            query(app, f"UPDATE {DB}.swapread SET u = 'b' WHERE id = 1")
-            query(app, f"UPDATE {DB}.swapread SET u = 'a' WHERE id = 2")
-            app.commit()
-        return found
+    def swap(app):
+        app.begin()
+        query(app, f"UPDATE {DB}.swapread SET u = NULL WHERE id = 2")
+        query(app, f"UPDATE {DB}.swapread SET u = 'b' WHERE id = 1")
+        query(app, f"UPDATE {DB}.swapread SET u = 'a' WHERE id = 2")
+        app.commit()
 
-    monkeypatch.setattr(Probe, "_load", swap_after_the_first_read)
-    try:
-        with Probe(worker, pair, during_apply=False) as probe:
-            worker.begin()
-            assert probe.clear_way([(2,)]) == 1
-            worker.commit()
-    finally:
-        worker.close()
-        app.close()
-    assert loads[0] == [(2,)] and len(loads) == 2
-    assert not query(conn, f"SELECT * FROM {DB}.swapread_osc_new")   # row 1's change is the appliers' to write
+    assert _probe_round(endpoints, conn, "swapread", [(2,)], monkeypatch, swap) == ("moved", [(1, "b")])
     assert dict(query(conn, f"SELECT id, u FROM {DB}.swapread")) == {1: "b", 2: "a"}
-    query(conn, f"DROP TABLE {DB}.swapread_osc_new")
+
+
+def test_a_real_duplicate_that_moves_away_between_the_probes_reads_keeps_the_other_row(endpoints, conn,
+                                                                                      monkeypatch):
+    """Rows 1 and 900 both hold 'x' (the ALTER adds the UNIQUE key); 900 was copied and has not changed, so
+    no change of it will come. The probe reads row 1 ('x'), and row 900 of the new table is in its way. Before
+    900's source row is read, the application moves row 1 to 'y'. Row 900 is not stale: it must stay."""
+    make_table(conn, "realmove", "id INT PRIMARY KEY, u VARCHAR(20)", [(1, "x"), (900, "x")])
+    query(conn, f"CREATE TABLE {DB}.realmove_osc_new (id INT PRIMARY KEY, u VARCHAR(20), UNIQUE KEY uk (u))")
+    query(conn, f"INSERT INTO {DB}.realmove_osc_new VALUES (900, 'x')")
+
+    def move_away(app):
+        query(app, f"UPDATE {DB}.realmove SET u = 'y' WHERE id = 1")
+
+    assert _probe_round(endpoints, conn, "realmove", [(1,)], monkeypatch, move_away) == ("moved", [(900, "x")])
+
+
+def test_a_real_duplicate_that_stays_between_the_probes_reads_is_refused(endpoints, conn, monkeypatch):
+    """As above, but row 1 keeps 'x': the source holds 'x' twice at one moment, and the round refuses."""
+    make_table(conn, "realstay", "id INT PRIMARY KEY, u VARCHAR(20)", [(1, "x"), (900, "x")])
+    query(conn, f"CREATE TABLE {DB}.realstay_osc_new (id INT PRIMARY KEY, u VARCHAR(20), UNIQUE KEY uk (u))")
+    query(conn, f"INSERT INTO {DB}.realstay_osc_new VALUES (900, 'x')")
+    outcome, rows = _probe_round(endpoints, conn, "realstay", [(1,)], monkeypatch, lambda app: None)
+    assert "share the value ('x'): id=1 (u='x'), id=900 (u='x')" in outcome
+    assert rows == [(900, "x")]
 
 
 @pytest.mark.parametrize("alter, write, expected", [
