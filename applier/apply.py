@@ -49,18 +49,17 @@ def applier_consumer(ctx: RunContext, worker_no: int, member: str, committer: Of
     """A member of the migration's applier group, reading the change topic from its start; its positions are
     stored and committed by `committer`.
 
-    A static member (`group.instance.id`), named by the process's applier group (`member`) and `worker_no`:
-    the coordinator stops its appliers before every snapshot and cutover lock and starts them again after.
-    A dynamic member's close sends LeaveGroup, which librdkafka holds behind a JoinGroup in flight (a
-    rebalance that another member's close started) for 5 s (measured: one stop in three took 5.0 s); and
-    every restart rebalanced the group again. A static member leaves nothing on close, and its successor
-    under the same name takes the same partitions back at once. A process that ends holds its partitions
-    until the session times out (session.timeout.ms), as a killed one always did.
+    A dynamic member, named in `client.id` by its process's appliers (`member`) and `worker_no`. Not a static
+    one (`group.instance.id`): with the same names again after a stop, a restart takes its predecessors' place
+    without a rebalance, which spared the 5 s a dynamic member's LeaveGroup can wait behind a JoinGroup in
+    flight; but once, after both appliers of a process restarted together so (broker log: "replacing
+    previously mapped member ... will not trigger a rebalance", twice), the apply stage waited 23 minutes
+    for a lag that never fell while both members heartbeated. A dynamic member leaves on close and the
+    group rebalances: slower by seconds.
     """
     consumer = Consumer(consumer_config(ctx.endpoints.kafka, **{
         "group.id": ctx.migration.group_id,
-        "client.id": f"{ctx.migration.prefix}-applier-{worker_no}",
-        "group.instance.id": f"{ctx.migration.prefix}-applier-{member}-{worker_no}",
+        "client.id": f"{ctx.migration.prefix}-applier-{member}-{worker_no}",
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "partition.assignment.strategy": "cooperative-sticky",
@@ -158,7 +157,7 @@ class OffsetCommitter:
 
 
 def new_member_name() -> str:
-    """A name for one process's applier group, kept across its stops and starts (see applier_consumer)."""
+    """A name for one process's appliers, kept across their stops and starts: their client ids in the group."""
     return uuid.uuid4().hex[:12]
 
 

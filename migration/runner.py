@@ -104,7 +104,7 @@ class Runner:
         self.store = StateStore(self.conn, spec.metadata_schema)
         self.connect = connect_client(endpoints)
         self.appliers: WorkerGroup | None = None
-        self.applier_member = new_member_name()   # the same static group members across stops and starts
+        self.applier_member = new_member_name()   # names this process's appliers in the group
         self.last_health_check = 0.0
         self.throttled = False
         self.connector_missing_since: float | None = None

@@ -65,7 +65,7 @@ class JoinedWorker:
         self.progress = progress
         self.copy_workers = copy_workers
         self.apply_workers = apply_workers
-        self.applier_member = new_member_name()   # the same static group members across stops and starts
+        self.applier_member = new_member_name()   # names this process's appliers in the group
 
     def _finished(self, migration: Migration) -> bool:
         return migration.status in FINISHED or migration.stage in SWAPPED_STAGES

@@ -6,7 +6,7 @@ that raised, or was stopped, would then never hand its error or its thread back,
 would wait on it with every other worker held. The close runs in a daemon thread instead; after
 `timeout_s` the caller goes on and the consumer finishes (or not) in the background. Nothing is lost:
 an applier commits its offsets itself after each batch, so a close that never ends only leaves its
-static member to expire after session.timeout.ms, as a killed process's does.
+member to expire after session.timeout.ms, as a killed process's does.
 """
 from __future__ import annotations
 
