@@ -29,6 +29,7 @@ from core.logs import log_event
 from core.state import check_definition
 from cutover.blockers import Blocker, find_blockers
 from cutover.short_lock import LockNotTaken, lock_tables_briefly
+from streams.closing import close_within
 from streams.events import decode_key
 from streams.fence import FenceReader, FenceTimeout, fence_consumer
 from streams.topics import TopicNames, committed_offsets, partition_count
@@ -147,7 +148,7 @@ class Cutover:
     def close(self) -> None:
         """Close the fence consumer, if one was made."""
         if self._fence is not None:
-            self._fence[0].close()
+            close_within(self._fence[0], "fence")
             self._fence = None
 
     def _drain(self, conn: pymysql.connections.Connection, reader: FenceReader, start: dict[int, int], token: str,

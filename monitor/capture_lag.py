@@ -28,6 +28,7 @@ from core.logs import log_event
 from core.state import Migration, StateStore, Status
 from monitor.metrics import LOG_EVERY_S, MigrationMetrics
 from streams.capture_heartbeat import CaptureReader, write_stamp
+from streams.closing import close_within
 from streams.topics import TopicNames, consumer_lag, group_reader
 
 log = logging.getLogger("stream_osc.lag")
@@ -181,12 +182,10 @@ def capture_note(lag_s: float | None, heartbeat_age_s: float | None, reason: str
 
 
 def _consumer_closed(consumer: Consumer | None) -> None:
-    """Close `consumer` if made, ignoring a failure to leave cleanly; returns None for the caller's variable."""
+    """Close `consumer` if made, never waiting on it for long (streams/closing.py); returns None for the caller's
+    variable."""
     if consumer is not None:
-        try:
-            consumer.close()
-        except (KafkaException, RuntimeError):
-            pass
+        close_within(consumer, "capture-backlog")
     return None
 
 

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from core.db import qualified
 from core.endpoints import KafkaAddress
+from streams.closing import close_within
 from streams.topics import consumer_config
 
 READ_BATCH = 500
@@ -89,4 +90,4 @@ class CaptureReader:
                 return newest_stamp, newest_heartbeat
 
     def close(self) -> None:
-        self.consumer.close()
+        close_within(self.consumer, "capture-heartbeat")

@@ -6,7 +6,8 @@ that raised, or was stopped, would then never hand its error or its thread back,
 would wait on it with every other worker held. The close runs in a daemon thread instead; after
 `timeout_s` the caller goes on and the consumer finishes (or not) in the background. Nothing is lost:
 an applier commits its offsets itself after each batch, so a close that never ends only leaves its
-member to expire after session.timeout.ms, as a killed process's does.
+member to expire after session.timeout.ms, as a killed process's does. The tool's other long-lived
+consumers (the cutover's fence reader, the capture-lag readers) are closed the same way.
 """
 from __future__ import annotations
 
