@@ -69,6 +69,11 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-app-latency", metavar="DURATION|auto|off",
                         help="application write latency above which copy and validation run fewer and shorter "
                              "statements, e.g. 10ms (default auto: twice the latency measured before the copy)")
+    parser.add_argument("--validate-ahead", dest="validate_ahead", action="store_true", default=None,
+                        help="compare each copied chunk while the copy goes on, so that validation at the end "
+                             "compares in it only the keys changed since (default)")
+    parser.add_argument("--no-validate-ahead", dest="validate_ahead", action="store_false",
+                        help="compare every range at the end only")
     parser.add_argument("--apply-batch-size", type=int,
                         help=f"change events per apply batch (default {DEFAULTS.apply_batch_size})")
     parser.add_argument("--partitions", type=int,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -58,6 +59,18 @@ class Chunk:
     next: Key | None
     rows_copied: int
     done: bool
+
+
+@dataclass(frozen=True)
+class ChunkCheck:
+    """A chunk whose rows were found equal in both tables while the copy went on (cutover/validate_ahead.py):
+    only keys changed by events at or after `offsets` (per partition of the change topic) may differ since."""
+
+    number: int
+    start: Key | None
+    end: Key | None
+    offsets: dict[int, int]
+    at: float   # epoch seconds
 
 
 FENCE_KEY_COLUMN = "__stream_osc_fence"   # the fence table's key column; its change keys carry it
@@ -183,7 +196,7 @@ class StateStore:
         query(self.conn, f"""CREATE TABLE IF NOT EXISTS {self.t('chunks')} (
             migration_id BIGINT NOT NULL, chunk_no INT NOT NULL,
             start_key TEXT NULL, end_key TEXT NULL, next_key TEXT NULL,
-            rows_copied BIGINT NOT NULL DEFAULT 0, done TINYINT NOT NULL DEFAULT 0,
+            rows_copied BIGINT NOT NULL DEFAULT 0, done TINYINT NOT NULL DEFAULT 0, checked_from TEXT NULL,
             PRIMARY KEY (migration_id, chunk_no)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""")
         self._upgrade_earlier_schema()
 
@@ -214,6 +227,8 @@ class StateStore:
             query(self.conn, f"UPDATE {self.t('chunks')} SET {POSITIONS_AS_KEYS}")
             query(self.conn, f"ALTER TABLE {self.t('chunks')} " +
                   ", ".join(f"DROP COLUMN {c}" for c in INTEGER_POSITIONS))
+        if "checked_from" not in chunk_columns:
+            query(self.conn, f"ALTER TABLE {self.t('chunks')} ADD COLUMN checked_from TEXT NULL")
 
     def _row(self, row: tuple) -> Migration:
         (mid, db, tbl, alter_sql, stage, status, prefix, pk_columns, error, diffs, blocked, cutover_at, options) = row
@@ -410,6 +425,23 @@ class StateStore:
     def chunk(row: tuple) -> Chunk:
         number, start, end, next_key, rows, done = row
         return Chunk(number, load_key(start), load_key(end), load_key(next_key), int(rows), bool(done))
+
+    def record_check(self, migration_id: int, chunk_no: int, offsets: dict[int, int]) -> None:
+        """The chunk's rows matched in both tables, except perhaps rows changed by events from `offsets` on
+        (the change topic's ends, read before the check began)."""
+        query(self.conn, f"UPDATE {self.t('chunks')} SET checked_from=%s WHERE migration_id=%s AND chunk_no=%s",
+              (json.dumps({"offsets": offsets, "at": time.time()}), migration_id, chunk_no))
+
+    def checks(self, migration_id: int) -> list[ChunkCheck]:
+        """The chunks checked ahead of validation, in key order."""
+        checks = []
+        for number, start, end, checked_from in query(
+                self.conn, f"SELECT chunk_no, start_key, end_key, checked_from FROM {self.t('chunks')} "
+                           "WHERE migration_id=%s AND checked_from IS NOT NULL ORDER BY chunk_no", (migration_id,)):
+            recorded = json.loads(checked_from)
+            checks.append(ChunkCheck(number, load_key(start), load_key(end),
+                                     {int(p): int(o) for p, o in recorded["offsets"].items()}, float(recorded["at"])))
+        return checks
 
     def copy_progress(self, migration_id: int) -> tuple[int, int, int]:
         """(rows copied, chunks done, chunks total)."""

@@ -18,6 +18,7 @@ import logging
 import queue
 import re
 from collections import Counter
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -36,6 +37,7 @@ log = logging.getLogger("stream_osc.validate")
 
 ROUNDS = 5                 # re-copies a row may need before a difference that stays is a failure
 MAX_ROUNDS = 4 * ROUNDS    # repair rounds of one range (two rows that keep replacing each other take 2 per strike)
+KEYS_PER_COMPARISON = 1000  # changed keys compared in one statement per side
 
 _TEXTS = STRING_TYPES | {"enum", "set"}
 _BLOBS = BINARY_TYPES - {"binary"}
@@ -191,8 +193,11 @@ def differing_keys(conn: pymysql.connections.Connection, hasher: RowHasher, lo: 
     other = target_conn or conn
     if range_checksum(conn, hasher, True, lo, hi) == range_checksum(other, hasher, False, lo, hi):
         return Differences(set(), set(), set())
-    source = row_hashes(conn, hasher, True, lo, hi)
-    target = row_hashes(other, hasher, False, lo, hi)
+    return compared(row_hashes(conn, hasher, True, lo, hi), row_hashes(other, hasher, False, lo, hi))
+
+
+def compared(source: dict[Key, str], target: dict[Key, str]) -> Differences:
+    """The differences between the row hashes of both sides, key by key."""
     return Differences({k for k in source.keys() & target.keys() if source[k] != target[k]},
                        source.keys() - target.keys(), target.keys() - source.keys())
 
@@ -212,21 +217,71 @@ def describe_difference(conn: pymysql.connections.Connection, hasher: RowHasher,
     return "columns differ: " + ", ".join(columns) if columns else "equal now"
 
 
-def source_hashes(conn: pymysql.connections.Connection, hasher: RowHasher, keys: set[Key]) -> dict[Key, str]:
-    """Key -> the source row's hash, for the given keys (a key without a row is left out)."""
+def hashes_of_keys(conn: pymysql.connections.Connection, hasher: RowHasher, source: bool,
+                   keys: Collection[Key]) -> dict[Key, str]:
+    """Key -> row hash of one side, for the given keys (a key without a row is left out)."""
     if not keys:
         return {}
     pair, ordered = hasher.pair, list(keys)
-    return {tuple(r[:-1]): r[-1] for r in query(conn, f"SELECT {pair.pk.column_list()}, {hasher.row_sql(True)} FROM "
-                                                      f"{pair.source_name} WHERE ({pair.pk.in_list(len(ordered))})"
-                                                      f"{pair.source_filter}", pair.pk.flat(ordered))}
+    sql = (f"SELECT {pair.pk.column_list()}, {hasher.row_sql(source)} FROM {hasher.table(source)} "
+           f"WHERE ({pair.pk.in_list(len(ordered))}){side_filter(pair, source)}")
+    return {tuple(r[:-1]): r[-1] for r in query(conn, sql, pair.pk.flat(ordered))}
+
+
+def source_hashes(conn: pymysql.connections.Connection, hasher: RowHasher, keys: set[Key]) -> dict[Key, str]:
+    """Key -> the source row's hash, for the given keys (a key without a row is left out)."""
+    return hashes_of_keys(conn, hasher, True, keys)
+
+
+def key_differences(conn: pymysql.connections.Connection, hasher: RowHasher, keys: Collection[Key],
+                    target_conn: pymysql.connections.Connection | None = None) -> Differences:
+    """The rows of the given keys that differ between source and new table."""
+    return compared(hashes_of_keys(conn, hasher, True, keys), hashes_of_keys(target_conn or conn, hasher, False, keys))
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """The keys [lo, hi): what validation compares when it checks a range."""
+
+    lo: Key | None
+    hi: Key | None
+
+    def differences(self, conn: pymysql.connections.Connection, hasher: RowHasher,
+                    target_conn: pymysql.connections.Connection | None = None) -> Differences:
+        return differing_keys(conn, hasher, self.lo, self.hi, target_conn)
+
+    def show(self, pk: PrimaryKey) -> str:
+        return f"in key range {show_range(pk, self.lo, self.hi)}"
+
+
+@dataclass(frozen=True)
+class KeyList:
+    """Keys changed since their range was checked ahead (cutover/validate_ahead.py): only they are compared."""
+
+    keys: tuple[Key, ...]
+
+    def differences(self, conn: pymysql.connections.Connection, hasher: RowHasher,
+                    target_conn: pymysql.connections.Connection | None = None) -> Differences:
+        return key_differences(conn, hasher, self.keys, target_conn)
+
+    def show(self, pk: PrimaryKey) -> str:
+        return f"among {len(self.keys)} keys changed since their range was checked, from {show_key(pk, self.keys[0])}"
+
+
+Region = KeyRange | KeyList
 
 
 def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: Key | None, hi: Key | None,
                  diff: set[Key], table: str, target_conn: pymysql.connections.Connection | None = None) -> int:
-    """Re-copy `diff` and re-check the whole range until it matches; returns the number of rows re-copied.
+    """Re-copy `diff` and re-check the whole range until it matches; returns the number of rows re-copied."""
+    return repair(conn, hasher, KeyRange(lo, hi), diff, table, target_conn)
 
-    The whole range is re-checked, not only the re-copied keys: a row of the new table that another
+
+def repair(conn: pymysql.connections.Connection, hasher: RowHasher, region: Region, diff: set[Key], table: str,
+           target_conn: pymysql.connections.Connection | None = None) -> int:
+    """Re-copy `diff` and re-check the whole region until it matches; returns the number of rows re-copied.
+
+    The whole region is re-checked, not only the re-copied keys: a row of the new table that another
     write removed brings no change event of its own. A key that differs again after being re-copied,
     while its source row held still from before the re-copy to the re-check, gets a strike (a lossy
     conversion, two rows colliding on a UNIQUE key); ROUNDS strikes fail. A key whose source row was
@@ -238,14 +293,14 @@ def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: Ke
     """
     recopied: set[Key] = set()
     strikes: Counter[Key] = Counter()
-    where = show_range(hasher.pair.pk, lo, hi)
+    where = region.show(hasher.pair.pk)
     for _ in range(MAX_ROUNDS):
         if not diff:
             return len(recopied)
         before = source_hashes(conn, hasher, diff)
         with_retry(partial(recopy_keys, conn, hasher.pair, diff, target=target_conn))
         recopied |= diff
-        now = differing_keys(conn, hasher, lo, hi, target_conn)
+        now = region.differences(conn, hasher, target_conn)
         suspects = now.keys & recopied
         after = source_hashes(conn, hasher, suspects)
         written = {k for k in suspects if before.get(k) != after.get(k)}
@@ -254,22 +309,21 @@ def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: Ke
         worst = max(persisting, key=lambda k: strikes[k], default=None)
         if worst is not None and strikes[worst] >= ROUNDS:
             raise ValidationFailed(
-                f"{len(persisting)} rows of {table} in key range {where} still differ right after being "
+                f"{len(persisting)} rows of {table} {where} still differ right after being "
                 f"re-copied {ROUNDS} times; first {show_key(hasher.pair.pk, worst)}: "
                 f"{describe_difference(conn, hasher, worst, target_conn)}. "
                 "The ALTER may change values (a lossy type change) or make rows collide on a UNIQUE key")
         diff = persisting | (now.missing - written)
     sample = "; ".join(show_key(hasher.pair.pk, k) for k in list(diff)[:10])
-    raise ValidationFailed(f"rows of {table} in key range {where} kept differing through {MAX_ROUNDS} rounds of "
+    raise ValidationFailed(f"rows of {table} {where} kept differing through {MAX_ROUNDS} rounds of "
                            f"re-copies (still {sample}); retry when writes to the table are fewer")
 
 
-def validate_range(ctx: RunContext, hasher: RowHasher, lo: Key | None, hi: Key | None,
-                   snapshots: queue.Queue | None = None) -> int:
-    """Check one range; re-copy differing rows and re-check the range until it matches. Returns rows repaired.
+def validate_region(ctx: RunContext, hasher: RowHasher, region: Region, snapshots: queue.Queue | None = None) -> int:
+    """Check one region; re-copy differing rows and re-check the region until it matches. Returns rows repaired.
 
     With `snapshots` (sessions holding one consistent snapshot in which the new table equals the
-    source), the range is compared in a snapshot, so a difference is a real one. Without, it is
+    source), the region is compared in a snapshot, so a difference is a real one. Without, it is
     compared live: under traffic new differences keep appearing (the appliers and the cutover drain
     handle those), and what must not happen is a row that still differs right after being re-copied.
     """
@@ -282,14 +336,14 @@ def validate_range(ctx: RunContext, hasher: RowHasher, lo: Key | None, hi: Key |
             if not allowed or not ctx.wait_while_paused_or_throttled(conn):
                 raise WorkStopped(f"validation of {ctx.spec.qualified_name} stopped")
             if snapshots is None:
-                diff = differing_keys(conn, hasher, lo, hi, target_conn).keys
+                diff = region.differences(conn, hasher, target_conn).keys
             else:
                 source, target = snapshots.get()
                 try:
-                    diff = differing_keys(source, hasher, lo, hi, target).keys
+                    diff = region.differences(source, hasher, target).keys
                 finally:
                     snapshots.put((source, target))
-            return repair_range(conn, hasher, lo, hi, diff, ctx.spec.qualified_name, target_conn)
+            return repair(conn, hasher, region, diff, ctx.spec.qualified_name, target_conn)
     finally:
         conn.close()
         if target_conn is not None:
@@ -312,8 +366,19 @@ def validation_ranges(conn: pymysql.connections.Connection, ctx: RunContext,
     return ranges + key_ranges(reader, pair.source_name, pair.pk, tail_from, None, ctx.spec.chunk_size)
 
 
-def validate(ctx: RunContext, snapshots: list[Sessions] | None = None) -> int:
-    """Validate every range in parallel (in the given snapshot sessions, if any); returns rows repaired."""
+def regions_to_compare(ranges: list[tuple[Key | None, Key | None]], skipped: frozenset[tuple[Key | None, Key | None]],
+                       changed: Collection[Key], batch: int) -> list[Region]:
+    """The ranges not `skipped` (checked ahead), and the `changed` keys in batches of at most `batch`."""
+    keys = list(changed)
+    return ([KeyRange(lo, hi) for lo, hi in ranges if (lo, hi) not in skipped]
+            + [KeyList(tuple(keys[i:i + batch])) for i in range(0, len(keys), batch)])
+
+
+def validate(ctx: RunContext, snapshots: list[Sessions] | None = None,
+             skipped: frozenset[tuple[Key | None, Key | None]] = frozenset(), changed: Collection[Key] = ()) -> int:
+    """Validate every range in parallel (in the given snapshot sessions, if any), but for the `skipped` ones
+    (checked ahead: cutover/validate_ahead.py), whose `changed` keys are compared one by one; returns rows
+    repaired."""
     conn = ctx.db()
     target_conn = ctx.target_db() if ctx.pair.remote else None
     try:
@@ -328,8 +393,10 @@ def validate(ctx: RunContext, snapshots: list[Sessions] | None = None) -> int:
         sessions = queue.Queue()
         for session in snapshots:
             sessions.put(session)
+    regions = regions_to_compare(ranges, skipped, changed, KEYS_PER_COMPARISON)
     workers = len(snapshots) if snapshots else ctx.spec.copy_workers
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        repaired = sum(pool.map(lambda r: validate_range(ctx, hasher, *r, sessions), ranges))
-    log_event(log, "validation done", ranges=len(ranges), repaired=repaired, in_snapshot=bool(snapshots))
+        repaired = sum(pool.map(lambda region: validate_region(ctx, hasher, region, sessions), regions))
+    log_event(log, "validation done", ranges=len(ranges), skipped=len(skipped), changed_keys=len(changed),
+              repaired=repaired, in_snapshot=bool(snapshots))
     return repaired

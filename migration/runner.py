@@ -22,6 +22,7 @@ from cutover.blockers import find_blockers
 from cutover.move import MoveCutover
 from cutover.swap import CoordinatorReplaced, Cutover, CutoverAborted, CutoverResult
 from cutover.validate import Sessions, validate
+from cutover.validate_ahead import reusable_checks, validate_ahead
 from migration.checks import PreflightError, check_blocker_privileges
 from migration.cutover_request import ask_coordinator
 from core.app_latency import LatencyProbe
@@ -104,6 +105,7 @@ class Runner:
         self.store = StateStore(self.conn, spec.metadata_schema)
         self.connect = connect_client(endpoints)
         self.appliers: WorkerGroup | None = None
+        self.checker: WorkerGroup | None = None   # validation ahead, during copy and apply
         self.applier_member = new_member_name()   # names this process's appliers in the group
         self.last_health_check = 0.0
         self.throttled = False
@@ -323,12 +325,14 @@ class Runner:
             # The ALTER cannot succeed on this data (found by the copy, or written by the application
             # meanwhile): fail like the ALTER would, and leave nothing behind. The appliers' own errors
             # are this one again, or moot now.
+            self._stop_checker(raise_error=False)
             if self.appliers is not None:
                 self.appliers.stop()
                 self.appliers = None
             self._discard(migration)
             raise
         except BaseException as exc:
+            self._stop_checker(raise_error=False)
             self._stop_appliers()
             if getattr(exc, "user_facing", False):
                 self.store.update(migration.id, error=str(exc)[:2000])
@@ -341,6 +345,7 @@ class Runner:
         if migration.stage == Stage.COPY:
             if not deferred(migration):   # apply during the copy; deferred indexes are built before any apply
                 self._start_appliers(ctx)
+                self._start_checker(ctx)
             self._copy(ctx)
         if self.store.get(migration.id).stage == Stage.INDEXES:   # before any applier writes to the new table
             self._hold_while_paused(ctx)
@@ -354,9 +359,12 @@ class Runner:
             self._start_appliers(ctx)
         stage = self.store.get(migration.id).stage
         if stage == Stage.APPLY:
+            if self.checker is None:
+                self._start_checker(ctx)
             self._wait_for_lag(ctx, self.spec.max_lag_events)
             self._enter_stage(ctx.migration.id, Stage.VALIDATE)
             stage = Stage.VALIDATE
+        self._stop_checker()
         # one for the validation snapshot and every attempt: its fence consumer is made once, not after every wait
         cutover = (MoveCutover if ctx.pair.remote else Cutover)(ctx, self.info.is_mariadb)
         try:
@@ -384,8 +392,7 @@ class Runner:
             try:
                 while group.alive() and not self.restart_copy:
                     group.wait(0.5)
-                    if self.appliers is not None:
-                        self.appliers.raise_if_failed()
+                    self._raise_if_helpers_failed()
                     self._show_copy(ctx)
                     self._show_throttle(ctx)
                     self._check_health(ctx)
@@ -417,6 +424,24 @@ class Runner:
         self.appliers = WorkerGroup(ctx, partial(apply_worker, member=self.applier_member),
                                     self.spec.apply_workers, "apply").start()
 
+    def _start_checker(self, ctx: RunContext) -> None:
+        if self.spec.validate_ahead:
+            self.checker = WorkerGroup(ctx, validate_ahead, 1, "validate-ahead").start()
+
+    def _stop_checker(self, raise_error: bool = True) -> None:
+        """Stop validation ahead (its checks so far are kept); its failure is raised unless the run ends anyway."""
+        if self.checker is not None:
+            self.checker.stop()
+            errors, self.checker = self.checker.errors, None
+            if errors and raise_error:
+                raise errors[0]
+
+    def _raise_if_helpers_failed(self) -> None:
+        """Raise the first failure of the appliers or of validation ahead, which run beside the stage."""
+        for group in (self.appliers, self.checker):
+            if group is not None:
+                group.raise_if_failed()
+
     def _stop_appliers(self) -> None:
         if self.appliers is not None:
             self.appliers.stop()
@@ -435,8 +460,7 @@ class Runner:
         stats = ApplyStats(ctx.redis(), ctx.migration.id)
         first: tuple[float, int] | None = None
         while True:   # a pause does not hold this wait (the appliers hold themselves): the stage may move on
-            if self.appliers is not None:
-                self.appliers.raise_if_failed()
+            self._raise_if_helpers_failed()
             self._check_health(ctx)
             self._show_throttle(ctx)
             lag = self._lag(ctx)
@@ -458,8 +482,15 @@ class Runner:
         snapshots = self._consistent_snapshots(ctx, cutover)
         try:
             where = "in one consistent snapshot" if snapshots else "against the live tables"
-            self.progress.say(f"validate: comparing checksums of every PK range {where}")
-            repaired = validate(ctx, snapshots)
+            reusable = reusable_checks(ctx)
+            if reusable is None:
+                self.progress.say(f"validate: comparing checksums of every PK range {where}")
+                repaired = validate(ctx, snapshots)
+            else:
+                self.progress.say(f"validate: {len(reusable.ranges)} PK ranges were checked during the copy; "
+                                  f"comparing the {len(reusable.changed)} keys changed since and the other ranges "
+                                  f"{where}")
+                repaired = validate(ctx, snapshots, reusable.ranges, reusable.changed)
         finally:
             close_sessions(snapshots or [])
         self._enter_stage(ctx.migration.id, Stage.CUTOVER, validation_diffs=repaired)
