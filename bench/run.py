@@ -9,7 +9,7 @@ from bench.blocker import OpenTransaction
 from bench.observe import in_stage, latest_migration_id, swap_finished_at
 from bench.config import GH_OST_ENV, BenchConfig
 from bench.load import Baseline, SysbenchLoad, measure_baseline
-from bench.streamosc import stream_osc
+from bench.streamosc import stream_osc, stream_osc_without_validation_ahead
 from bench.sysbench import BenchError
 from bench.table import BenchTable
 from bench.tools import Outcome, ToolRun, alter_copy, gh_ost, online_ddl, pt_osc, server_copy
@@ -18,6 +18,7 @@ from core.endpoints import Endpoints
 TOOL_FUNCS: dict[str, Callable[[ToolRun], Outcome]] = {
     "server-copy": server_copy, "alter-copy": alter_copy, "online-ddl": online_ddl,
     "stream-osc": stream_osc, "pt-osc": pt_osc, "gh-ost": gh_ost,
+    "stream-osc-no-ahead": stream_osc_without_validation_ahead,
 }
 WARMUP_S = 3.0
 
@@ -101,7 +102,8 @@ class Schedule:
                     blocker.stop()
             end = load.now() if load else 0.0
             if blocker is not None:
-                swapped = swap_finished_at(self.endpoints, table, migration_before) if tool == "stream-osc" else None
+                ours = tool.startswith("stream-osc")
+                swapped = swap_finished_at(self.endpoints, table, migration_before) if ours else None
                 outcome.figures.update(blocker.finish(swapped))
         finally:
             if load:

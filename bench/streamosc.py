@@ -1,6 +1,7 @@
 """stream-osc as a contender: `stream-osc migrate` in its own process, observed from outside."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import datetime
 from typing import Any
@@ -26,6 +27,11 @@ def stream_osc(run: ToolRun) -> Outcome:
     else:
         stream_osc_abort(run)
     return outcome
+
+
+def stream_osc_without_validation_ahead(run: ToolRun) -> Outcome:
+    """stream-osc with --no-validate-ahead: every range compared at the end only."""
+    return stream_osc(dataclasses.replace(run, stream_osc_args=(*run.stream_osc_args, "--no-validate-ahead")))
 
 
 LOGFMT = re.compile(r'(\w+)=("[^"]*"|\S+)')

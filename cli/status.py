@@ -95,8 +95,10 @@ def target_of(migration: Migration) -> str | None:
 
 
 def status_document(migration: Migration, times: Times, copy: tuple[int, int, int, float],
-                    coordinator: tuple[str, float] | None, live: dict[str, Any]) -> dict[str, Any]:
-    """The typed document of docs/status.md; `live` holds the figures read from Connect, Kafka and Redis."""
+                    coordinator: tuple[str, float] | None, live: dict[str, Any],
+                    chunks_checked: int = 0) -> dict[str, Any]:
+    """The typed document of docs/status.md; `live` holds the figures read from Connect, Kafka and Redis;
+    `chunks_checked` the chunks validation ahead found equal."""
     names = TopicNames(migration.prefix, migration.database, migration.table)
     live = dict(live)
     measured = live.pop("copy_measured", None)   # the coordinator's copy rate and ETA (capture_figures)
@@ -118,7 +120,7 @@ def status_document(migration: Migration, times: Times, copy: tuple[int, int, in
         "connector": migration.connector,
         "topic": names.changes,
         "group": migration.group_id,
-        "copy": copy_figures(*copy, migration.stage, times.age_s, measured),
+        "copy": {**copy_figures(*copy, migration.stage, times.age_s, measured), "chunks_checked": chunks_checked},
         "validation_diffs": int(migration.validation_diffs),
         "cutover_blocked_ms": migration.cutover_blocked_ms,
         "cutover_at": iso(migration.cutover_at),
@@ -217,7 +219,7 @@ def read_status(endpoints: Endpoints, store: StateStore, migration: Migration) -
     copy = (sum(c.rows_copied for c in chunks), sum(c.done for c in chunks), len(chunks),
             copy_fraction(chunks, chunk_rows) if chunks else 0.0)
     return status_document(migration, migration_times(store, migration.id), copy, coordinator,
-                           live_figures(endpoints, migration))
+                           live_figures(endpoints, migration), len(store.checks(migration.id)))
 
 
 def status_lines(doc: dict[str, Any]) -> list[str]:
@@ -232,7 +234,8 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
         ("stage", doc["stage"]), ("state", doc["state"]),
         ("started", f"{doc['created_at']} ({doc['age_s']:.0f} s ago)"),
         ("copy", f"{copy['rows']:,} rows, chunks {copy['chunks_done']}/{copy['chunks']} "
-                 f"({copy['progress'] * 100:.1f}%{rate}{eta})"),
+                 f"({copy['progress'] * 100:.1f}%{rate}{eta})"
+                 + (f", {copy['chunks_checked']} validated ahead" if copy["chunks_checked"] else "")),
         ("apply lag (events)", _known(doc["apply_lag_events"], doc["apply_lag_error"])),
         ("capture lag", _known(None if doc["capture_lag_s"] is None else f"{doc['capture_lag_s']:.2f} s" + (
             f" (connector heartbeat {doc['capture_heartbeat_age_s']:.1f} s ago)"

@@ -31,7 +31,7 @@ from core.state import Chunk, ChunkCheck, StateStore
 from cutover.validate import ValidationFailed, differing_keys, repair_range, row_hasher
 from streams.closing import close_within
 from streams.key_scan import TooManyKeys, changed_keys, scan_consumer
-from streams.topics import TopicNames, end_offsets, group_reader
+from streams.topics import TopicNames, consumer_lag, end_offsets, group_reader
 
 log = logging.getLogger("stream_osc.validate")
 
@@ -59,7 +59,9 @@ def next_unchecked(store: StateStore, migration_id: int, set_aside: set[int]) ->
 
 
 def validate_ahead(ctx: RunContext, worker_no: int) -> None:
-    """Check copied chunks one at a time, yielding and throttled like the copy, until stopped or none is left.
+    """Check copied chunks one at a time, yielding and throttled like the copy, until stopped or none is left;
+    only while the appliers are in sync (lag within --max-lag): a chunk whose changes wait in the topic would
+    differ, and the check would re-copy what the appliers are about to.
 
     A chunk whose rows keep differing is left to validation at the end, which decides (and names them)."""
     conn = ctx.db()
@@ -77,6 +79,9 @@ def validate_ahead(ctx: RunContext, worker_no: int) -> None:
                 if not more:
                     return
                 ctx.stop.wait(IDLE_WAIT_S)
+                continue
+            if consumer_lag(watermarks, topic, ctx.spec.partitions) > ctx.spec.max_lag_events:
+                ctx.stop.wait(IDLE_WAIT_S)   # in sync first: a chunk checked now would re-copy what appliers will
                 continue
             if not ctx.wait_while_paused_or_throttled(conn):
                 return

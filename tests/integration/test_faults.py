@@ -96,13 +96,15 @@ class Run:
         """
         max_lag = "20" if self.stage == "apply" and self.apply_held else "1000"
         self.coordinator = start_cli("migrate", "--table", f"{DB}.{self.table}", "--alter", ALTER, "--quiet",
+                                     "--log-level", "INFO",
                                      "--copy-workers", "1", "--apply-workers", "1", "--chunk-size", "4000",
                                      "--batch-size", "500", "--target-batch-time", "0",
                                      "--partitions", "4", "--max-lag", max_lag,
                                      env=self.env, log=self.logs / "coordinator.log")
 
     def start_worker(self) -> None:
-        self.worker = start_cli("worker", "--table", f"{DB}.{self.table}", "--quiet", "--copy-workers", "2",
+        self.worker = start_cli("worker", "--table", f"{DB}.{self.table}", "--quiet", "--log-level", "INFO",
+                                "--copy-workers", "2",
                                 "--apply-workers", "2", env=self.env, log=self.logs / "worker.log")
 
     def describe(self) -> str:

@@ -114,6 +114,13 @@ def test_text_lines_say_why_a_figure_is_unknown():
     assert "coordinator: none running" in lines and "state: stopped" in lines
 
 
+def test_chunks_validated_ahead_are_counted_on_the_copy_line():
+    doc = status_document(migration(Stage.COPY), TIMES, (500, 2, 10, 0.3), ("host:1:abc", 0.5), LIVE_READ, 2)
+    assert doc["copy"]["chunks_checked"] == 2
+    copy_line = next(line for line in status_lines(doc) if line.strip().startswith("copy:"))
+    assert "chunks 2/10 (30.0%, " in copy_line and copy_line.endswith(", 2 validated ahead")
+
+
 def test_capture_lag_is_shown_with_the_heartbeat_age_or_why_it_is_unknown():
     lines = "\n".join(status_lines(status_document(migration(Stage.COPY), TIMES, (500, 2, 10, 0.3),
                                                    ("host:1:abc", 0.5), LIVE_READ)))
@@ -151,7 +158,7 @@ def test_while_copying_the_coordinators_rate_is_preferred_to_the_average_over_th
     assert "copy_measured" not in doc
     no_rate_yet = capture_figures(json.dumps(capture_note(0.1, 0.5)).encode(), Stage.COPY)
     doc = status_document(migration(Stage.COPY), TIMES, (1_000, 1, 4, 0.25), ("host:1:abc", 0.5), no_rate_yet)
-    assert doc["copy"] == copy_figures(1_000, 1, 4, 0.25, Stage.COPY, TIMES.age_s)   # rows / age fallback
+    assert doc["copy"] == {**copy_figures(1_000, 1, 4, 0.25, Stage.COPY, TIMES.age_s), "chunks_checked": 0}
     applying = status_document(migration(Stage.APPLY), TIMES, (1_000, 4, 4, 1.0), ("host:1:abc", 0.5), live)
     assert applying["copy"]["rows_per_s"] is None
 
