@@ -63,14 +63,16 @@ class Chunk:
 
 @dataclass(frozen=True)
 class ChunkCheck:
-    """A chunk whose rows were found equal in both tables while the copy went on (cutover/validate_ahead.py):
-    only keys changed by events at or after `offsets` (per partition of the change topic) may differ since."""
+    """A chunk compared in both tables while the copy went on (cutover/validate_ahead.py): its rows were equal
+    but for the `differing` keys, and only keys of events from `offsets` on (the applier group's committed
+    offsets per partition of the change topic, read before the check) may have been written since."""
 
     number: int
     start: Key | None
     end: Key | None
     offsets: dict[int, int]
     at: float   # epoch seconds
+    differing: tuple[Key, ...] = ()
 
 
 FENCE_KEY_COLUMN = "__stream_osc_fence"   # the fence table's key column; its change keys carry it
@@ -426,11 +428,12 @@ class StateStore:
         number, start, end, next_key, rows, done = row
         return Chunk(number, load_key(start), load_key(end), load_key(next_key), int(rows), bool(done))
 
-    def record_check(self, migration_id: int, chunk_no: int, offsets: dict[int, int]) -> None:
-        """The chunk's rows matched in both tables, except perhaps rows changed by events from `offsets` on
-        (the change topic's ends, read before the check began)."""
+    def record_check(self, migration_id: int, chunk_no: int, offsets: dict[int, int], differing: list[Key]) -> None:
+        """The chunk's rows matched in both tables but for `differing`, with the applier group's committed
+        `offsets` read before the check began."""
+        document = {"offsets": offsets, "at": time.time(), "differing": [dump_key(k) for k in differing]}
         query(self.conn, f"UPDATE {self.t('chunks')} SET checked_from=%s WHERE migration_id=%s AND chunk_no=%s",
-              (json.dumps({"offsets": offsets, "at": time.time()}), migration_id, chunk_no))
+              (json.dumps(document), migration_id, chunk_no))
 
     def checks(self, migration_id: int) -> list[ChunkCheck]:
         """The chunks checked ahead of validation, in key order."""
@@ -440,7 +443,8 @@ class StateStore:
                            "WHERE migration_id=%s AND checked_from IS NOT NULL ORDER BY chunk_no", (migration_id,)):
             recorded = json.loads(checked_from)
             checks.append(ChunkCheck(number, load_key(start), load_key(end),
-                                     {int(p): int(o) for p, o in recorded["offsets"].items()}, float(recorded["at"])))
+                                     {int(p): int(o) for p, o in recorded["offsets"].items()}, float(recorded["at"]),
+                                     tuple(load_key(k) for k in recorded.get("differing", ()))))
         return checks
 
     def copy_progress(self, migration_id: int) -> tuple[int, int, int]:

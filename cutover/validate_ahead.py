@@ -1,50 +1,54 @@
 """Validation ahead: each copied chunk is compared while the copy and the appliers go on, so that validation at
-the end compares, in those chunks, only the keys changed since (cutover/README.md, "Validation ahead").
+the end compares, in those chunks, only the keys written since and the keys that differed (cutover/README.md,
+"Validation ahead").
 
-A chunk checked ahead, with the change topic's ends read before its check began (`offsets`), needs no full
-comparison at the end, because:
-- the check compares the whole chunk live and re-copies what differs until it matches (validate.repair);
-  what it leaves differing is a key written during the check, after `offsets` were read;
-- a change committed after `offsets` were read is captured after that, so its event lies at or after
-  `offsets` in its partition; the end scans the topic from there (streams/key_scan.py) and compares every
-  key it finds one by one;
-- a key with no such event kept its source row since the check, and nothing writes its row in the new table
-  but a re-copy of that same source row (an applier's, the drain's, a repair's: each reads the current
-  row under a share lock and writes it in the same transaction) or the removal of a stale row, which needs
-  the source row to have changed: its row is still the one that matched.
-So the end compares: every range not checked ahead (the chunks before and above the plan, those whose check
-failed or did not happen), and the keys of every event since the earliest check. When those keys are many,
-comparing them one by one costs more than the checksums: the checks are then set aside.
+A check reads and never writes: it reads the applier group's committed offsets (`offsets`), then compares the
+chunk in both tables (checksums; row hashes where they differ) and records the offsets with the keys that
+differed. Why the rows of a checked chunk whose keys are neither among those nor among the keys of the
+events from `offsets` on are equal in validation's snapshot:
+- every event before `offsets` was applied (its key re-copied, committed) before the check began, and every
+  change not yet applied then has its event at or after `offsets`: a change committed later is captured later;
+- so such a key had no change applied, and none to apply, from before the check to the snapshot: its source
+  row held still, and nothing wrote its row in the new table (the copy of its chunk was done; appliers, the
+  cutover's drain and validation's repairs write only the keys of events; the removal of a stale row that
+  blocks a UNIQUE value needs its source row to have changed: an event);
+- the check found the two rows equal.
+When those keys are many, comparing them one by one costs more than the checksums: the checks are then set
+aside and every range is compared whole, as without them.
 """
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaException
 
 from core.context import RunContext
 from core.keys import Key
 from core.logs import log_event
 from core.state import Chunk, ChunkCheck, StateStore
-from cutover.validate import ValidationFailed, differing_keys, repair_range, row_hasher
+from cutover.validate import differing_keys, row_hasher
 from streams.closing import close_within
 from streams.key_scan import TooManyKeys, changed_keys, scan_consumer
-from streams.topics import TopicNames, consumer_lag, end_offsets, group_reader
+from streams.topics import TopicNames, committed_offsets, consumer_lag, end_offsets, group_reader
 
 log = logging.getLogger("stream_osc.validate")
 
 IDLE_WAIT_S = 0.5            # how often a checker with no copied chunk to check looks again
 MAX_CHECK_AGE_S = 12 * 3600  # a check older than this is set aside: the topic keeps a delete's tombstone 24 h
+MAX_DIFFERING = 1_000        # keys a check may leave to the end; with more, the chunk is tried again later
+MAX_TRIES = 3                # checks of one chunk before it is left to the end whole
 MAX_CHANGED_KEYS = 200_000   # at most this many keys compared one by one (memory: about 100 bytes each)
 KEY_COST = 4                 # a key compared by itself costs about as much as this many rows of a range checksum
+EVENTS_PER_KEY = 4           # more events than this many per allowed key: not worth scanning for their keys
 
 
 @dataclass(frozen=True)
 class Reusable:
-    """What validation may take from the checks ahead: ranges it need not compare whole, and the keys changed
-    since the earliest of those checks, which it compares one by one."""
+    """What validation may take from the checks ahead: ranges it need not compare whole, and the keys it
+    compares one by one instead (written since the earliest check, or differing at their chunk's check)."""
 
     ranges: frozenset[tuple[Key | None, Key | None]]
     changed: frozenset[Key]
@@ -60,16 +64,15 @@ def next_unchecked(store: StateStore, migration_id: int, set_aside: set[int]) ->
 
 def validate_ahead(ctx: RunContext, worker_no: int) -> None:
     """Check copied chunks one at a time, yielding and throttled like the copy, until stopped or none is left;
-    only while the appliers are in sync (lag within --max-lag): a chunk whose changes wait in the topic would
-    differ, and the check would re-copy what the appliers are about to.
-
-    A chunk whose rows keep differing is left to validation at the end, which decides (and names them)."""
+    only while the appliers are in sync (lag within --max-lag): a chunk whose changes wait in the topic differs
+    in those keys, which the end then has to compare anyway."""
     conn = ctx.db()
     target = ctx.target_db() if ctx.pair.remote else None
-    watermarks: Consumer | None = None
+    group: Consumer | None = None
     set_aside: set[int] = set()
+    tries: Counter[int] = Counter()
     try:
-        watermarks = group_reader(ctx.endpoints.kafka, ctx.migration.group_id)
+        group = group_reader(ctx.endpoints.kafka, ctx.migration.group_id)
         topic = TopicNames(ctx.migration.prefix, ctx.spec.database, ctx.spec.table).changes
         hasher = row_hasher(target or conn, ctx.pair)
         store = ctx.store(conn)
@@ -80,31 +83,30 @@ def validate_ahead(ctx: RunContext, worker_no: int) -> None:
                     return
                 ctx.stop.wait(IDLE_WAIT_S)
                 continue
-            if consumer_lag(watermarks, topic, ctx.spec.partitions) > ctx.spec.max_lag_events:
-                ctx.stop.wait(IDLE_WAIT_S)   # in sync first: a chunk checked now would re-copy what appliers will
+            if consumer_lag(group, topic, ctx.spec.partitions) > ctx.spec.max_lag_events:
+                ctx.stop.wait(IDLE_WAIT_S)
                 continue
             if not ctx.wait_while_paused_or_throttled(conn):
                 return
             with ctx.yielding.turn(ctx.stop.is_set) as allowed:
                 if not allowed:
                     return
-                offsets = end_offsets(watermarks, topic, ctx.spec.partitions)
+                offsets = committed_offsets(group, topic, ctx.spec.partitions)
                 started = time.monotonic()
-                try:
-                    diff = differing_keys(conn, hasher, chunk.start, chunk.end, target).keys
-                    repaired = repair_range(conn, hasher, chunk.start, chunk.end, diff, ctx.spec.qualified_name,
-                                            target)
-                except ValidationFailed as exc:
+                differing = differing_keys(conn, hasher, chunk.start, chunk.end, target).keys
+            if len(differing) > MAX_DIFFERING:
+                tries[chunk.number] += 1
+                if tries[chunk.number] >= MAX_TRIES:
                     set_aside.add(chunk.number)
-                    log_event(log, "chunk left to validation at the end", logging.WARNING, chunk=chunk.number,
-                              reason=str(exc))
-                    continue
-            store.record_check(ctx.migration.id, chunk.number, offsets)
-            log_event(log, "chunk checked ahead", logging.DEBUG, chunk=chunk.number, repaired=repaired,
+                    log_event(log, "chunk left to validation at the end", logging.INFO, chunk=chunk.number,
+                              differing=len(differing))
+                continue
+            store.record_check(ctx.migration.id, chunk.number, offsets, sorted(differing, key=repr))
+            log_event(log, "chunk checked ahead", logging.DEBUG, chunk=chunk.number, differing=len(differing),
                       took_ms=round((time.monotonic() - started) * 1000, 1))
     finally:
-        if watermarks is not None:
-            close_within(watermarks, "validate-ahead")
+        if group is not None:
+            close_within(group, "validate-ahead")
         conn.close()
         if target is not None:
             target.close()
@@ -115,13 +117,15 @@ def fresh_checks(checks: list[ChunkCheck], now: float) -> list[ChunkCheck]:
 
 
 def key_limit(rows_checked: int) -> int:
-    """How many changed keys are worth comparing one by one instead of the checked chunks' rows."""
+    """How many keys are worth comparing one by one instead of the checked chunks' rows."""
     return min(MAX_CHANGED_KEYS, max(rows_checked // KEY_COST, 1000))
 
 
 def reusable_checks(ctx: RunContext) -> Reusable | None:
-    """The checks ahead that validation can rely on, with the keys changed since; None when there are none or
-    the changed keys are too many (then every range is compared whole)."""
+    """The checks ahead that validation can rely on, with the keys to compare one by one; None when there are
+    none, or those keys are too many or cannot be read (then every range is compared whole).
+
+    Called once validation's snapshot is taken: the topic's end is then past every change the snapshot holds."""
     conn = ctx.db()
     try:
         store = ctx.store(conn)
@@ -131,24 +135,29 @@ def reusable_checks(ctx: RunContext) -> Reusable | None:
         conn.close()
     if not checks:
         return None
+    limit = key_limit(sum(rows.get(c.number, 0) for c in checks))
+    differing = {k for c in checks for k in c.differing}
     partitions = range(ctx.spec.partitions)
     start = {p: min(c.offsets.get(p, 0) for c in checks) for p in partitions}
     topic = TopicNames(ctx.migration.prefix, ctx.spec.database, ctx.spec.table).changes
     consumer = scan_consumer(ctx.endpoints.kafka, ctx.migration.group_id)
+    started = time.monotonic()
     try:
         end = end_offsets(consumer, topic, ctx.spec.partitions)
-        if any(start[p] > end[p] for p in partitions):
-            log_event(log, "checks ahead set aside: the change topic ends before them", logging.WARNING,
-                      start=start, end=end)
+        events = sum(max(end[p] - start[p], 0) for p in partitions)
+        if any(start[p] > end[p] for p in partitions) or events > EVENTS_PER_KEY * limit:
+            log_event(log, "checks ahead set aside", events=events, limit=limit, start_past_end=any(
+                start[p] > end[p] for p in partitions))
             return None
-        started = time.monotonic()
-        keys = changed_keys(consumer, topic, start, end, ctx.pair.pk, key_limit(sum(rows.get(c.number, 0)
-                                                                                     for c in checks)))
-    except TooManyKeys as exc:
-        log_event(log, "checks ahead set aside", reason=str(exc))
+        if len(differing) > limit:
+            raise TooManyKeys(f"{len(differing)} keys differed at the checks")
+        keys = changed_keys(consumer, topic, start, end, ctx.pair.pk, limit - len(differing)) | differing
+    except (TooManyKeys, KafkaException) as exc:
+        log_event(log, "checks ahead set aside", logging.WARNING if isinstance(exc, KafkaException) else logging.INFO,
+                  reason=str(exc))
         return None
     finally:
         close_within(consumer, "key scan")
-    log_event(log, "checks ahead reused", chunks=len(checks), changed_keys=len(keys),
+    log_event(log, "checks ahead reused", chunks=len(checks), changed_keys=len(keys), differing=len(differing),
               scan_ms=round((time.monotonic() - started) * 1000, 1))
     return Reusable(frozenset((c.start, c.end) for c in checks), frozenset(keys))

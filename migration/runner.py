@@ -58,6 +58,7 @@ CONNECTOR_SETTLE_S = 5.0           # and how long it must then keep running to c
 CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Connect before the run stops
 WAITING_NOTE_S = 30.0              # a coordinator waiting for its cutover logs so (with the lag) this often
 LAG_SHOW_S = 5.0                   # and reads the lag for the progress display and metrics this often
+CHECKER_RETRY_S = 10.0             # validation ahead, stopped by a passing failure, starts again this much later
 
 
 def close_sessions(sessions: list[Sessions]) -> None:
@@ -106,6 +107,7 @@ class Runner:
         self.connect = connect_client(endpoints)
         self.appliers: WorkerGroup | None = None
         self.checker: WorkerGroup | None = None   # validation ahead, during copy and apply
+        self.checker_retry_at: float | None = None
         self.applier_member = new_member_name()   # names this process's appliers in the group
         self.last_health_check = 0.0
         self.throttled = False
@@ -365,6 +367,7 @@ class Runner:
             self._enter_stage(ctx.migration.id, Stage.VALIDATE)
             stage = Stage.VALIDATE
         self._stop_checker()
+        self.checker_retry_at = None
         # one for the validation snapshot and every attempt: its fence consumer is made once, not after every wait
         cutover = (MoveCutover if ctx.pair.remote else Cutover)(ctx, self.info.is_mariadb)
         try:
@@ -392,7 +395,7 @@ class Runner:
             try:
                 while group.alive() and not self.restart_copy:
                     group.wait(0.5)
-                    self._raise_if_helpers_failed()
+                    self._raise_if_helpers_failed(ctx)
                     self._show_copy(ctx)
                     self._show_throttle(ctx)
                     self._check_health(ctx)
@@ -425,22 +428,37 @@ class Runner:
                                     self.spec.apply_workers, "apply").start()
 
     def _start_checker(self, ctx: RunContext) -> None:
-        if self.spec.validate_ahead:
+        """Validation ahead, unless turned off or the new table is on another server (there the copy re-reads
+        rows without locking them, so a row it writes is not proved to be the source's: docs/move.md)."""
+        if self.spec.validate_ahead and not ctx.pair.remote:
             self.checker = WorkerGroup(ctx, validate_ahead, 1, "validate-ahead").start()
 
     def _stop_checker(self, raise_error: bool = True) -> None:
-        """Stop validation ahead (its checks so far are kept); its failure is raised unless the run ends anyway."""
+        """Stop validation ahead (its checks so far are kept); a failure that is not passing is raised unless the
+        run ends anyway."""
         if self.checker is not None:
             self.checker.stop()
             errors, self.checker = self.checker.errors, None
-            if errors and raise_error:
+            if errors and raise_error and not is_transient(errors[0]):
                 raise errors[0]
 
-    def _raise_if_helpers_failed(self) -> None:
-        """Raise the first failure of the appliers or of validation ahead, which run beside the stage."""
-        for group in (self.appliers, self.checker):
-            if group is not None:
-                group.raise_if_failed()
+    def _raise_if_helpers_failed(self, ctx: RunContext) -> None:
+        """Raise the first failure of the appliers or of validation ahead, which run beside the stage. Validation
+        ahead only saves work later: a passing failure of it (a service restarting) is logged and it starts again
+        CHECKER_RETRY_S later, without stopping the run."""
+        if self.appliers is not None:
+            self.appliers.raise_if_failed()
+        if self.checker is not None and self.checker.errors:
+            error = self.checker.errors[0]
+            if not is_transient(error):
+                raise error
+            log_event(log, "validation ahead failed; starting it again", logging.WARNING, error=str(error),
+                      retry_in_s=CHECKER_RETRY_S)
+            self._stop_checker(raise_error=False)
+            self.checker_retry_at = time.monotonic() + CHECKER_RETRY_S
+        if self.checker is None and self.checker_retry_at is not None and time.monotonic() >= self.checker_retry_at:
+            self.checker_retry_at = None
+            self._start_checker(ctx)
 
     def _stop_appliers(self) -> None:
         if self.appliers is not None:
@@ -460,7 +478,7 @@ class Runner:
         stats = ApplyStats(ctx.redis(), ctx.migration.id)
         first: tuple[float, int] | None = None
         while True:   # a pause does not hold this wait (the appliers hold themselves): the stage may move on
-            self._raise_if_helpers_failed()
+            self._raise_if_helpers_failed(ctx)
             self._check_health(ctx)
             self._show_throttle(ctx)
             lag = self._lag(ctx)
@@ -482,7 +500,7 @@ class Runner:
         snapshots = self._consistent_snapshots(ctx, cutover)
         try:
             where = "in one consistent snapshot" if snapshots else "against the live tables"
-            reusable = reusable_checks(ctx)
+            reusable = reusable_checks(ctx) if self.spec.validate_ahead and not ctx.pair.remote else None
             if reusable is None:
                 self.progress.say(f"validate: comparing checksums of every PK range {where}")
                 repaired = validate(ctx, snapshots)

@@ -25,18 +25,20 @@ class TooManyKeys(Exception):
 
 def scan_consumer(kafka: KafkaAddress, group_id: str) -> Consumer:
     """A consumer that reads partitions by assignment (it never joins or commits for the group) and tells when
-    it reached a partition's end."""
+    it reached a partition's end. A start before the first offset kept reads from the first (more keys, never
+    fewer)."""
     return Consumer(consumer_config(kafka, **{"group.id": group_id, "enable.auto.commit": False,
-                                                "enable.partition.eof": True}))
+                                                "enable.partition.eof": True, "auto.offset.reset": "earliest"}))
 
 
 def changed_keys(consumer: Consumer, topic: str, start: dict[int, int], end: dict[int, int], pk: PrimaryKey,
                  limit: int) -> set[Key]:
-    """The table keys of the events at offsets [start, end) of each partition (fences are no table keys).
+    """The table keys of the events of each partition from `start` on, up to its end once that is at least
+    `end` (fences are no table keys).
 
-    Raises TooManyKeys past `limit` distinct keys, KafkaException when the scan stalls for SCAN_STALL_S.
-    A partition is done at its first event at or after `end`, or at its end (the offsets right before `end`
-    may have been compacted away).
+    Reading on to the partition's end, not stopping at `end`: an event before `end` may be compacted away
+    while the scan runs, and its key's later event is then after `end`. Raises TooManyKeys past `limit`
+    distinct keys, KafkaException when the scan stalls for SCAN_STALL_S.
     """
     remaining = {p for p, offset in start.items() if offset < end.get(p, 0)}
     keys: set[Key] = set()
@@ -56,22 +58,16 @@ def changed_keys(consumer: Consumer, topic: str, start: dict[int, int], end: dic
                 partition, error = msg.partition(), msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        remaining.discard(partition)
+                        if partition in remaining and msg.offset() >= end[partition]:
+                            remaining.discard(partition)
                     elif error.fatal():
                         raise KafkaException(error)
-                    continue
-                if partition not in remaining:
-                    continue
-                if msg.offset() >= end[partition]:
-                    remaining.discard(partition)
                     continue
                 change = decode_key(msg.key(), pk)
                 if change is not None and change.pk is not None:
                     keys.add(change.pk)
                     if len(keys) > limit:
                         raise TooManyKeys(f"more than {limit} keys changed")
-                if msg.offset() + 1 >= end[partition]:
-                    remaining.discard(partition)
     finally:
         consumer.unassign()
     return keys
