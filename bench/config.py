@@ -11,7 +11,7 @@ from core.endpoints import ENV_KEYS
 
 TOOLS = ("server-copy", "alter-copy", "online-ddl", "stream-osc", "pt-osc", "gh-ost")
 # stream-osc with an option changed, run only when named in --tools: what the option buys, side by side
-VARIANTS = ("stream-osc-no-ahead",)
+VARIANTS = ("stream-osc-ahead",)
 SCENARIOS = ("idle", "light", "heavy", "blocked")
 DEFAULT_SCENARIOS = ("idle", "light", "heavy")   # "blocked": light load and a transaction holding the table
 ALTER = "MODIFY k BIGINT NOT NULL DEFAULT 0, ADD COLUMN status VARCHAR(16) NOT NULL DEFAULT 'new'"
@@ -87,7 +87,7 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
                              "unless --tools is given)")
     parser.add_argument("--tools", type=_csv(TOOLS + VARIANTS),
                         help=f"comma-separated subset of {','.join(TOOLS)}; also {','.join(VARIANTS)} "
-                             "(stream-osc --no-validate-ahead)")
+                             "(stream-osc --validate-ahead)")
     parser.add_argument("--scenarios", type=_csv(SCENARIOS), default=DEFAULT_SCENARIOS,
                         help="idle,light,heavy (default); blocked: light load while a transaction that read a few "
                              "rows stays open on the table for --blocker-seconds from the tool's start")

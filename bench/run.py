@@ -9,7 +9,7 @@ from bench.blocker import OpenTransaction
 from bench.observe import in_stage, latest_migration_id, swap_finished_at
 from bench.config import GH_OST_ENV, BenchConfig
 from bench.load import Baseline, SysbenchLoad, measure_baseline
-from bench.streamosc import stream_osc, stream_osc_without_validation_ahead
+from bench.streamosc import stream_osc, stream_osc_with_validation_ahead
 from bench.sysbench import BenchError
 from bench.table import BenchTable
 from bench.tools import Outcome, ToolRun, alter_copy, gh_ost, online_ddl, pt_osc, server_copy
@@ -18,7 +18,7 @@ from core.endpoints import Endpoints
 TOOL_FUNCS: dict[str, Callable[[ToolRun], Outcome]] = {
     "server-copy": server_copy, "alter-copy": alter_copy, "online-ddl": online_ddl,
     "stream-osc": stream_osc, "pt-osc": pt_osc, "gh-ost": gh_ost,
-    "stream-osc-no-ahead": stream_osc_without_validation_ahead,
+    "stream-osc-ahead": stream_osc_with_validation_ahead,
 }
 WARMUP_S = 3.0
 

@@ -29,9 +29,9 @@ def stream_osc(run: ToolRun) -> Outcome:
     return outcome
 
 
-def stream_osc_without_validation_ahead(run: ToolRun) -> Outcome:
-    """stream-osc with --no-validate-ahead: every range compared at the end only."""
-    return stream_osc(dataclasses.replace(run, stream_osc_args=(*run.stream_osc_args, "--no-validate-ahead")))
+def stream_osc_with_validation_ahead(run: ToolRun) -> Outcome:
+    """stream-osc with --validate-ahead: copied chunks compared during the copy."""
+    return stream_osc(dataclasses.replace(run, stream_osc_args=(*run.stream_osc_args, "--validate-ahead")))
 
 
 LOGFMT = re.compile(r'(\w+)=("[^"]*"|\S+)')

@@ -71,9 +71,10 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
                              "statements, e.g. 10ms (default auto: twice the latency measured before the copy)")
     parser.add_argument("--validate-ahead", dest="validate_ahead", action="store_true", default=None,
                         help="compare each copied chunk while the copy goes on, so that validation at the end "
-                             "compares in it only the keys changed since (default)")
+                             "compares in it only the keys written since: worth it when writes fall on few rows "
+                             "(off by default: docs/benchmarks.md)")
     parser.add_argument("--no-validate-ahead", dest="validate_ahead", action="store_false",
-                        help="compare every range at the end only")
+                        help="compare every range at the end only (default)")
     parser.add_argument("--apply-batch-size", type=int,
                         help=f"change events per apply batch (default {DEFAULTS.apply_batch_size})")
     parser.add_argument("--partitions", type=int,

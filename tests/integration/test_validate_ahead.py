@@ -43,7 +43,7 @@ def waiting_migration(endpoints, conn, table: str, log: Path, rows: int = ROWS,
     create_sample_table(conn, DB, table, rows=rows, seed=7)
     proc = waiting_for_cutover(conn, DB, table, "--alter", ALTER, "--copy-workers", "1", "--apply-workers", "1",
                                "--chunk-size", str(chunk_size), "--batch-size", "200", "--target-batch-time", "0",
-                               "--partitions", "2", "--drop-old", "--max-lag", "50", log=log)
+                               "--partitions", "2", "--drop-old", "--max-lag", "50", "--validate-ahead", log=log)
     proc.kill()
     proc.wait(30)
     output = log.read_text()
