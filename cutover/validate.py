@@ -228,11 +228,6 @@ def hashes_of_keys(conn: pymysql.connections.Connection, hasher: RowHasher, sour
     return {tuple(r[:-1]): r[-1] for r in query(conn, sql, pair.pk.flat(ordered))}
 
 
-def source_hashes(conn: pymysql.connections.Connection, hasher: RowHasher, keys: set[Key]) -> dict[Key, str]:
-    """Key -> the source row's hash, for the given keys (a key without a row is left out)."""
-    return hashes_of_keys(conn, hasher, True, keys)
-
-
 def key_differences(conn: pymysql.connections.Connection, hasher: RowHasher, keys: Collection[Key],
                     target_conn: pymysql.connections.Connection | None = None) -> Differences:
     """The rows of the given keys that differ between source and new table."""
@@ -271,12 +266,6 @@ class KeyList:
 Region = KeyRange | KeyList
 
 
-def repair_range(conn: pymysql.connections.Connection, hasher: RowHasher, lo: Key | None, hi: Key | None,
-                 diff: set[Key], table: str, target_conn: pymysql.connections.Connection | None = None) -> int:
-    """Re-copy `diff` and re-check the whole range until it matches; returns the number of rows re-copied."""
-    return repair(conn, hasher, KeyRange(lo, hi), diff, table, target_conn)
-
-
 def repair(conn: pymysql.connections.Connection, hasher: RowHasher, region: Region, diff: set[Key], table: str,
            target_conn: pymysql.connections.Connection | None = None) -> int:
     """Re-copy `diff` and re-check the whole region until it matches; returns the number of rows re-copied.
@@ -297,12 +286,12 @@ def repair(conn: pymysql.connections.Connection, hasher: RowHasher, region: Regi
     for _ in range(MAX_ROUNDS):
         if not diff:
             return len(recopied)
-        before = source_hashes(conn, hasher, diff)
+        before = hashes_of_keys(conn, hasher, True, diff)
         with_retry(partial(recopy_keys, conn, hasher.pair, diff, target=target_conn))
         recopied |= diff
         now = region.differences(conn, hasher, target_conn)
         suspects = now.keys & recopied
-        after = source_hashes(conn, hasher, suspects)
+        after = hashes_of_keys(conn, hasher, True, suspects)
         written = {k for k in suspects if before.get(k) != after.get(k)}
         persisting = suspects - written
         strikes.update(persisting)

@@ -427,10 +427,14 @@ class Runner:
         self.appliers = WorkerGroup(ctx, partial(apply_worker, member=self.applier_member),
                                     self.spec.apply_workers, "apply").start()
 
+    def _validates_ahead(self, ctx: RunContext) -> bool:
+        """Whether copied chunks are checked during the copy and those checks used: asked for, and the new table
+        on this server (on another, the copy re-reads rows without locking them, so a row it writes is not
+        proved to be the source's: cutover/README.md, "Validation ahead")."""
+        return self.spec.validate_ahead and not ctx.pair.remote
+
     def _start_checker(self, ctx: RunContext) -> None:
-        """Validation ahead, unless turned off or the new table is on another server (there the copy re-reads
-        rows without locking them, so a row it writes is not proved to be the source's: docs/move.md)."""
-        if self.spec.validate_ahead and not ctx.pair.remote:
+        if self._validates_ahead(ctx):
             self.checker = WorkerGroup(ctx, validate_ahead, 1, "validate-ahead").start()
 
     def _stop_checker(self, raise_error: bool = True) -> None:
@@ -500,7 +504,7 @@ class Runner:
         snapshots = self._consistent_snapshots(ctx, cutover)
         try:
             where = "in one consistent snapshot" if snapshots else "against the live tables"
-            reusable = reusable_checks(ctx) if self.spec.validate_ahead and not ctx.pair.remote else None
+            reusable = reusable_checks(ctx) if self._validates_ahead(ctx) else None
             if reusable is None:
                 self.progress.say(f"validate: comparing checksums of every PK range {where}")
                 repaired = validate(ctx, snapshots)

@@ -18,7 +18,8 @@ from cutover.compare import compare_tables
 from cutover.validate import (
     ValidationFailed,
     differing_keys,
-    repair_range,
+    KeyRange,
+    repair,
     row_hasher,
     validation_ranges,
 )
@@ -202,7 +203,7 @@ def test_a_row_a_repair_deletes_is_found(conn):
     diff = differing_keys(conn, hasher, (1,), (101,)).keys
     assert diff == {(1,)}
     with pytest.raises(Exception) as stopped:   # validation's own stop, or the re-copy's
-        repair_range(conn, hasher, (1,), (101,), diff, "valsem.replaced")
+        repair(conn, hasher, KeyRange((1,), (101,)), diff, "valsem.replaced")
     assert getattr(stopped.value, "user_facing", False), repr(stopped.value)
     assert isinstance(stopped.value, ValidationFailed) or "u2" in str(stopped.value), str(stopped.value)
 
@@ -214,7 +215,7 @@ def test_a_repair_that_needs_no_second_round_is_counted_once(conn):
     query(conn, f"DELETE FROM {pair.target_name} WHERE id = 6")
     hasher = row_hasher(conn, pair)
     keys = differing_keys(conn, hasher, (1,), (101,)).keys
-    assert repair_range(conn, hasher, (1,), (101,), keys, "valsem.repaired") == 2
+    assert repair(conn, hasher, KeyRange((1,), (101,)), keys, "valsem.repaired") == 2
     assert differences(conn, pair) == set()
 
 
@@ -259,7 +260,7 @@ def test_a_row_written_without_pause_during_a_repair_is_not_taken_for_a_lossy_ch
 
     monkeypatch.setattr(validate_module, "differing_keys", write_lands_before_the_recheck)
     try:
-        repair_range(conn, hasher, (1,), (51,), {(1,)}, "valsem.hot")
+        repair(conn, hasher, KeyRange((1,), (51,)), {(1,)}, "valsem.hot")
     finally:
         application.close()
     assert bumps, "the repair never re-checked"
