@@ -9,6 +9,7 @@ from typing import Any
 
 ANALYSIS_START, ANALYSIS_END = "<!-- analysis -->", "<!-- /analysis -->"
 # figures summarised per tool/scenario/size: (key in a run, how runs are combined)
+CPU_ROLES = ("database", "kafka_connect", "kafka", "tool", "load")
 PER_RUN = {
     "peak_rss_mb": max, "copy_rows_per_s": statistics.median, "copy_seconds": statistics.median,
     "apply_capacity_events_per_s": statistics.median, "backlog_events": statistics.median,
@@ -21,6 +22,7 @@ PER_RUN = {
     "held_app_p99_ms_worst_second": max, "held_app_stalled_seconds": max, "held_app_tps": statistics.median,
     "blocker_held_s": statistics.median, "blocker_to_swap_s": statistics.median,
     "blocker_seen_to_kill_s": statistics.median, "blocker_kill_to_swap_s": statistics.median,
+    **{f"cpu_cores_{role}": statistics.median for role in CPU_ROLES}, "cpu_machine_busy": statistics.median,
 }
 
 
@@ -136,6 +138,25 @@ def _stream_osc_table(results: list[dict[str, Any]]) -> list[str]:
                      f"{latency} | {_fmt(r.get('cutover_blocked_ms'))} | {_fmt(r.get('cutover_attempts'))} | "
                      f"{_fmt(r.get('peak_rss_mb'))} |")
     return lines
+
+
+def _cpu_table(results: list[dict[str, Any]]) -> list[str]:
+    """Where the cores went during each tool's runs (medians over repetitions)."""
+    measured = [r for r in results if r.get("cpu_machine_busy") is not None]
+    if not measured:
+        return []
+    lines = ["## Where the CPU went", "",
+             "| rows | scenario | tool | " + " | ".join(CPU_ROLES).replace("_", " ") + " | machine busy |",
+             "| ---: | --- | --- |" + " ---: |" * (len(CPU_ROLES) + 1)]
+    order = {"idle": 0, "light": 1, "heavy": 2, "blocked": 3}
+    for r in sorted(measured, key=lambda r: (r["rows"], order[r["scenario"]], r["tool"])):
+        cores = " | ".join(f"{r[f'cpu_cores_{role}']:.2f}" if r.get(f"cpu_cores_{role}") is not None else "–"
+                           for role in CPU_ROLES)
+        lines.append(f"| {r['rows']:,} | {r['scenario']} | {r['tool']} | {cores} | {r['cpu_machine_busy']:.0%} |")
+    return [*lines, "",
+            "Cores used on average over the tool's run (CPU seconds ÷ run seconds) by the database server, Kafka "
+            "Connect (Debezium), the Kafka broker, the tool's own process and sysbench, all on the same machine; "
+            "machine busy is the share of all its cores neither idle nor waiting for I/O (bench/cpu.py).", ""]
 
 
 def _held_section(results: list[dict[str, Any]]) -> list[str]:
@@ -270,6 +291,7 @@ def write_markdown(path: Path, invocations: list[dict[str, Any]], runs: list[dic
         "group's largest lag during the copy is `copy_peak_lag_events` in the JSON); commit→applied is measured "
         "by a probe that updates rows outside sysbench's range every 50 ms once the group's lag is at most 1,000 "
         "events and polls the new table until each value appears.", "",
+        *_cpu_table(results),
         *_held_section(results),
         "## Runs that did not finish", "", *_unfinished([r for r in runs if r.get("invocation", 0) in current]), "",
     ]

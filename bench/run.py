@@ -5,6 +5,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench import cpu
 from bench.blocker import OpenTransaction
 from bench.observe import in_stage, latest_migration_id, swap_finished_at
 from bench.config import GH_OST_ENV, BenchConfig
@@ -95,12 +96,14 @@ class Schedule:
                     blocker.start_when(lambda: in_stage(self.endpoints, table, migration_before, "cutover"))
                 else:
                     blocker.start()
+            cpu_before = cpu.snapshot()
             try:
                 outcome = TOOL_FUNCS[tool](run)
             finally:
                 if blocker is not None and self.config.blocker_at == "cutover" and not blocker.opened:
                     blocker.stop()
             end = load.now() if load else 0.0
+            outcome.figures.update(cpu.cores_by_role(cpu_before, cpu.snapshot()))
             if blocker is not None:
                 ours = tool.startswith("stream-osc")
                 swapped = swap_finished_at(self.endpoints, table, migration_before) if ours else None

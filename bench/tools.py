@@ -105,12 +105,13 @@ def online_ddl(run: ToolRun) -> Outcome:
 # external programs -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProcessResult:
-    """An external tool's exit: code (None when stopped at the time limit), peak RSS, its output."""
+    """An external tool's exit: code (None when stopped at the time limit), peak RSS, CPU seconds, its output."""
 
     seconds: float
     code: int | None
     peak_rss_mb: float
     output: str
+    cpu_s: float = 0.0
 
     @property
     def tail(self) -> str:
@@ -119,7 +120,8 @@ class ProcessResult:
 
 def run_process(cmd: list[str], limit_s: float, env: dict[str, str] | None = None,
                 on_tick: Callable[[], None] | None = None) -> ProcessResult:
-    """Run `cmd` in its own process group; stop it at the time limit; peak RSS from wait4's rusage."""
+    """Run `cmd` in its own process group; stop it at the time limit; peak RSS and CPU time from wait4's
+    rusage."""
     with tempfile.TemporaryFile("w+") as out:
         started = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -144,7 +146,7 @@ def run_process(cmd: list[str], limit_s: float, env: dict[str, str] | None = Non
         seconds = time.monotonic() - started
         out.seek(0)
         output = out.read()
-    return ProcessResult(seconds, code, usage.ru_maxrss / 1024, output)
+    return ProcessResult(seconds, code, usage.ru_maxrss / 1024, output, usage.ru_utime + usage.ru_stime)
 
 
 def _wait4_within(pid: int, timeout: float) -> tuple[int, int, Any]:
@@ -158,13 +160,13 @@ def _wait4_within(pid: int, timeout: float) -> tuple[int, int, Any]:
 
 
 def _outcome(result: ProcessResult, run: ToolRun, name: str) -> Outcome:
+    figures = {"peak_rss_mb": round(result.peak_rss_mb, 1),
+               "cpu_cores_tool": round(result.cpu_s / result.seconds, 2) if result.seconds else 0.0}
     if result.code is None:
-        return Outcome(result.seconds, False, f"time limit {run.limit_s:.0f} s",
-                       {"peak_rss_mb": round(result.peak_rss_mb, 1)})
+        return Outcome(result.seconds, False, f"time limit {run.limit_s:.0f} s", figures)
     if result.code != 0:
-        return Outcome(result.seconds, False, f"{name} exit {result.code}: {result.tail}",
-                       {"peak_rss_mb": round(result.peak_rss_mb, 1)})
-    return Outcome(result.seconds, True, None, {"peak_rss_mb": round(result.peak_rss_mb, 1)})
+        return Outcome(result.seconds, False, f"{name} exit {result.code}: {result.tail}", figures)
+    return Outcome(result.seconds, True, None, figures)
 
 
 def pt_osc(run: ToolRun) -> Outcome:

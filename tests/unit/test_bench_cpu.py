@@ -1,0 +1,60 @@
+"""The benchmark says where the machine's cores went during a run (bench/cpu.py): by process role, from /proc."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.cpu import CpuSnapshot, cores_by_role, role_of, snapshot
+from bench.report import write_markdown
+from bench.tools import run_process
+from tests.unit.test_bench_report import META, run
+
+
+def test_processes_are_attributed_to_their_role():
+    assert role_of("/usr/sbin/mariadbd --defaults-file=/x/my.cnf") == "database"
+    assert role_of("java -cp … org.apache.kafka.connect.cli.ConnectDistributed /x/connect.properties") == \
+        "kafka_connect"
+    assert role_of("java -cp … kafka.Kafka /x/server.properties") == "kafka"
+    assert role_of("sysbench oltp_write_only --rate=1000 run") == "load"
+    assert role_of("bash") is None
+
+
+def test_cores_are_cpu_seconds_over_wall_seconds_for_processes_alive_throughout():
+    before = CpuSnapshot(10.0, {(1, "database"): 5.0, (2, "kafka"): 1.0, (3, "load"): 9.0}, 100, 400)
+    after = CpuSnapshot(12.0, {(1, "database"): 7.0, (2, "kafka"): 1.5, (4, "load"): 3.0}, 400, 800)
+    figures = cores_by_role(before, after)
+    assert figures["cpu_cores_database"] == 1.0 and figures["cpu_cores_kafka"] == 0.25
+    assert figures["cpu_cores_load"] == 0.0          # a process that started meanwhile is not guessed at
+    assert figures["cpu_machine_busy"] == 0.75
+
+
+def test_a_busy_process_is_measured_from_proc(tmp_path: Path):
+    """A process whose command line marks it as the load generator, spinning, shows as most of a core."""
+    spin = tmp_path / "sysbench_spin.py"
+    spin.write_text("import time\nend = time.monotonic() + 10\nwhile time.monotonic() < end:\n    pass\n")
+    proc = subprocess.Popen([sys.executable, str(spin)])
+    try:
+        before = snapshot()
+        time.sleep(1.0)                                  # the interval measured
+        figures = cores_by_role(before, snapshot())
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert (proc.pid, "load") in before.by_process
+    assert 0.4 <= figures["cpu_cores_load"] <= 1.2 and 0 < figures["cpu_machine_busy"] <= 1
+
+
+def test_the_tool_process_cpu_comes_from_its_rusage():
+    result = run_process([sys.executable, "-c", "import time\nend = time.monotonic() + 0.5\n"
+                                                "while time.monotonic() < end:\n    pass\n"], 30.0)
+    assert result.code == 0 and result.cpu_s >= 0.3
+
+
+def test_the_report_shows_where_the_cpu_went(tmp_path: Path):
+    figures = {"cpu_cores_database": 1.1, "cpu_cores_kafka_connect": 0.4, "cpu_cores_kafka": 0.2,
+               "cpu_cores_tool": 0.15, "cpu_cores_load": 0.2, "cpu_machine_busy": 0.96}
+    path = tmp_path / "benchmarks.md"
+    write_markdown(path, [{**META, "stream_osc_source": "abc"}], [{**run("stream-osc", 12.0, 0), **figures}], [])
+    assert "| 1,000 | idle | stream-osc | 1.10 | 0.40 | 0.20 | 0.15 | 0.20 | 96% |" in path.read_text()
