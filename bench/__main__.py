@@ -26,13 +26,15 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _source() -> str:
-    """Commit of the stream-osc code being measured (and whether it had uncommitted changes)."""
-    root = Path(migration.__file__).resolve().parent.parent
+def code_source(root: Path | None = None) -> str:
+    """Commit of the stream-osc code being measured (and whether its code had uncommitted changes)."""
+    root = root or Path(migration.__file__).resolve().parent.parent
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        # the report's own files and prose do not change what is measured
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                ".", ":(exclude)docs", ":(exclude)*.md"],
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return f"{root} (not a git checkout)"
@@ -52,7 +54,7 @@ def _meta(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
             "scenarios": list(config.scenarios), "repetitions": config.repetitions,
             "light_rate": config.light_rate, "heavy_rate": config.heavy_rate, "load_threads": config.load_threads,
             "baseline_s": config.baseline_s, "time_limit_s": config.limit_for(max(config.sizes)),
-            "gh_ost": config.gh_ost, "stream_osc_source": _source() + _variant(config),
+            "gh_ost": config.gh_ost, "stream_osc_source": code_source() + _variant(config),
             "fit_buffer_pool": config.fit_buffer_pool}
 
 

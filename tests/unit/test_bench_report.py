@@ -1,8 +1,10 @@
 """The benchmark report shows the newest commit's runs in its main tables and keeps earlier commits apart."""
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
+from bench.__main__ import code_source
 from bench.plot import TOOL_COLOURS, tool_colour
 from bench.report import current_invocations, latest_source, write_markdown
 
@@ -39,3 +41,19 @@ def test_the_current_invocations_are_those_of_the_newest_commit_measured():
     invocations = [{"stream_osc_source": "abc"}, {"stream_osc_source": "def"}, {"stream_osc_source": "abc"}]
     assert (latest_source(invocations), current_invocations(invocations)) == ("abc", [0, 2])
     assert (latest_source([]), current_invocations([])) == (None, [])
+
+
+def test_the_measured_code_is_named_by_its_commit_and_only_code_changes_mark_it(tmp_path: Path):
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "docs").mkdir()
+    for name in ("docs/benchmarks.md", "README.md", "tool.py"):
+        (tmp_path / name).write_text("a\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    (tmp_path / "docs/benchmarks.md").write_text("the report, rewritten by the benchmark\n")
+    (tmp_path / "README.md").write_text("prose\n")
+    assert code_source(tmp_path) == commit
+    (tmp_path / "tool.py").write_text("changed code\n")
+    assert code_source(tmp_path) == f"{commit} with uncommitted changes"
