@@ -47,7 +47,7 @@ class Observer:
     after_id: int                           # migrations with a larger id belong to this run
     interval: float = 0.5
     samples: list[Sample] = field(default_factory=list)
-    latencies_ms: list[float] = field(default_factory=list)
+    probes: list[tuple[float, float]] = field(default_factory=list)   # (s since start when sent, ms to applied)
 
     def start(self) -> "Observer":
         self.started = time.monotonic()
@@ -123,7 +123,7 @@ class Observer:
                 for (token,) in rows:
                     if token in sent and token not in seen:
                         seen.add(token)
-                        self.latencies_ms.append((arrived - sent[token]) * 1000)
+                        self.probes.append((sent[token] - self.started, (arrived - sent[token]) * 1000))
                 time.sleep(POLL_INTERVAL_S)
         except pymysql.err.MySQLError:
             return   # writes blocked at cutover or the table renamed under the probe
@@ -132,6 +132,22 @@ class Observer:
             reader.close()
 
     # figures -------------------------------------------------------------------------------------
+    def stage_at(self, t: float) -> str | None:
+        """The stage the last sample at or before `t` saw."""
+        stage = None
+        for s in self.samples:
+            if s.t > t:
+                break
+            stage = s.stage
+        return stage
+
+    def latency_by_stage(self) -> dict[str, list[float]]:
+        """Per stage in which probes were sent: [p99 ms, probes], to tell which stage the slow ones fell in."""
+        by_stage: dict[str, list[float]] = {}
+        for sent, ms in self.probes:
+            by_stage.setdefault(self.stage_at(sent) or "init", []).append(ms)
+        return {stage: [round(p99(sorted(values)), 1), len(values)] for stage, values in by_stage.items()}
+
     def figures(self, rows: int) -> dict[str, Any]:
         """Phase times, copy and apply rates, latency percentiles and the timeline."""
         out: dict[str, Any] = {}
@@ -156,13 +172,19 @@ class Observer:
             if backlog >= 5 * STEADY_LAG and done.t > start.t:
                 out["apply_capacity_events_per_s"] = round((done.applied - start.applied) / (done.t - start.t))
                 out["drain_seconds"] = round(done.t - start.t, 1)
-        if self.latencies_ms:
-            ordered = sorted(self.latencies_ms)
+        if self.probes:
+            ordered = sorted(ms for _, ms in self.probes)
             out["apply_latency_ms_p50"] = round(statistics.median(ordered), 1)
-            out["apply_latency_ms_p99"] = round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 1)
+            out["apply_latency_ms_p99"] = round(p99(ordered), 1)
             out["apply_latency_probes"] = len(ordered)
+            out["apply_latency_ms_p99_by_stage"] = self.latency_by_stage()
         out["timeline"] = [[s.t, s.stage, s.copied, s.applied, s.lag] for s in self.samples]
         return out
+
+
+def p99(ordered: list[float]) -> float:
+    """The 99th percentile of sorted values (the value below which 99% of them lie)."""
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 def _latest(endpoints: Endpoints, table: BenchTable, after_id: int = 0) -> Migration | None:
