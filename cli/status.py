@@ -219,7 +219,7 @@ def read_status(endpoints: Endpoints, store: StateStore, migration: Migration) -
     copy = (sum(c.rows_copied for c in chunks), sum(c.done for c in chunks), len(chunks),
             copy_fraction(chunks, chunk_rows) if chunks else 0.0)
     return status_document(migration, migration_times(store, migration.id), copy, coordinator,
-                           live_figures(endpoints, migration), len(store.checks(migration.id)))
+                           live_figures(endpoints, migration), store.checked_count(migration.id))
 
 
 def status_lines(doc: dict[str, Any]) -> list[str]:

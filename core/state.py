@@ -447,6 +447,11 @@ class StateStore:
                                      tuple(load_key(k) for k in recorded.get("differing", ()))))
         return checks
 
+    def checked_count(self, migration_id: int) -> int:
+        """How many chunks were checked ahead of validation (counted by the server, for `status`)."""
+        return int(query(self.conn, f"SELECT COUNT(*) FROM {self.t('chunks')} "
+                                    "WHERE migration_id=%s AND checked_from IS NOT NULL", (migration_id,))[0][0])
+
     def copy_progress(self, migration_id: int) -> tuple[int, int, int]:
         """(rows copied, chunks done, chunks total)."""
         row = query(self.conn, f"SELECT COALESCE(SUM(rows_copied),0), COALESCE(SUM(done),0), COUNT(*) "

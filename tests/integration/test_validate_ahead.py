@@ -22,7 +22,7 @@ from cutover.validate import validate
 from cutover.validate_ahead import reusable_checks, validate_ahead
 from demo.traffic import create_sample_table
 from streams.topics import TopicNames, consumer_config, end_offsets, group_reader
-from tests.integration.helpers import cli, leftovers, wait_for, waiting_for_cutover
+from tests.integration.helpers import cli, leftovers, status_doc, wait_for, waiting_for_cutover
 
 pytestmark = pytest.mark.integration
 
@@ -107,6 +107,7 @@ def test_a_migration_checks_its_copied_chunks_while_it_copies(endpoints, conn, t
     ctx, output = waiting_migration(endpoints, conn, table, tmp_path / "migrate.log", rows=60_000, chunk_size=2_000)
     assert checked(conn, ctx) > 0
     assert "PK ranges were checked during the copy" in output
+    assert status_doc(DB, table)["copy"]["chunks_checked"] == checked(conn, ctx)
     finish(endpoints, table)
 
 
