@@ -1,10 +1,10 @@
 """Where the machine's CPU went during one run, by process role.
 
-On the benchmark's machine the database, Kafka, Kafka Connect, the load generator and the tool share the
-same cores, so the cores a tool's pipeline takes are cores the application waits for. The figures are
-cores used on average over the run (CPU seconds ÷ wall seconds) per role, read from /proc at the run's
-start and end for processes that live through it (the tool's own process is measured by its rusage in
-bench/tools.py), and the share of the machine that was busy (neither idle nor waiting for I/O).
+On the benchmark's machine the database, Kafka, Kafka Connect, Redis, the load generator and the tool share
+the same cores, so the cores a tool's pipeline takes are cores the application waits for. The figures are
+cores used on average over the run (CPU seconds ÷ wall seconds) per role, read from /proc at the run's start
+and end (a process that started in between counts whole; the tool's own process is measured by its rusage
+in bench/tools.py), and the share of the machine that was busy (neither idle nor waiting for I/O).
 """
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("database", ("mariadbd", "mysqld")),
     ("kafka_connect", ("ConnectDistributed", "connect-distributed")),
     ("kafka", ("kafka.Kafka",)),
+    ("redis", ("redis-server",)),
     ("load", ("sysbench",)),
 )
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+Process = tuple[int, int, str]     # pid, start time in ticks since boot (a reused pid is another process), role
 
 
 def role_of(cmdline: str) -> str | None:
@@ -31,22 +33,25 @@ def role_of(cmdline: str) -> str | None:
 
 @dataclass(frozen=True)
 class CpuSnapshot:
-    """CPU seconds per (pid, role) and the machine's busy and total ticks, at one moment."""
+    """CPU seconds per process of a role, the machine's busy and total ticks, and the time since boot in
+    ticks, at one moment."""
 
     at: float
-    by_process: dict[tuple[int, str], float]
+    by_process: dict[Process, float]
     busy_ticks: int
     total_ticks: int
+    uptime_ticks: int = 0
 
 
-def _process_cpu(pid: int) -> float:
+def _read_process(pid: int) -> tuple[int, float]:
+    """(start time in ticks since boot, CPU seconds) of a process."""
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS    # utime + stime
+    return int(fields[19]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS   # starttime; utime + stime
 
 
 def snapshot() -> CpuSnapshot:
     """Read every reported process's CPU seconds and the machine's ticks now."""
-    by_process: dict[tuple[int, str], float] = {}
+    by_process: dict[Process, float] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -54,25 +59,33 @@ def snapshot() -> CpuSnapshot:
             cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
             role = role_of(cmdline)
             if role is not None:
-                by_process[(int(entry), role)] = _process_cpu(int(entry))
+                started, cpu = _read_process(int(entry))
+                by_process[(int(entry), started, role)] = cpu
         except OSError:    # ended meanwhile
             continue
-    ticks = [int(v) for v in open("/proc/stat").readline().split()[1:]]
-    idle = ticks[3] + ticks[4]                                 # idle + iowait
-    return CpuSnapshot(time.monotonic(), by_process, sum(ticks) - idle, sum(ticks))
+    ticks = [int(v) for v in open("/proc/stat").readline().split()[1:9]]   # user … steal (guest is in user)
+    idle = ticks[3] + ticks[4]                                               # idle + iowait
+    uptime = int(float(open("/proc/uptime").read().split()[0]) * CLOCK_TICKS)
+    return CpuSnapshot(time.monotonic(), by_process, sum(ticks) - idle, sum(ticks), uptime)
 
 
-def cores_by_role(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, float]:
-    """`cpu_cores_<role>`: average cores per role between two snapshots (processes present in both);
-    `cpu_machine_busy`: the share of all cores that was busy."""
+def cores_by_role(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, float | None]:
+    """`cpu_cores_<role>`: average cores per role between two snapshots (None for a role with no process
+    seen); `cpu_machine_busy`: the share of all cores that was busy."""
     seconds = after.at - before.at
     if seconds <= 0:
         return {}
-    cores = {role: 0.0 for role, _ in ROLES}
-    for key, cpu in after.by_process.items():
-        if key in before.by_process:
-            cores[key[1]] += (cpu - before.by_process[key]) / seconds
-    figures = {f"cpu_cores_{role}": round(value, 2) for role, value in cores.items()}
+    cores: dict[str, float | None] = {role: None for role, _ in ROLES}
+    for (pid, started, role), cpu in after.by_process.items():
+        if (pid, started, role) in before.by_process:
+            spent = cpu - before.by_process[(pid, started, role)]
+        elif started >= before.uptime_ticks:     # started during the run: all its CPU was spent in it
+            spent = cpu
+        else:
+            continue                             # seen only at the end though older: not guessed at
+        cores[role] = (cores[role] or 0.0) + spent / seconds
+    figures: dict[str, float | None] = {
+        f"cpu_cores_{role}": None if value is None else round(value, 2) for role, value in cores.items()}
     total = after.total_ticks - before.total_ticks
     figures["cpu_machine_busy"] = round((after.busy_ticks - before.busy_ticks) / total, 2) if total else 0.0
     return figures

@@ -1,6 +1,7 @@
 """Watch a stream-osc run from outside: stage timeline, copy and apply counters, lag, commit-to-applied latency."""
 from __future__ import annotations
 
+import bisect
 import statistics
 import threading
 import time
@@ -132,20 +133,14 @@ class Observer:
             reader.close()
 
     # figures -------------------------------------------------------------------------------------
-    def stage_at(self, t: float) -> str | None:
-        """The stage the last sample at or before `t` saw."""
-        stage = None
-        for s in self.samples:
-            if s.t > t:
-                break
-            stage = s.stage
-        return stage
-
     def latency_by_stage(self) -> dict[str, list[float]]:
-        """Per stage in which probes were sent: [p99 ms, probes], to tell which stage the slow ones fell in."""
+        """Per stage in which probes were sent (that of the last sample at or before): [p99 ms, probes], to
+        tell which stage the slow ones fell in."""
+        times = [sample.t for sample in self.samples]
         by_stage: dict[str, list[float]] = {}
         for sent, ms in self.probes:
-            by_stage.setdefault(self.stage_at(sent) or "init", []).append(ms)
+            at = bisect.bisect_right(times, sent) - 1
+            by_stage.setdefault(self.samples[at].stage if at >= 0 else "init", []).append(ms)
         return {stage: [round(p99(sorted(values)), 1), len(values)] for stage, values in by_stage.items()}
 
     def figures(self, rows: int) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 ANALYSIS_START, ANALYSIS_END = "<!-- analysis -->", "<!-- /analysis -->"
 # figures summarised per tool/scenario/size: (key in a run, how runs are combined)
-CPU_ROLES = ("database", "kafka_connect", "kafka", "tool", "load")
+CPU_ROLES = ("database", "kafka_connect", "kafka", "redis", "tool", "load")
 PER_RUN = {
     "peak_rss_mb": max, "copy_rows_per_s": statistics.median, "copy_seconds": statistics.median,
     "apply_capacity_events_per_s": statistics.median, "backlog_events": statistics.median,
@@ -155,8 +155,9 @@ def _cpu_table(results: list[dict[str, Any]]) -> list[str]:
         lines.append(f"| {r['rows']:,} | {r['scenario']} | {r['tool']} | {cores} | {r['cpu_machine_busy']:.0%} |")
     return [*lines, "",
             "Cores used on average over the tool's run (CPU seconds ÷ run seconds) by the database server, Kafka "
-            "Connect (Debezium), the Kafka broker, the tool's own process and sysbench, all on the same machine; "
-            "machine busy is the share of all its cores neither idle nor waiting for I/O (bench/cpu.py).", ""]
+            "Connect (Debezium), the Kafka broker, Redis, the tool's own process and sysbench, all on the same "
+            "machine; machine busy is the share of all its cores neither idle nor waiting for I/O (bench/cpu.py). "
+            "For a run that did not finish, the window includes the removal of what it left.", ""]
 
 
 def _held_section(results: list[dict[str, Any]]) -> list[str]:
