@@ -75,9 +75,16 @@ def progress(store: StateStore, migration_id: int, set_aside: set[int]) -> Progr
                     sum(c.rows_copied for c in chunks if c.number in checked))
 
 
-def events_since(checks: list[ChunkCheck], ends: dict[int, int]) -> int:
-    """Change events from the earliest check's offsets to the topic's ends: at least the keys written since."""
-    return sum(max(end - min(c.offsets.get(p, 0) for c in checks), 0) for p, end in ends.items()) if checks else 0
+def earliest_offsets(checks: list[ChunkCheck], partitions: range) -> dict[int, int]:
+    """Per partition, the earliest offset any check recorded: every change since is read from there
+    (none for no checks)."""
+    return {p: min(c.offsets.get(p, 0) for c in checks) for p in partitions} if checks else {}
+
+
+def events_since(start: dict[int, int], ends: dict[int, int]) -> int:
+    """Change events from `start` to the topic's ends (a partition without a start: none): at least the keys
+    written since."""
+    return sum(max(end - start.get(p, end), 0) for p, end in ends.items())
 
 
 def validate_ahead(ctx: RunContext, worker_no: int) -> None:
@@ -102,7 +109,8 @@ def validate_ahead(ctx: RunContext, worker_no: int) -> None:
                     return
                 ctx.stop.wait(IDLE_WAIT_S)
                 continue
-            written = events_since(state.checks, end_offsets(group, topic, ctx.spec.partitions))
+            written = events_since(earliest_offsets(state.checks, range(ctx.spec.partitions)),
+                                   end_offsets(group, topic, ctx.spec.partitions))
             if written > EVENTS_PER_KEY * key_limit(state.rows_checked + chunk.rows_copied):
                 # under writes spread over the table every range is written again before the end: comparing
                 # the written keys one by one would cost more than the ranges, and validation sets the checks aside
@@ -164,13 +172,13 @@ def reusable_checks(ctx: RunContext) -> Reusable | None:
     limit = key_limit(sum(rows.get(c.number, 0) for c in checks))
     differing = {k for c in checks for k in c.differing}
     partitions = range(ctx.spec.partitions)
-    start = {p: min(c.offsets.get(p, 0) for c in checks) for p in partitions}
+    start = earliest_offsets(checks, partitions)
     topic = TopicNames(ctx.migration.prefix, ctx.spec.database, ctx.spec.table).changes
     consumer = scan_consumer(ctx.endpoints.kafka, ctx.migration.group_id)
     started = time.monotonic()
     try:
         end = end_offsets(consumer, topic, ctx.spec.partitions)
-        events = events_since(checks, end)
+        events = events_since(start, end)
         if any(start[p] > end[p] for p in partitions) or events > EVENTS_PER_KEY * limit:
             log_event(log, "checks ahead set aside", events=events, limit=limit, start_past_end=any(
                 start[p] > end[p] for p in partitions))

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from core.state import ChunkCheck
 from cutover.validate import KeyList, KeyRange, regions_to_compare
-from cutover.validate_ahead import KEY_COST, MAX_CHANGED_KEYS, MAX_CHECK_AGE_S, events_since, fresh_checks, key_limit
+from cutover.validate_ahead import (KEY_COST, MAX_CHANGED_KEYS, MAX_CHECK_AGE_S, earliest_offsets, events_since,
+                                    fresh_checks, key_limit)
 
 RANGES = [(None, (1,)), ((1,), (1001,)), ((1001,), (2001,)), ((2001,), None)]
 
@@ -36,5 +37,5 @@ def test_keys_are_compared_one_by_one_only_while_cheaper_than_the_checked_rows()
 
 def test_events_since_the_checks_count_from_the_earliest_offsets_of_each_partition():
     checks = [ChunkCheck(1, (1,), (2,), {0: 10, 1: 50}, 0.0), ChunkCheck(2, (2,), (3,), {0: 30, 1: 20}, 0.0)]
-    assert events_since(checks, {0: 100, 1: 40}) == (100 - 10) + (40 - 20)
-    assert events_since([], {0: 100}) == 0
+    assert events_since(earliest_offsets(checks, range(2)), {0: 100, 1: 40}) == (100 - 10) + (40 - 20)
+    assert events_since(earliest_offsets([], range(1)), {0: 100}) == 0
