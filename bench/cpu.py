@@ -12,6 +12,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from stack.process import proc_stat
+
 ROLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("database", ("mariadbd", "mysqld")),
     ("kafka_connect", ("ConnectDistributed", "connect-distributed")),
@@ -43,12 +45,6 @@ class CpuSnapshot:
     uptime_ticks: int = 0
 
 
-def _read_process(pid: int) -> tuple[int, float]:
-    """(start time in ticks since boot, CPU seconds) of a process."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return int(fields[19]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS   # starttime; utime + stime
-
-
 def snapshot() -> CpuSnapshot:
     """Read every reported process's CPU seconds and the machine's ticks now."""
     by_process: dict[Process, float] = {}
@@ -57,12 +53,12 @@ def snapshot() -> CpuSnapshot:
             continue
         try:
             cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
-            role = role_of(cmdline)
-            if role is not None:
-                started, cpu = _read_process(int(entry))
-                by_process[(int(entry), started, role)] = cpu
         except OSError:    # ended meanwhile
             continue
+        role = role_of(cmdline)
+        stat = proc_stat(int(entry)) if role is not None else None
+        if stat is not None:   # fields 14, 15: utime, stime; 22: start time
+            by_process[(int(entry), int(stat[21]), role)] = (int(stat[13]) + int(stat[14])) / CLOCK_TICKS
     ticks = [int(v) for v in open("/proc/stat").readline().split()[1:9]]   # user … steal (guest is in user)
     idle = ticks[3] + ticks[4]                                               # idle + iowait
     uptime = int(float(open("/proc/uptime").read().split()[0]) * CLOCK_TICKS)

@@ -7,6 +7,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from bench.config import SCENARIOS
+
 ANALYSIS_START, ANALYSIS_END = "<!-- analysis -->", "<!-- /analysis -->"
 # figures summarised per tool/scenario/size: (key in a run, how runs are combined)
 CPU_ROLES = ("database", "kafka_connect", "kafka", "redis", "tool", "load")
@@ -106,8 +108,7 @@ def _main_table(results: list[dict[str, Any]]) -> list[str]:
     lines = ["| rows | scenario | tool | median s | min–max s | finished | × server-copy | × own idle | rows/s | "
              "app tx/s (baseline) | app p99 ms (baseline) | peak RSS MB |",
              "| ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    order = {"idle": 0, "light": 1, "heavy": 2, "blocked": 3}
-    for r in sorted(results, key=lambda r: (r["rows"], order[r["scenario"]], r["tool"],
+    for r in sorted(results, key=lambda r: (r["rows"], SCENARIOS.index(r["scenario"]), r["tool"],
                                             r.get("stream_osc_source") or "")):
         spread = f"{_fmt(r['seconds_min'])}–{_fmt(r['seconds_max'])}" if r["seconds_min"] is not None else "–"
         finished = f"{r['finished_runs']}/{r['runs']}"
@@ -148,8 +149,7 @@ def _cpu_table(results: list[dict[str, Any]]) -> list[str]:
     lines = ["## Where the CPU went", "",
              "| rows | scenario | tool | " + " | ".join(CPU_ROLES).replace("_", " ") + " | machine busy |",
              "| ---: | --- | --- |" + " ---: |" * (len(CPU_ROLES) + 1)]
-    order = {"idle": 0, "light": 1, "heavy": 2, "blocked": 3}
-    for r in sorted(measured, key=lambda r: (r["rows"], order[r["scenario"]], r["tool"])):
+    for r in sorted(measured, key=lambda r: (r["rows"], SCENARIOS.index(r["scenario"]), r["tool"])):
         cores = " | ".join(f"{r[f'cpu_cores_{role}']:.2f}" if r.get(f"cpu_cores_{role}") is not None else "–"
                            for role in CPU_ROLES)
         lines.append(f"| {r['rows']:,} | {r['scenario']} | {r['tool']} | {cores} | {r['cpu_machine_busy']:.0%} |")

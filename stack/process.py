@@ -33,7 +33,8 @@ def tail(path: Path, lines: int = 20) -> str:
 # A PID file holds the PID on its first line and the process start time (clock ticks since boot, from
 # /proc/<pid>/stat) on the second, so that a recycled PID is never taken for our service.
 
-def _proc_stat(pid: int) -> list[str] | None:
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat (field n at index n - 1), or None once the process is gone."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -48,7 +49,7 @@ def start_time(pid: int) -> str | None:
     A multi-threaded process (a JVM) whose main thread is already a zombie still counts as alive
     while any other thread runs: until the last one exits it keeps its files, and so its ports.
     """
-    stat = _proc_stat(pid)
+    stat = proc_stat(pid)
     if stat is None or (stat[2] in ("Z", "X") and not _other_threads_running(pid)):
         return None
     return stat[21]
@@ -234,7 +235,7 @@ def _group_members(pgid: int) -> list[int]:
     members = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            stat = _proc_stat(int(entry.name))
+            stat = proc_stat(int(entry.name))
             if stat and stat[4] == str(pgid) and stat[2] not in ("Z", "X"):
                 members.append(int(entry.name))
     return members
