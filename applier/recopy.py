@@ -100,7 +100,7 @@ def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence
         conn.autocommit(False)
     pk = pair.pk
     try:
-        present = [tuple(r) for r in query(conn, f"SELECT {pk.column_list()} FROM {pair.source_name} "
+        present = [tuple(r) for r in query(conn, f"SELECT {pk.column_list()} FROM {pair.source_by_key} "
                                                  f"WHERE {pk.in_list(len(keys))} LOCK IN SHARE MODE", pk.flat(keys))]
         deleted = query_count(conn, f"DELETE FROM {pair.target_name} WHERE {pk.in_list(len(keys))}", pk.flat(keys))
         if present:

@@ -35,8 +35,8 @@ def source_select(pair: TablePair) -> str:
 def read_rows(conn: pymysql.connections.Connection, pair: TablePair, where: str, params: Sequence,
               locking: bool = False) -> list[Row]:
     """The source rows matching `where` (and --where), keys first; `locking` reads them LOCK IN SHARE MODE."""
-    lock = " LOCK IN SHARE MODE" if locking else ""
-    return [tuple(r) for r in query(conn, f"SELECT {source_select(pair)} FROM {pair.source_name} "
+    source, lock = (pair.source_by_key, " LOCK IN SHARE MODE") if locking else (pair.source_name, "")
+    return [tuple(r) for r in query(conn, f"SELECT {source_select(pair)} FROM {source} "
                                           f"WHERE ({where}){pair.source_filter}{lock}", list(params))]
 
 

@@ -48,7 +48,7 @@ def keys_left_to_copy(conn: pymysql.connections.Connection, ctx: RunContext,
             where, values = pair.pk.in_range(chunk.next, chunk.end, ctx.migration.copy_until)
             ranges.append(f"({where})")
             params += values
-        found = query(conn, f"SELECT {pair.pk.column_list()} FROM {pair.source_name} "
+        found = query(conn, f"SELECT {pair.pk.column_list()} FROM {pair.source_by_key} "
                             f"WHERE {pair.pk.in_list(len(keys))} AND ({' OR '.join(ranges)}) LOCK IN SHARE MODE",
                       [*pair.pk.flat(keys), *params])
         conn.commit()

@@ -39,6 +39,14 @@ class TablePair:
         return qualified(self.database, self.source)
 
     @property
+    def source_by_key(self) -> str:
+        """The source as a locking read names it: through its primary key only, so that its row locks are taken in
+        key order. Left to itself the server reads a list covering much of the table by a full scan of the smallest
+        covering index, a secondary one: its locks would come in that index's order and leave the rows themselves
+        unlocked (applier/README.md, "Locks in key order")."""
+        return f"{self.source_name} FORCE INDEX (PRIMARY)"
+
+    @property
     def target_name(self) -> str:
         return qualified(self.target_database or self.database, self.target)
 

@@ -90,6 +90,8 @@ server_id = {server.server_id}
 plugin_load_add = metadata_lock_info
 innodb_buffer_pool_size = {server.buffer_pool}
 max_connections = 500
+# every deadlock's cycle in the error log: a test that sees 1213 leaves the statements that made it
+innodb_print_all_deadlocks = ON
 # TLS offered to clients that ask for it (users created REQUIRE SSL must): a locally made certificate
 ssl_ca = {tls.ca_file(config)}
 ssl_cert = {tls.server_files(config)[0]}

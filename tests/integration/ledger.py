@@ -62,6 +62,7 @@ class AcknowledgedWriter(threading.Thread):
         self.stop_event = threading.Event()
         self.errors: list[str] = []
         self.writes = 0
+        self.doing = ""   # the write under way, named in an error's note
 
     def session(self) -> pymysql.connections.Connection:
         return connect(self.addr)
@@ -78,7 +79,8 @@ class AcknowledgedWriter(threading.Thread):
                         return
                     self.writes += 1
                 except pymysql.err.MySQLError as exc:
-                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                    self.errors.append(f"{time.strftime('%H:%M:%S')} {self.name} {self.doing}: "
+                                       f"{type(exc).__name__}: {exc}")
                     conn.close()
                     time.sleep(0.05)
                     conn = self.session()
@@ -112,11 +114,13 @@ class LedgerWriter(AcknowledgedWriter):
         started, clock = time.time(), time.monotonic()
         if roll < 0.5:
             self.seq += 1
+            self.doing = f"insert seq {self.seq}"
             with conn.cursor() as cur:
                 cur.execute(f"INSERT INTO {self.name_sql} (writer, seq, payload) VALUES (%s, %s, %s)",
                             (self.writer, self.seq, f"w{self.writer}s{self.seq}"))
                 self.record.inserted[cur.lastrowid] = self.seq
         elif roll < 0.85:
+            self.doing = f"increment id {self.writer}"
             try:
                 query(conn, f"UPDATE {self.name_sql} SET counter = counter + 1 WHERE id = %s", (self.writer,))
             except pymysql.err.OperationalError:
@@ -127,6 +131,7 @@ class LedgerWriter(AcknowledgedWriter):
             mine = [k for k in self.record.inserted if k not in self.record.deleted]
             if mine:
                 victim = self.rng.choice(mine)
+                self.doing = f"delete id {victim}"
                 query(conn, f"DELETE FROM {self.name_sql} WHERE id = %s", (victim,))
                 self.record.deleted.add(victim)
         took = time.monotonic() - clock
