@@ -11,8 +11,8 @@ from typing import TypeVar
 
 import pymysql
 
-from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
-from applier.remote import read_keys, write_rows
+from applier.conflicts import ROUNDS, ConstraintViolated, Probe, primary_key_race, unresolved, with_refusals_resolved
+from applier.remote import CollidingKeys, read_keys, write_rows
 from core.keys import Key
 from core.table import TablePair
 from core.db import query, query_count
@@ -120,7 +120,25 @@ def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence
 
 def _write_remote(conn: pymysql.connections.Connection, target: pymysql.connections.Connection, pair: TablePair,
                   keys: Sequence[Key], in_transaction: bool) -> tuple[int, int]:
-    """recopy_keys for a new table on another server: the source transaction's locking read, the target's write.
+    """recopy_keys for a new table on another server. Rows of the new table that the batch collides with under a
+    UNIQUE key are re-copied with it: the re-copy starts again with their keys added, so that the source is still
+    read by one locking read, in key order (a second locking read would lock keys below those already held)."""
+    keys = list(keys)
+    refusal: pymysql.err.MySQLError | None = None
+    for _ in range(ROUNDS):
+        try:
+            return _write_remote_keys(conn, target, pair, keys, in_transaction)
+        except CollidingKeys as more:
+            keys += [k for k in more.keys if k not in keys]
+            refusal = more.refusal
+    assert refusal is not None
+    raise ConstraintViolated(f"{unresolved(pair, refusal, True)}; the rows colliding on the target kept colliding "
+                             f"after being re-read from the source {ROUNDS} times")
+
+
+def _write_remote_keys(conn: pymysql.connections.Connection, target: pymysql.connections.Connection,
+                       pair: TablePair, keys: Sequence[Key], in_transaction: bool) -> tuple[int, int]:
+    """_write_remote for a given key list: the source transaction's locking read, the target's write.
 
     The locking read orders two re-copies of a key only when it finds the row: a key without a row locks nothing
     (READ COMMITTED), so the row can be inserted, and another re-copy read and write it, before this one's delete
@@ -137,8 +155,8 @@ def _write_remote(conn: pymysql.connections.Connection, target: pymysql.connecti
             if previous is not None and Counter(present) == Counter(previous):
                 conn.commit()
                 break
-            deleted += write_rows(target, pair, pair.pk.in_list(len(keys)), pair.pk.flat(keys), present,
-                                  lambda more: read_keys(conn, pair, more, locking=True), during_apply=True)
+            deleted += write_rows(target, pair, pair.pk.in_list(len(keys)), pair.pk.flat(keys), present, None,
+                                  during_apply=True)
             conn.commit()
         except BaseException:
             conn.rollback()

@@ -11,6 +11,9 @@ travel through the tool, and what one INSERT … SELECT does on one server is do
 - A UNIQUE refusal: the target's rows the batch collides with are re-synced from the source in the same
   transaction (their current rows, or none) and the batch is written again; a collision that stays for
   ROUNDS rounds is the source's own (ConstraintViolated). A value the new table refuses stops the migration.
+  A re-copy does not re-read them itself: its source reads must be one locking read, in key order
+  (applier/README.md, "Locks in key order"), so it is told the colliding keys (CollidingKeys) and starts
+  again with them among its keys.
 """
 from __future__ import annotations
 
@@ -26,6 +29,15 @@ from core.table import TablePair
 
 Row = tuple   # the key's values, then the copied columns' values in TablePair order
 Reread = Callable[[list[Key]], list[Row]]
+
+
+class CollidingKeys(Exception):
+    """The target refused the batch under a UNIQUE key because of its rows of `keys` (write_rows without reread)."""
+
+    def __init__(self, keys: list[Key], refusal: pymysql.err.MySQLError) -> None:
+        super().__init__(f"{len(keys)} rows of the new table collide with the batch")
+        self.keys, self.refusal = keys, refusal
+
 
 def source_select(pair: TablePair) -> str:
     """`pk…, col…` for SELECT from the source, each column read as core/table.py: remote_read says."""
@@ -49,9 +61,10 @@ def read_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Seque
 
 
 def write_rows(target: pymysql.connections.Connection, pair: TablePair, where: str, params: Sequence,
-               rows: list[Row], reread: Reread, during_apply: bool) -> int:
+               rows: list[Row], reread: Reread | None, during_apply: bool) -> int:
     """In one target transaction: delete the new table's rows matching `where`, insert `rows`; returns rows
-    deleted. Collisions under a UNIQUE key are re-synced through `reread` (module docstring)."""
+    deleted. Collisions under a UNIQUE key are re-synced through `reread`, or raised as CollidingKeys without it
+    (module docstring)."""
     width = len(pair.pk.names)
     extra_keys: list[Key] = []
     extra_rows: list[Row] = []
@@ -84,6 +97,8 @@ def write_rows(target: pymysql.connections.Connection, pair: TablePair, where: s
             colliding = [k for k in colliding_keys(target, pair, batch) if k not in ours]
             if not colliding:
                 raise unresolved(pair, exc, during_apply) from None
+            if reread is None:
+                raise CollidingKeys(colliding, exc) from None
             extra_keys += colliding
             extra_rows += reread(colliding)
     assert refusal is not None

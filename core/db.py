@@ -35,9 +35,6 @@ def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = 
                                   f"({connect_failure(exc, addr)})") from None
     for statement in SESSION_SETUP:
         query(conn, statement)
-    if "mariadb" in conn.get_server_info().lower():
-        for statement in MARIADB_SESSION_SETUP:
-            query(conn, statement)
     return conn
 
 
@@ -86,12 +83,12 @@ SESSION_SETUP = (
     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
     "SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@GLOBAL.sql_mode, ''), 'STRICT_ALL_TABLES', "
     "'NO_AUTO_VALUE_ON_ZERO')",
-    "SET SESSION time_zone = '+00:00'",
+    # MariaDB only (an executable comment MySQL skips, whatever version a proxy announces): an IN list of
+    # in_predicate_conversion_threshold (1,000) values or more would be read as a derived table, row by row in the
+    # list's order, and a locking read by key list would take its row locks out of key order, closing lock cycles
+    # with the application's writes (applier/README.md, "Locks in key order"). 0 keeps every list an index range.
+    "SET SESSION time_zone = '+00:00' /*M!100318 , SESSION in_predicate_conversion_threshold = 0 */",
 )
-# MariaDB reads an IN list of in_predicate_conversion_threshold (1,000) values or more as a derived table, row by row
-# in the list's order: a locking read by key list would take its row locks out of key order, and close lock cycles
-# with the application's writes (applier/README.md, "Locks in key order"). 0 keeps every list a range of the index.
-MARIADB_SESSION_SETUP = ("SET SESSION in_predicate_conversion_threshold = 0",)
 
 
 def quote_ident(name: str) -> str:

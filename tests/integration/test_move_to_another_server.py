@@ -382,11 +382,13 @@ def test_abort_after_the_move_renamed_the_source_keeps_the_target_table(endpoint
 
 
 @pytest.mark.parametrize("unique", ["email", "email_key"])
-def test_a_stale_row_on_the_target_gives_way_and_a_real_duplicate_stops_the_move(endpoints, conn, target, unique):
+def test_a_stale_row_on_the_target_gives_way_and_a_real_duplicate_stops_the_move(endpoints, conn, target, unique,
+                                                                                   monkeypatch):
     """Two rows swapped their UNIQUE values on the source after the copy: re-copying one of them meets the other's
     stale copy on the target, which is re-synced from the source, not a reason to stop. Under a key the source
     really breaks (a UNIQUE key the ALTER adds) the re-copy stops with ConstraintViolated. The key is a column, or
-    a column the server computes (a generated column)."""
+    a column the server computes (a generated column). The colliding row is re-read in the re-copy's one locking
+    read, started again, never by a second locking read of it alone (which would lock a key below those held)."""
     table = "uniq"
     name, moved = qualified(DB, table), qualified(MOVED_DB, table)
     query(conn, f"DROP TABLE IF EXISTS {name}")
@@ -398,9 +400,17 @@ def test_a_stale_row_on_the_target_gives_way_and_a_real_duplicate_stops_the_move
     query(target, f"INSERT INTO {moved} (id, email) VALUES (1, 'a@x'), (2, 'b@x'), (3, 'c@x')")   # copied before
     pair = load_pair(conn, DB, table, table, f"ADD UNIQUE KEY one_email ({unique})", target, MOVED_DB)
     source, target_session = connect(endpoints.mysql), connect(endpoints.target())
+    locking_reads: list[list] = []
+
+    def read_keys(session, pair, keys, locking=False):
+        if locking:
+            locking_reads.append(sorted(keys))
+        return remote.read_keys(session, pair, keys, locking)
+    monkeypatch.setattr(recopy, "read_keys", read_keys)
     try:
         recopy_keys(source, pair, [(1,)], target=target_session)
         assert sorted(query(target, f"SELECT id, email FROM {moved}")) == [(1, "B@x"), (2, "a@x"), (3, "c@x")]
+        assert locking_reads == [[(1,)], [(1,), (2,)]], "the colliding row was not re-read with the re-copy's keys"
         if unique == "email_key":   # 'c@x' and 'C@x' are one value of LOWER(email) on the source too
             with pytest.raises(ConstraintViolated):
                 recopy_keys(source, pair, [(4,)], target=target_session)
