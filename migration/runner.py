@@ -402,6 +402,7 @@ class Runner:
             finally:
                 group.stop()
             group.raise_if_failed()
+        self._show_throttle(ctx)   # a release followed by the last chunks within one tick is said too
         self._show_copy(ctx, force=True)
         self._enter_stage(ctx.migration.id, Stage.INDEXES if deferred(ctx.migration) else Stage.APPLY)
 
