@@ -11,8 +11,8 @@ from typing import TypeVar
 
 import pymysql
 
-from applier.conflicts import ROUNDS, ConstraintViolated, Probe, primary_key_race, unresolved, with_refusals_resolved
-from applier.remote import CollidingKeys, read_keys, write_rows
+from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
+from applier.remote import CollidingKeys, kept_colliding, read_keys, write_rows
 from core.keys import Key
 from core.table import TablePair
 from core.db import query, query_count
@@ -123,17 +123,15 @@ def _write_remote(conn: pymysql.connections.Connection, target: pymysql.connecti
     """recopy_keys for a new table on another server. Rows of the new table that the batch collides with under a
     UNIQUE key are re-copied with it: the re-copy starts again with their keys added, so that the source is still
     read by one locking read, in key order (a second locking read would lock keys below those already held)."""
-    keys = list(keys)
     refusal: pymysql.err.MySQLError | None = None
     for _ in range(ROUNDS):
         try:
             return _write_remote_keys(conn, target, pair, keys, in_transaction)
         except CollidingKeys as more:
-            keys += [k for k in more.keys if k not in keys]
+            keys = list(dict.fromkeys([*keys, *more.keys]))
             refusal = more.refusal
     assert refusal is not None
-    raise ConstraintViolated(f"{unresolved(pair, refusal, True)}; the rows colliding on the target kept colliding "
-                             f"after being re-read from the source {ROUNDS} times")
+    raise kept_colliding(pair, refusal, True)
 
 
 def _write_remote_keys(conn: pymysql.connections.Connection, target: pymysql.connections.Connection,

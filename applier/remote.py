@@ -102,8 +102,13 @@ def write_rows(target: pymysql.connections.Connection, pair: TablePair, where: s
             extra_keys += colliding
             extra_rows += reread(colliding)
     assert refusal is not None
-    raise ConstraintViolated(f"{unresolved(pair, refusal, during_apply)}; the rows colliding on the target kept "
-                             f"colliding after being re-read from the source {ROUNDS} times")
+    raise kept_colliding(pair, refusal, during_apply)
+
+
+def kept_colliding(pair: TablePair, refusal: pymysql.err.MySQLError, during_apply: bool) -> ConstraintViolated:
+    """The stop for rows that still collide on the target after ROUNDS re-reads: the source's own collision."""
+    return ConstraintViolated(f"{unresolved(pair, refusal, during_apply)}; the rows colliding on the target kept "
+                              f"colliding after being re-read from the source {ROUNDS} times")
 
 
 def colliding_keys(target: pymysql.connections.Connection, pair: TablePair, rows: list[Row]) -> list[Key]:
