@@ -10,7 +10,7 @@ import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from applier.recopy import recopy_keys, with_retry
-from applier.uncopied import keys_left_to_copy
+from applier.uncopied import settle_behind_batches, sort_changed_keys
 from core import redis_keys
 from core.context import RunContext
 from core.db import query
@@ -161,6 +161,30 @@ def new_member_name() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def apply_changed_keys(conn: pymysql.connections.Connection, ctx: RunContext, keys: set[Key],
+                       target: pymysql.connections.Connection | None, copy_complete: bool) -> tuple[bool, int]:
+    """Re-copy the changed keys; returns (whether every chunk is copied, keys re-copied).
+
+    During the copy the keys it has yet to read are left to it, and those inside an open batch's range are
+    settled after that batch (applier/uncopied.py), once the rest are written: a change is held back only by
+    a batch that may be reading its row."""
+    def recopy(some: set[Key]) -> int:
+        if some:
+            with_retry(lambda: recopy_keys(conn, ctx.pair, some, target=target))
+        return len(some)
+
+    if copy_complete or not keys:
+        return copy_complete, recopy(keys)
+    sorted_keys = with_retry(lambda: sort_changed_keys(conn, ctx, list(keys)))
+    if sorted_keys is None:
+        return True, recopy(keys)
+    written = recopy(sorted_keys.now)
+    if sorted_keys.behind:
+        left = with_retry(lambda: settle_behind_batches(conn, ctx, sorted_keys))
+        written += recopy(sorted_keys.behind - left)
+    return False, written
+
+
 def apply_worker(ctx: RunContext, worker_no: int, member: str) -> None:
     """Consume, re-copy the batch's distinct keys, commit offsets after the write; until stopped. During the
     copy, keys it has yet to read are left to it (applier/uncopied.py).
@@ -199,14 +223,9 @@ def apply_worker(ctx: RunContext, worker_no: int, member: str) -> None:
                 change = decode_key(msg.key(), pk)
                 if change is not None and not change.is_fence:
                     keys.add(change.pk)
-            if keys and not copy_complete:
-                left = with_retry(lambda keys=keys: keys_left_to_copy(conn, ctx, list(keys)))
-                copy_complete = left is None
-                keys -= left or set()
-            if keys:
-                with_retry(lambda keys=keys: recopy_keys(conn, ctx.pair, keys, target=target))
+            copy_complete, written = apply_changed_keys(conn, ctx, keys, target, copy_complete)
             committer.after_batch(messages)
-            stats.add(len(messages), len(keys), (time.monotonic() - started) * 1000)
+            stats.add(len(messages), written, (time.monotonic() - started) * 1000)
     finally:
         if consumer is not None:
             close_within(consumer, f"applier-{worker_no}")

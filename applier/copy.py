@@ -23,6 +23,27 @@ class LeaseLost(Exception):
     """Another worker took over this chunk."""
 
 
+def publish_range(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,
+                  hi: Key | None) -> None:
+    """Commit the range `[lo, hi)` a batch of the chunk is about to read, before its read: an applier waits
+    for the batch only for keys inside it (applier/uncopied.py). The batch's commit closes it. `conn` is in
+    autocommit."""
+    query(conn, f"UPDATE {ctx.store(conn).t('chunks')} SET batch_open=1, batch_end=%s WHERE migration_id=%s "
+                "AND chunk_no=%s AND next_key <=> %s AND NOT done",
+          (dump_key(hi), ctx.migration.id, chunk_no, dump_key(lo)))
+
+
+def hold_chunk(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,
+               hi: Key | None) -> None:
+    """Lock the chunk's row for the batch, before its read, if the chunk is still at `lo` and the published
+    range still ends at `hi`: a worker that lost the chunk, or whose range another worker has published over
+    since, gives up (an applier that saw the other range would not wait for this batch)."""
+    if query(conn, f"SELECT 1 FROM {ctx.store(conn).t('chunks')} WHERE migration_id=%s AND chunk_no=%s "
+                   "AND next_key <=> %s AND batch_open AND batch_end <=> %s AND NOT done FOR UPDATE",
+             (ctx.migration.id, chunk_no, dump_key(lo), dump_key(hi))) != [(1,)]:
+        raise LeaseLost(f"chunk {chunk_no} moved on without us")
+
+
 def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,
                hi: Key | None, last: bool, target: pymysql.connections.Connection | None = None) -> int:
     """Copy the keys [lo, hi) up to the largest key at init (the plan's last chunk is open-ended: keys
@@ -71,12 +92,10 @@ def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no:
     """
     pair, store = ctx.pair, ctx.store(conn)
     where, params = pair.pk.in_range(lo, hi, ctx.migration.copy_until)
+    publish_range(conn, ctx, chunk_no, lo, hi)
     conn.begin()
     try:
-        if query(conn, f"SELECT 1 FROM {store.t('chunks')} WHERE migration_id=%s AND chunk_no=%s "
-                       "AND next_key <=> %s AND NOT done FOR UPDATE", (ctx.migration.id, chunk_no, dump_key(lo))) \
-                != [(1,)]:
-            raise LeaseLost(f"chunk {chunk_no} moved on without us")
+        hold_chunk(conn, ctx, chunk_no, lo, hi)
         query(conn, f"DELETE FROM {pair.target_name} WHERE {where}", params)
         if probe is not None:
             keys = [tuple(r) for r in query(conn, f"SELECT {pair.pk.column_list()} FROM {pair.source_name} "
@@ -89,7 +108,8 @@ def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no:
             rows = cur.execute(f"INSERT INTO {pair.target_name} ({pair.target_column_list}) "
                                f"SELECT {pair.source_column_list} FROM {pair.source_name} WHERE {where}", params)
             moved = cur.execute(f"UPDATE {store.t('chunks')} SET next_key=%s, rows_copied=rows_copied+%s, "
-                                "done=%s WHERE migration_id=%s AND chunk_no=%s AND next_key <=> %s AND NOT done",
+                                "done=%s, batch_open=0 WHERE migration_id=%s AND chunk_no=%s AND next_key <=> %s "
+                                "AND NOT done",
                                 (dump_key(hi), rows, int(last), ctx.migration.id, chunk_no, dump_key(lo)))
         if not moved:
             raise LeaseLost(f"chunk {chunk_no} moved on without us")
@@ -111,17 +131,15 @@ def _copy_batch_remote(conn: pymysql.connections.Connection, target: pymysql.con
     """
     pair, store = ctx.pair, ctx.store(conn)
     where, params = pair.pk.in_range(lo, hi, ctx.migration.copy_until)
+    publish_range(conn, ctx, chunk_no, lo, hi)
     conn.begin()
     try:
-        if query(conn, f"SELECT 1 FROM {store.t('chunks')} WHERE migration_id=%s AND chunk_no=%s "
-                       "AND next_key <=> %s AND NOT done FOR UPDATE", (ctx.migration.id, chunk_no, dump_key(lo))) \
-                != [(1,)]:
-            raise LeaseLost(f"chunk {chunk_no} moved on without us")
+        hold_chunk(conn, ctx, chunk_no, lo, hi)
         rows = read_rows(conn, pair, where, params)
         write_rows(target, pair, where, params, rows, lambda keys: read_keys(conn, pair, keys), during_apply=False)
-        query(conn, f"UPDATE {store.t('chunks')} SET next_key=%s, rows_copied=rows_copied+%s, done=%s "
-                    "WHERE migration_id=%s AND chunk_no=%s", (dump_key(hi), len(rows), int(last), ctx.migration.id,
-                                                             chunk_no))
+        query(conn, f"UPDATE {store.t('chunks')} SET next_key=%s, rows_copied=rows_copied+%s, done=%s, "
+                    "batch_open=0 WHERE migration_id=%s AND chunk_no=%s",
+              (dump_key(hi), len(rows), int(last), ctx.migration.id, chunk_no))
         conn.commit()
         return len(rows)
     except BaseException:

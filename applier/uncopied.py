@@ -5,54 +5,145 @@ no backlog piles up for the copy's end. A key the copy has yet to read is left t
 row as it is by then. Leaving it is safe only if that later read sees the change, and two things could stop
 it from doing so:
 
-- the change is in the binlog, and so in the topic, before a plain read can see it: the check's own read of
-  the key is a locking read, which waits for the writer's commit, so every copy read that starts later sees
-  the change;
-- a copy batch of the key's range may have taken its snapshot before the change and still be running: it
-  would then commit the old row and move its chunk past the key. Every batch holds its chunk's row
-  `FOR UPDATE` from before its read until its commit (applier/copy.py), and the check locks the rows of the
-  unfinished chunks first (`LOCK IN SHARE MODE`), so it waits for running batches and then reads how far
-  each got. A batch that starts after the check cannot start before the check's locks are released, after
-  its locking read.
+- the change is in the binlog, and so in the topic, before a plain read can see it: the sort's first read of
+  the keys is a locking read, which waits for the writers' commits, so every copy read that starts later
+  sees the change;
+- a copy batch may have taken its snapshot before the change and still be running: it would then commit the
+  old row and move its chunk past the key. Every batch first commits its range in its chunk's row
+  (`batch_open`, `batch_end`), then holds that row `FOR UPDATE` from before its read until its commit,
+  which closes the range; under the lock it checks that the published range is still its own, so a worker
+  whose range another published over gives up (applier/copy.py). The sort reads the chunks after its
+  locking read: a batch whose range it does not see yet starts reading after the change. A row inside an
+  open range `[next, batch_end)` may be in a running batch: it is settled once the chunk's row can be
+  share-locked, when that batch has committed (settle_behind_batches); a batch that starts later cannot
+  start before that lock is released.
+
+So only rows inside an open batch's range wait for it; every other key is re-copied or left at once. A row
+the copy has read already is re-copied at once: the batch that read it has committed (its chunk moved past
+it), and a later batch of the chunk starts past it.
 
 A key found without a row is not left to the copy: re-copying it deletes the new table's row (if any) and
-writes nothing. Should the row come back before that re-copy reads, the re-copy writes it into a range the
-copy has yet to read; the batch that reads the range deletes what the new table holds there first.
+writes nothing. The server places rows in ranges, not bare keys, so such a key (and a change key that
+matches its row only under the collation) waits for every open batch first: a batch whose snapshot still
+held the row would write it back after the re-copy's delete. Should the row come back before that re-copy
+reads, the re-copy writes it into a range the copy has yet to read: the batch that reads the range deletes
+what the new table holds there first. A row changed after the sort's locking read has a change of its own,
+sorted when it arrives.
 """
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 
 import pymysql
 
 from core.context import RunContext
 from core.db import query
-from core.keys import Key
+from core.keys import Key, load_key
 
 
-def keys_left_to_copy(conn: pymysql.connections.Connection, ctx: RunContext,
-                      keys: Collection[Key]) -> set[Key] | None:
-    """The keys among `keys` whose rows a later copy batch reads, to be left to it; None once every chunk is
-    copied (nothing is left to the copy from then on)."""
-    store, pair = ctx.store(conn), ctx.pair
+@dataclass(frozen=True)
+class SortedKeys:
+    """Changed keys sorted against the copy's progress, as the server compares them."""
+
+    now: set[Key]      # the copy read their rows already, or never will: re-copy at once
+    left: set[Key]     # rows a later batch reads, after the change: left to the copy
+    behind: set[Key]   # rows perhaps inside a running batch's range, and keys without a row while a batch runs
+    chunks: tuple[int, ...]   # the chunks whose batches `behind` waits for (settle_behind_batches)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A chunk not done: the rest of its range `[next, end)`, and `[next, batch_end)` while a batch is open."""
+
+    number: int
+    next: Key | None
+    end: Key | None
+    batch_open: bool         # a batch published its range and has not committed
+    batch_end: Key | None    # None: the chunk's end
+
+
+def sort_changed_keys(conn: pymysql.connections.Connection, ctx: RunContext,
+                      keys: Collection[Key]) -> SortedKeys | None:
+    """Sort `keys` without waiting for any copy batch; None once every chunk is copied (nothing is left to
+    the copy from then on).
+
+    A key without a row cannot be placed in a range (only rows are compared by the server): while any batch
+    is open it waits for all of them, since a batch whose snapshot still holds the row would write it back
+    after the re-copy's delete."""
+    pair = ctx.pair
+    rows = {tuple(row) for row in query(    # waits for the writers' commits; the locks go with the statement
+        conn, f"SELECT {pair.pk.column_list()} FROM {pair.source_by_key} WHERE {pair.pk.in_list(len(keys))} "
+              "LOCK IN SHARE MODE", pair.pk.flat(keys))}
+    pending = _pending_chunks(conn, ctx)
+    if not pending:
+        return None
+    open_batches = [c for c in pending if c.batch_open]
+    ranges, params = _ranges(ctx, pending)
+    tag, tag_params = "NULL", []
+    if open_batches:
+        cases = [(c.number, *_range(ctx, c.next, c.batch_end if c.batch_end is not None else c.end))
+                 for c in open_batches]
+        tag = "CASE " + " ".join(f"WHEN {where} THEN {number}" for number, where, _ in cases) + " END"
+        tag_params = [v for _, _, values in cases for v in values]
+    found = query(conn, f"SELECT {pair.pk.column_list()}, {tag} FROM {pair.source_by_key} "
+                        f"WHERE {pair.pk.in_list(len(keys))} AND ({ranges})",
+                  [*tag_params, *pair.pk.flat(keys), *params])
+    left = {tuple(row[:-1]) for row in found if row[-1] is None}
+    behind = {tuple(row[:-1]) for row in found if row[-1] is not None}
+    chunks = {int(row[-1]) for row in found if row[-1] is not None}
+    without_row = set(keys) - rows
+    if without_row and open_batches:
+        behind |= without_row
+        chunks |= {c.number for c in open_batches}
+    return SortedKeys(set(keys) - left - behind, left, behind, tuple(sorted(chunks)))
+
+
+def settle_behind_batches(conn: pymysql.connections.Connection, ctx: RunContext, sorted_keys: SortedKeys) -> set[Key]:
+    """The `behind` keys left to the copy, read once the batches open in their chunks have committed: a row
+    the copy has yet to read is left to it; the rest are re-copied."""
+    pair = ctx.pair
     conn.begin()
     try:
-        pending = [store.chunk(row) for row in query(
-            conn, f"SELECT {store.chunk_columns} FROM {store.t('chunks')} WHERE migration_id=%s AND NOT done "
-                  "ORDER BY chunk_no LOCK IN SHARE MODE", (ctx.migration.id,))]
+        pending = _pending_chunks(conn, ctx, sorted_keys.chunks)
         if not pending:
             conn.commit()
-            return None
-        ranges, params = [], []
-        for chunk in pending:
-            where, values = pair.pk.in_range(chunk.next, chunk.end, ctx.migration.copy_until)
-            ranges.append(f"({where})")
-            params += values
+            return set()
+        ranges, params = _ranges(ctx, pending)
         found = query(conn, f"SELECT {pair.pk.column_list()} FROM {pair.source_by_key} "
-                            f"WHERE {pair.pk.in_list(len(keys))} AND ({' OR '.join(ranges)}) LOCK IN SHARE MODE",
-                      [*pair.pk.flat(keys), *params])
+                            f"WHERE {pair.pk.in_list(len(sorted_keys.behind))} AND ({ranges})",
+                      [*pair.pk.flat(sorted_keys.behind), *params])
         conn.commit()
     except BaseException:
         conn.rollback()
         raise
     return {tuple(row) for row in found}
+
+
+def _pending_chunks(conn: pymysql.connections.Connection, ctx: RunContext,
+                    locked: tuple[int, ...] | None = None) -> list[_Pending]:
+    """The chunks not done; with `locked`, those of them share-locked, in chunk order (after their batches)."""
+    store = ctx.store(conn)
+    sql = (f"SELECT chunk_no, next_key, end_key, batch_open, batch_end FROM {store.t('chunks')} "
+           "WHERE migration_id=%s AND NOT done")
+    params: list = [ctx.migration.id]
+    if locked is not None:
+        sql += f" AND chunk_no IN ({', '.join(['%s'] * len(locked))}) ORDER BY chunk_no LOCK IN SHARE MODE"
+        params += locked
+    return [_Pending(int(number), load_key(next_key), load_key(end), bool(is_open), load_key(batch_end))
+            for number, next_key, end, is_open, batch_end in query(conn, sql, params)]
+
+
+def _range(ctx: RunContext, start: Key | None, end: Key | None) -> tuple[str, list]:
+    where, values = ctx.pair.pk.in_range(start, end, ctx.migration.copy_until)
+    return f"({where})", values
+
+
+def _ranges(ctx: RunContext, pending: list[_Pending]) -> tuple[str, list]:
+    """The rest of every pending chunk, OR-ed."""
+    parts, params = [], []
+    for chunk in pending:
+        where, values = _range(ctx, chunk.next, chunk.end)
+        parts.append(where)
+        params += values
+    return " OR ".join(parts), params

@@ -199,6 +199,7 @@ class StateStore:
             migration_id BIGINT NOT NULL, chunk_no INT NOT NULL,
             start_key TEXT NULL, end_key TEXT NULL, next_key TEXT NULL,
             rows_copied BIGINT NOT NULL DEFAULT 0, done TINYINT NOT NULL DEFAULT 0, checked_from TEXT NULL,
+            batch_open TINYINT NOT NULL DEFAULT 0, batch_end TEXT NULL,
             PRIMARY KEY (migration_id, chunk_no)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""")
         self._upgrade_earlier_schema()
 
@@ -231,6 +232,9 @@ class StateStore:
                   ", ".join(f"DROP COLUMN {c}" for c in INTEGER_POSITIONS))
         if "checked_from" not in chunk_columns:
             query(self.conn, f"ALTER TABLE {self.t('chunks')} ADD COLUMN checked_from TEXT NULL")
+        if "batch_open" not in chunk_columns:
+            query(self.conn, f"ALTER TABLE {self.t('chunks')} ADD COLUMN batch_open TINYINT NOT NULL DEFAULT 0, "
+                             "ADD COLUMN batch_end TEXT NULL")
 
     def _row(self, row: tuple) -> Migration:
         (mid, db, tbl, alter_sql, stage, status, prefix, pk_columns, error, diffs, blocked, cutover_at, options) = row

@@ -1,5 +1,6 @@
 """Apply during the copy (invariant 3, applier/uncopied.py): a change is left to the copy only when the copy's
-later read is sure to see it.
+later read is sure to see it, and a change waits for a running copy batch only when that batch may be reading
+its row.
 
 The interleavings are made with real sessions and locks on the server: a copy batch (applier.copy's own) is
 held after its read's snapshot by an uncommitted row that collides with one of its rows under a UNIQUE key,
@@ -13,9 +14,10 @@ from dataclasses import dataclass
 import pytest
 
 import applier.copy as copy_module
-from applier.copy import _copy_batch, copy_batch
+from applier.apply import apply_changed_keys
+from applier.copy import LeaseLost, _copy_batch, copy_batch, publish_range
 from applier.recopy import recopy_keys
-from applier.uncopied import keys_left_to_copy
+from applier.uncopied import settle_behind_batches, sort_changed_keys
 from core.db import connect, query
 from core.keys import Key
 from core.state import StateStore
@@ -67,6 +69,24 @@ def plan(conn) -> Plan:
     query(conn, f"DELETE FROM {store.t('chunks')} WHERE migration_id=%s", (MIGRATION_ID,))
 
 
+def left_to_copy(session, plan, keys) -> set | None:
+    """The keys an applier leaves to the copy: sorted, then those behind an open batch settled after it."""
+    sorted_keys = sort_changed_keys(session, plan, keys)
+    if sorted_keys is None:
+        return None
+    return sorted_keys.left | (settle_behind_batches(session, plan, sorted_keys) if sorted_keys.behind else set())
+
+
+def holding_a_batch(endpoints, conn, plan, hi: int, at: int):
+    """A copy batch of [1, hi) started in a thread and held after its read's snapshot, before row `at` is
+    written: (blocker session to roll back, copier session, thread, rows copied)."""
+    blocker, copier = connect(endpoints.mysql, autocommit=False), connect(endpoints.mysql)
+    query(blocker, f"INSERT INTO {DB}.t_osc_new VALUES (0, 'u-{at}', 0)")   # below the batch's range
+    batch, copied = in_thread(lambda: _copy_batch(copier, plan, 0, (1,), (hi,), hi == 101, None))
+    wait_for(lambda: waiting_for_a_lock(conn, copier), 30, f"the copy batch held at row {at}")
+    return blocker, copier, batch, copied
+
+
 def in_thread(action) -> tuple[threading.Thread, list]:
     out: list = []
     thread = threading.Thread(target=lambda: out.append(action()), daemon=True)
@@ -75,21 +95,19 @@ def in_thread(action) -> tuple[threading.Thread, list]:
 
 
 def test_a_change_behind_a_running_batchs_snapshot_is_applied_after_the_batch_not_left_to_it(endpoints, conn, plan):
-    blocker, copier, app, applier = (connect(endpoints.mysql, autocommit=a) for a in (False, True, True, True))
+    # the batch stops at row 60, after its snapshot was taken and row 50 written from it
+    blocker, copier, batch, copied = holding_a_batch(endpoints, conn, plan, 101, at=60)
+    app, applier = connect(endpoints.mysql), connect(endpoints.mysql)
     try:
-        # the batch will stop at row 60, after its snapshot was taken and row 50 written from it
-        query(blocker, f"INSERT INTO {DB}.t_osc_new VALUES (0, 'u-60', 0)")   # below the batch's range
-        batch, copied = in_thread(lambda: _copy_batch(copier, plan, 0, (1,), (101,), True, None))
-        wait_for(lambda: waiting_for_a_lock(conn, copier), 30, "the copy batch held at row 60")
         query(app, f"UPDATE {DB}.t SET v = 2 WHERE id = 50")   # committed; the batch's snapshot has v = 1
-        check, left = in_thread(lambda: keys_left_to_copy(applier, plan, [(50,)]))
+        check, left = in_thread(lambda: left_to_copy(applier, plan, [(50,)]))
         wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the applier's check waiting for the batch")
         query(blocker, "ROLLBACK")
         batch.join(30)
         check.join(30)
         assert copied == [100]
         assert query(conn, f"SELECT v FROM {DB}.t_osc_new WHERE id = 50") == [(1,)]   # the stale row is in
-        assert left == [None]                         # the chunk is done: nothing is left to the copy
+        assert left == [set()]                        # the batch read it: re-copied, not left to the copy
         recopy_keys(applier, plan.pair, [(50,)])
         assert query(conn, f"SELECT v FROM {DB}.t_osc_new WHERE id = 50") == [(2,)]
     finally:
@@ -97,12 +115,102 @@ def test_a_change_behind_a_running_batchs_snapshot_is_applied_after_the_batch_no
             session.close()
 
 
+def test_a_change_outside_the_running_batchs_range_is_sorted_without_waiting_for_the_batch(endpoints, conn, plan):
+    """Only a row inside an open batch's range waits for it: 70 lies past the batch [1, 51), 500 past the copy."""
+    blocker, copier, batch, copied = holding_a_batch(endpoints, conn, plan, 51, at=45)
+    applier = connect(endpoints.mysql)
+    try:
+        query(conn, f"INSERT INTO {DB}.t VALUES (500, 'u-500', 1)")
+        query(conn, f"UPDATE {DB}.t SET v = 7 WHERE id IN (30, 70)")
+        query(applier, "SET SESSION innodb_lock_wait_timeout = 1")   # a wait for the batch fails the sort
+        sorted_keys = sort_changed_keys(applier, plan, [(30,), (70,), (500,)])
+        assert (sorted_keys.now, sorted_keys.left, sorted_keys.behind) == ({(500,)}, {(70,)}, {(30,)})
+        query(blocker, "ROLLBACK")
+        batch.join(30)
+        assert copied == [50]
+        assert settle_behind_batches(applier, plan, sorted_keys) == set()   # the batch read 30: re-copied
+        recopy_keys(applier, plan.pair, [(30,), (500,)])
+        assert _copy_batch(copier, plan, 0, (51,), (101,), True, None) == 50
+        assert query(conn, f"SELECT id, v FROM {DB}.t_osc_new WHERE id IN (30, 70, 500) ORDER BY id") == \
+            [(30, 7), (70, 7), (500, 1)]
+    finally:
+        for session in (blocker, copier, applier):
+            session.close()
+
+
+def test_a_row_deleted_behind_a_running_batchs_snapshot_is_not_written_back_by_the_batch(endpoints, conn, plan):
+    """A key without a row cannot be placed in a range: it waits for every open batch, whose snapshot may
+    still hold the row (48 here, not yet written when the batch is held at 45)."""
+    blocker, copier, batch, copied = holding_a_batch(endpoints, conn, plan, 51, at=45)
+    applier = connect(endpoints.mysql)
+    try:
+        query(conn, f"DELETE FROM {DB}.t WHERE id = 48")
+        apply, outcome = in_thread(lambda: apply_changed_keys(applier, plan, {(48,)}, None, False))
+        wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the applier waiting for the batch")
+        query(blocker, "ROLLBACK")
+        batch.join(30)
+        apply.join(30)
+        assert copied == [50] and outcome == [(False, 1)]
+        assert query(conn, f"SELECT COUNT(*) FROM {DB}.t_osc_new WHERE id = 48") == [(0,)]
+    finally:
+        for session in (blocker, copier, applier):
+            session.close()
+
+
+def test_a_batch_that_starts_while_the_sort_waits_for_the_writer_is_waited_for(endpoints, conn, plan):
+    """The chunks are read after the locking read: a batch that opened while the sort waited for the writer's
+    commit read the row from before it (its snapshot is older than the commit) and must be waited for."""
+    app, applier = connect(endpoints.mysql, autocommit=False), connect(endpoints.mysql)
+    blocker = copier = None
+    try:
+        query(app, f"UPDATE {DB}.t SET v = 8 WHERE id = 70")   # not committed yet
+        apply, outcome = in_thread(lambda: apply_changed_keys(applier, plan, {(70,)}, None, False))
+        wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the sort waiting for the application's commit")
+        blocker, copier, batch, copied = holding_a_batch(endpoints, conn, plan, 101, at=80)   # read 70 with v = 1
+        query(app, "COMMIT")
+        wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the applier waiting for the batch")
+        query(blocker, "ROLLBACK")
+        batch.join(30)
+        apply.join(30)
+        assert copied == [100] and outcome == [(False, 1)]
+        assert query(conn, f"SELECT v FROM {DB}.t_osc_new WHERE id = 70") == [(8,)]
+    finally:
+        for session in (app, applier, blocker, copier):
+            if session is not None:
+                session.close()
+
+
+def test_a_batch_whose_published_range_another_worker_replaced_gives_up_before_reading(
+        endpoints, conn, plan, monkeypatch):
+    """An applier that read the other worker's range [1, 51) would leave 70 to the copy without waiting: a
+    batch of [1, 101) must then not read at all."""
+    copier, other = connect(endpoints.mysql), connect(endpoints.mysql)
+    published: list[str] = []
+
+    def query_then_publish_over(session, sql, args=None):
+        rows = query(session, sql, args)
+        if sql.startswith("UPDATE") and "batch_open=1" in sql and not published:
+            published.append(sql)
+            publish_range(other, plan, 0, (1,), (51,))
+        return rows
+
+    monkeypatch.setattr(copy_module, "query", query_then_publish_over)
+    try:
+        with pytest.raises(LeaseLost):
+            _copy_batch(copier, plan, 0, (1,), (101,), True, None)
+        assert published
+        assert query(conn, f"SELECT COUNT(*) FROM {DB}.t_osc_new") == [(0,)]
+    finally:
+        copier.close()
+        other.close()
+
+
 def test_a_key_the_copy_has_yet_to_read_is_left_to_it_once_its_writer_committed(endpoints, conn, plan):
     app, copier, applier = (connect(endpoints.mysql, autocommit=a) for a in (False, True, True))
     try:
         query(conn, f"INSERT INTO {DB}.t VALUES (500, 'u-500', 1)")   # above the copy's top: a change, never copied
         query(app, f"UPDATE {DB}.t SET v = 3 WHERE id = 70")   # not committed yet
-        check, left = in_thread(lambda: keys_left_to_copy(applier, plan, [(70,), (100,), (500,)]))
+        check, left = in_thread(lambda: left_to_copy(applier, plan, [(70,), (100,), (500,)]))
         wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the check waiting for the application's commit")
         query(app, "COMMIT")
         check.join(30)
@@ -119,7 +227,7 @@ def test_a_row_an_applier_wrote_where_the_copy_has_yet_to_read_gives_way_to_the_
     copier, applier = connect(endpoints.mysql), connect(endpoints.mysql)
     try:
         query(conn, f"DELETE FROM {DB}.t WHERE id = 40")
-        assert keys_left_to_copy(applier, plan, [(40,)]) == set()
+        assert left_to_copy(applier, plan, [(40,)]) == set()
         query(conn, f"INSERT INTO {DB}.t VALUES (40, 'u-40', 4)")
         recopy_keys(applier, plan.pair, [(40,)])
         query(conn, f"UPDATE {DB}.t SET v = 5 WHERE id = 40")
