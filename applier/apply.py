@@ -167,7 +167,7 @@ def apply_changed_keys(conn: pymysql.connections.Connection, ctx: RunContext, ke
 
     During the copy the keys it has yet to read are left to it, and those inside an open batch's range are
     settled after that batch (applier/uncopied.py), once the rest are written: a change is held back only by
-    a batch that may be reading its row."""
+    a batch that may be reading its row, or, for a key without a row, by every batch running."""
     def recopy(some: set[Key]) -> int:
         if some:
             with_retry(lambda: recopy_keys(conn, ctx.pair, some, target=target))

@@ -26,8 +26,8 @@ class LeaseLost(Exception):
 def publish_range(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,
                   hi: Key | None) -> None:
     """Commit the range `[lo, hi)` a batch of the chunk is about to read, before its read: an applier waits
-    for the batch only for keys inside it (applier/uncopied.py). The batch's commit closes it. `conn` is in
-    autocommit."""
+    for the batch only for rows inside it (applier/uncopied.py). The batch's commit closes it; a batch that
+    does not commit leaves it open until the chunk's next batch publishes. `conn` is in autocommit."""
     query(conn, f"UPDATE {ctx.store(conn).t('chunks')} SET batch_open=1, batch_end=%s WHERE migration_id=%s "
                 "AND chunk_no=%s AND next_key <=> %s AND NOT done",
           (dump_key(hi), ctx.migration.id, chunk_no, dump_key(lo)))
@@ -82,13 +82,13 @@ def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no:
                 hi: Key | None, last: bool, probe: Probe | None) -> int:
     """One transaction of copy_batch; with a probe, the way is cleared (or refused) before the insert.
 
-    The chunk's row is locked first, before the read's snapshot: an applier that asks which keys the copy has
-    yet to read waits for the batch's commit (applier/uncopied.py). The new table's rows in the range are
-    deleted before the insert: an applier writes a key there when its row came back after the applier found it
-    missing, or when the change key differs from the row's key only as its collation allows (the check's
-    answer is the row's key), and the batch's read is the newer (a change after it is applied after the
-    batch). A re-copy that writes such a key between the batch's DELETE and its INSERT makes the INSERT meet
-    it on the primary key: the batch is rolled back and written again (copy_batch).
+    The batch's range is published and the chunk's row locked first, before the read's snapshot: an applier
+    that asks about a row in the range waits for the batch's commit (applier/uncopied.py). The new table's
+    rows in the range are deleted before the insert: an applier writes a key there when its row came back
+    after the applier found it missing, or when the change key differs from the row's key only as its
+    collation allows (the check's answer is the row's key), and the batch's read is the newer (a change after
+    it is applied after the batch). A re-copy that writes such a key between the batch's DELETE and its INSERT
+    makes the INSERT meet it on the primary key: the batch is rolled back and written again (copy_batch).
     """
     pair, store = ctx.pair, ctx.store(conn)
     where, params = pair.pk.in_range(lo, hi, ctx.migration.copy_until)

@@ -18,9 +18,11 @@ it from doing so:
   share-locked, when that batch has committed (settle_behind_batches); a batch that starts later cannot
   start before that lock is released.
 
-So only rows inside an open batch's range wait for it; every other key is re-copied or left at once. A row
-the copy has read already is re-copied at once: the batch that read it has committed (its chunk moved past
-it), and a later batch of the chunk starts past it.
+So a row waits for a batch only inside that batch's open range; a row outside every open range is re-copied
+or left at once. A row the copy has read already is re-copied at once: the batch that read it has committed
+(its chunk moved past it), and a later batch of the chunk starts past it. A range stays open after a batch
+that did not commit (rolled back, or its process killed) until the chunk's next batch publishes: its rows
+then wait for a lock nobody holds.
 
 A key found without a row is not left to the copy: re-copying it deletes the new table's row (if any) and
 writes nothing. The server places rows in ranges, not bare keys, so such a key (and a change key that
@@ -44,9 +46,11 @@ from core.keys import Key, load_key
 
 @dataclass(frozen=True)
 class SortedKeys:
-    """Changed keys sorted against the copy's progress, as the server compares them."""
+    """Changed keys sorted against the copy's progress. The server places rows in ranges; a change key equal
+    to no row the locking read returned, value for value (a key without a row, or one its row matches only
+    under the collation), counts as without a row, which only makes it wait longer."""
 
-    now: set[Key]      # the copy read their rows already, or never will: re-copy at once
+    now: set[Key]      # rows the copy read already or never will, keys without a row while no batch is open
     left: set[Key]     # rows a later batch reads, after the change: left to the copy
     behind: set[Key]   # rows perhaps inside a running batch's range, and keys without a row while a batch runs
     chunks: tuple[int, ...]   # the chunks whose batches `behind` waits for (settle_behind_batches)
@@ -65,8 +69,8 @@ class _Pending:
 
 def sort_changed_keys(conn: pymysql.connections.Connection, ctx: RunContext,
                       keys: Collection[Key]) -> SortedKeys | None:
-    """Sort `keys` without waiting for any copy batch; None once every chunk is copied (nothing is left to
-    the copy from then on).
+    """Sort `keys` without waiting for any copy batch (the first read waits for the keys' writers); None once
+    every chunk is copied (nothing is left to the copy from then on).
 
     A key without a row cannot be placed in a range (only rows are compared by the server): while any batch
     is open it waits for all of them, since a batch whose snapshot still holds the row would write it back

@@ -134,7 +134,8 @@ class Migration:
 LATER_COLUMNS = {"coordinator": "VARCHAR(200) NULL", "heartbeat_at": "TIMESTAMP(6) NULL", "pk_columns": "TEXT NULL",
                  "cutover_requested_at": "TIMESTAMP(6) NULL"}
 
-# Names are kept byte for byte: `Orders` and `orders` are two tables, and any name the server accepts fits.
+# Names and key positions are kept and compared byte for byte: `Orders` and `orders` are two tables (and two
+# positions of a binary-collated key), and any name the server accepts fits.
 NAME_CHARSET = "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 
 # Chunk positions written by versions that planned integer keys only, and their conversion to keys:
@@ -168,8 +169,6 @@ _COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, COALESCE(pk_columns,
 class StateStore:
     """Reads and writes the metadata schema; every write is a committed transaction."""
 
-    chunk_columns = _CHUNK_COLUMNS   # what chunk() reads, for a caller's own (locking) read of chunk rows
-
     def __init__(self, conn: pymysql.connections.Connection, schema: str) -> None:
         self.conn = conn
         self.schema = schema
@@ -197,9 +196,10 @@ class StateStore:
             UNIQUE KEY active_key (active_key)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""")
         query(self.conn, f"""CREATE TABLE IF NOT EXISTS {self.t('chunks')} (
             migration_id BIGINT NOT NULL, chunk_no INT NOT NULL,
-            start_key TEXT NULL, end_key TEXT NULL, next_key TEXT NULL,
+            start_key TEXT {NAME_CHARSET} NULL, end_key TEXT {NAME_CHARSET} NULL,
+            next_key TEXT {NAME_CHARSET} NULL,
             rows_copied BIGINT NOT NULL DEFAULT 0, done TINYINT NOT NULL DEFAULT 0, checked_from TEXT NULL,
-            batch_open TINYINT NOT NULL DEFAULT 0, batch_end TEXT NULL,
+            batch_open TINYINT NOT NULL DEFAULT 0, batch_end TEXT {NAME_CHARSET} NULL,
             PRIMARY KEY (migration_id, chunk_no)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""")
         self._upgrade_earlier_schema()
 
@@ -234,7 +234,12 @@ class StateStore:
             query(self.conn, f"ALTER TABLE {self.t('chunks')} ADD COLUMN checked_from TEXT NULL")
         if "batch_open" not in chunk_columns:
             query(self.conn, f"ALTER TABLE {self.t('chunks')} ADD COLUMN batch_open TINYINT NOT NULL DEFAULT 0, "
-                             "ADD COLUMN batch_end TEXT NULL")
+                             f"ADD COLUMN batch_end TEXT {NAME_CHARSET} NULL")
+        positions = [c for c, collation in columns("chunks").items()
+                     if c in ("start_key", "end_key", "next_key", "batch_end") and collation != "utf8mb4_bin"]
+        if positions:   # compared byte for byte
+            query(self.conn, f"ALTER TABLE {self.t('chunks')} " + ", ".join(
+                f"MODIFY {c} TEXT {NAME_CHARSET} NULL" for c in positions))
 
     def _row(self, row: tuple) -> Migration:
         (mid, db, tbl, alter_sql, stage, status, prefix, pk_columns, error, diffs, blocked, cutover_at, options) = row

@@ -15,7 +15,7 @@ import pytest
 
 import applier.copy as copy_module
 from applier.apply import apply_changed_keys
-from applier.copy import LeaseLost, _copy_batch, copy_batch, publish_range
+from applier.copy import LeaseLost, _copy_batch, copy_batch, hold_chunk, publish_range
 from applier.recopy import recopy_keys
 from applier.uncopied import settle_behind_batches, sort_changed_keys
 from core.db import connect, query
@@ -203,6 +203,26 @@ def test_a_batch_whose_published_range_another_worker_replaced_gives_up_before_r
     finally:
         copier.close()
         other.close()
+
+
+def test_chunk_positions_differing_only_in_letter_case_are_different_positions(endpoints, conn, plan):
+    """Under a binary collation `B` and `b` are two boundaries: a batch of [b, B) must not take a chunk at
+    `B` for its own, nor a range published to `b` for one to `B`."""
+    store = plan.store(conn)
+    query(conn, f"UPDATE {store.t('chunks')} SET next_key=%s WHERE migration_id=%s", ('["B"]', MIGRATION_ID))
+    copier = connect(endpoints.mysql)
+    try:
+        publish_range(copier, plan, 0, ("b",), ("c",))
+        assert query(conn, f"SELECT batch_open FROM {store.t('chunks')} WHERE migration_id=%s",
+                     (MIGRATION_ID,)) == [(0,)]
+        publish_range(copier, plan, 0, ("B",), ("c",))
+        for lo, hi in ((("b",), ("c",)), (("B",), ("C",))):
+            copier.begin()
+            with pytest.raises(LeaseLost):
+                hold_chunk(copier, plan, 0, lo, hi)
+            copier.rollback()
+    finally:
+        copier.close()
 
 
 def test_a_key_the_copy_has_yet_to_read_is_left_to_it_once_its_writer_committed(endpoints, conn, plan):
