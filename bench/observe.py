@@ -35,12 +35,44 @@ class Sample:
     lag: int | None
 
 
+PROBE_PREFIX = "probe-"
+
+
+class ProbeBook:
+    """Probes sent to each probe row and not seen in the new table yet, oldest first.
+
+    Apply writes a row as it is when applied: once a later probe's value shows in the new table, this probe's
+    write, and every earlier one's of that row, is in it. Counting only probes whose own value showed would
+    drop every probe overwritten before it was applied, so only fast ones would be counted."""
+
+    def __init__(self, ids: list[int]) -> None:
+        self.at: dict[int, float] = {}
+        self.waiting: dict[int, list[int]] = {pk: [] for pk in ids}
+
+    def sent(self, n: int, pk: int, at: float) -> None:
+        self.at[n] = at
+        self.waiting[pk].append(n)
+
+    def shown(self, pk: int, value: str, now: float) -> list[tuple[float, float]]:
+        """(sent at, ms to applied) of the probes of row `pk` the new table's `value` shows applied."""
+        shown = int(value[len(PROBE_PREFIX):]) if value.startswith(PROBE_PREFIX) else 0
+        applied = []
+        while self.waiting[pk] and self.waiting[pk][0] <= shown:
+            n = self.waiting[pk].pop(0)
+            applied.append((self.at[n], (now - self.at[n]) * 1000))
+        return applied
+
+    def unseen(self) -> int:
+        return sum(len(left) for left in self.waiting.values())
+
+
 @dataclass
 class Observer:
     """Samples the migration every `interval` s and, once the appliers keep up, probes apply latency.
 
-    The probe updates rows above sysbench's id range and polls `_<table>_new` until each written
-    token appears: the time between the write's commit and that moment is commit-to-applied latency.
+    The probe updates rows below sysbench's id range and polls `_<table>_new` until each written
+    token, or a later one of the same row, appears: the time between the write's commit and that moment is
+    commit-to-applied latency.
     """
 
     endpoints: Endpoints
@@ -49,6 +81,7 @@ class Observer:
     interval: float = 0.5
     samples: list[Sample] = field(default_factory=list)
     probes: list[tuple[float, float]] = field(default_factory=list)   # (s since start when sent, ms to applied)
+    unseen_probes: int = 0
 
     def start(self) -> "Observer":
         self.started = time.monotonic()
@@ -104,35 +137,32 @@ class Observer:
         writer, reader = connect(self.endpoints.mysql), connect(self.endpoints.mysql)
         new_table = qualified(self.table.database, helper_table_name(self.table.table, "new"))
         ids = self.table.probe_ids()
-        sent: dict[str, float] = {}
-        seen: set[str] = set()
+        book = ProbeBook(ids)
         n, next_probe = 0, 0.0
         try:
             while not self.stop_event.is_set():
                 now = time.monotonic()
                 if now >= next_probe:
                     n += 1
-                    token = f"probe-{n}"
-                    query(writer, f"UPDATE {self.table.name} SET c=%s WHERE id=%s", (token, ids[n % len(ids)]))
-                    sent[token] = time.monotonic()
+                    pk = ids[n % len(ids)]
+                    query(writer, f"UPDATE {self.table.name} SET c=%s WHERE id=%s", (f"{PROBE_PREFIX}{n}", pk))
+                    book.sent(n, pk, time.monotonic())
                     next_probe = now + PROBE_INTERVAL_S
                 try:
-                    rows = query(reader, f"SELECT c FROM {new_table} WHERE id IN ({','.join(map(str, ids))})")
+                    rows = query(reader, f"SELECT id, c FROM {new_table} WHERE id IN ({','.join(map(str, ids))})")
                 except pymysql.err.MySQLError:
                     return   # swapped: `_<table>_new` is gone
                 arrived = time.monotonic()
-                for (token,) in rows:
-                    if token in sent and token not in seen:
-                        seen.add(token)
-                        self.probes.append((sent[token] - self.started, (arrived - sent[token]) * 1000))
+                for pk, value in rows:
+                    self.probes += [(at - self.started, ms) for at, ms in book.shown(pk, value, arrived)]
                 time.sleep(POLL_INTERVAL_S)
         except pymysql.err.MySQLError:
             return   # writes blocked at cutover or the table renamed under the probe
         finally:
+            self.unseen_probes = book.unseen()
             writer.close()
             reader.close()
 
-    # figures -------------------------------------------------------------------------------------
     def latency_by_stage(self) -> dict[str, list[float]]:
         """Per stage in which probes were sent (that of the last sample at or before): [p99 ms, probes], to
         tell which stage the slow ones fell in."""
@@ -172,6 +202,7 @@ class Observer:
             out["apply_latency_ms_p50"] = round(statistics.median(ordered), 1)
             out["apply_latency_ms_p99"] = round(p99(ordered), 1)
             out["apply_latency_probes"] = len(ordered)
+            out["apply_latency_unseen_probes"] = self.unseen_probes   # sent, not yet in the new table at the swap
             out["apply_latency_ms_p99_by_stage"] = self.latency_by_stage()
         out["timeline"] = [[s.t, s.stage, s.copied, s.applied, s.lag] for s in self.samples]
         return out

@@ -290,8 +290,10 @@ def write_markdown(path: Path, invocations: list[dict[str, Any]], runs: list[dic
         "Apply capacity is the rate at which the appliers drained a backlog left at the copy's end (events "
         "applied ÷ drain time; the appliers apply during the copy, so there is often none to drain, and the "
         "group's largest lag during the copy is `copy_peak_lag_events` in the JSON); commit→applied is measured "
-        "by a probe that updates rows outside sysbench's range every 50 ms once the group's lag is at most 1,000 "
-        "events and polls the new table until each value appears.", "",
+        "by a probe that updates rows below sysbench's range (read by the copy's first batch) every 50 ms once the "
+        "group's lag is at most 1,000 events and polls the new table until each value, or a later value of the same "
+        "row, appears (apply writes a row as it is then; probes not in the new table by the swap are "
+        "`apply_latency_unseen_probes` in the JSON).", "",
         *_cpu_table(results),
         *_held_section(results),
         "## Runs that did not finish", "", *_unfinished([r for r in runs if r.get("invocation", 0) in current]), "",

@@ -13,7 +13,10 @@ from core.endpoints import MySQLAddress
 from core.spec import helper_table_name
 
 LEFTOVERS = ("_{t}_new", "_{t}_old", "_{t}_gho", "_{t}_ghc", "_{t}_del")   # pt-osc's and gh-ost's
-PROBE_ROWS = 8   # rows above the sysbench id range, written only by the latency probe
+# Rows below sysbench's ids (1..rows), written only by the latency probe: the copy's first batch reads them, so
+# from then on a probe measures the apply of rows the copy has passed (a row the copy has yet to read is written
+# by the copy, whenever it gets there).
+PROBE_ROWS = 8
 
 
 class BenchTable:
@@ -29,7 +32,7 @@ class BenchTable:
 
     def probe_ids(self) -> list[int]:
         """Primary keys of the probe rows (sysbench only touches ids 1..rows)."""
-        return [self.rows + 1 + i for i in range(PROBE_ROWS)]
+        return [-i for i in range(PROBE_ROWS)]
 
     def _conn(self) -> pymysql.connections.Connection:
         conn = connect(self.addr)
@@ -44,7 +47,9 @@ class BenchTable:
             tpl = qualified(self.database, self.template)
             exists = scalar(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
                             (self.database, self.template))
-            if exists and scalar(conn, f"SELECT COUNT(*) FROM {tpl}") == self.rows + PROBE_ROWS:
+            probes = ",".join(map(str, self.probe_ids()))
+            if exists and scalar(conn, f"SELECT COUNT(*) FROM {tpl}") == self.rows + PROBE_ROWS \
+                    and scalar(conn, f"SELECT COUNT(*) FROM {tpl} WHERE id IN ({probes})") == PROBE_ROWS:
                 return
             self.drop_all(conn)
             with sysbench_config_file(self.addr) as config_file:

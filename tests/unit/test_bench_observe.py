@@ -1,7 +1,7 @@
 """The benchmark tells in which stage commit-to-applied probes were slow (bench/observe.py): pure logic."""
 from __future__ import annotations
 
-from bench.observe import Observer, Sample, p99
+from bench.observe import Observer, ProbeBook, Sample, p99
 
 
 def test_probes_are_grouped_by_the_stage_they_were_sent_in():
@@ -16,3 +16,15 @@ def test_probes_are_grouped_by_the_stage_they_were_sent_in():
 def test_p99_is_the_value_below_which_99_percent_lie():
     values = [float(v) for v in range(1, 201)]
     assert p99(values) == 199.0 and p99([7.0]) == 7.0
+
+
+def test_a_probe_overwritten_before_it_was_applied_is_counted_when_a_later_value_of_its_row_shows():
+    """Apply writes the row as it is then: probe 1's own value never shows once probe 3 overwrote it first."""
+    book = ProbeBook([10, 11])
+    book.sent(1, 10, at=0.0)
+    book.sent(2, 11, at=0.1)
+    book.sent(3, 10, at=0.2)
+    assert book.shown(10, "probe", now=0.3) == []        # the row as copied, before any probe
+    assert book.shown(10, "probe-3", now=0.9) == [(0.0, 900.0), (0.2, 700.0)]
+    assert book.shown(10, "probe-3", now=1.0) == []      # counted once
+    assert book.unseen() == 1                            # probe 2 never showed
