@@ -10,7 +10,7 @@ import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from applier.recopy import recopy_keys, with_retry
-from applier.uncopied import settle_behind_batches, sort_changed_keys
+from applier.uncopied import KeySorter, settle_behind_batches
 from core import redis_keys
 from core.context import RunContext
 from core.db import query
@@ -162,8 +162,8 @@ def new_member_name() -> str:
 
 
 def apply_changed_keys(conn: pymysql.connections.Connection, ctx: RunContext, keys: set[Key],
-                       target: pymysql.connections.Connection | None, copy_complete: bool) -> tuple[bool, int]:
-    """Re-copy the changed keys; returns (whether every chunk is copied, keys re-copied).
+                       target: pymysql.connections.Connection | None, sorter: KeySorter) -> int:
+    """Re-copy the changed keys; returns how many were re-copied.
 
     During the copy the keys it has yet to read are left to it, and those inside an open batch's range are
     settled after that batch (applier/uncopied.py), once the rest are written: a change is held back only by
@@ -173,16 +173,16 @@ def apply_changed_keys(conn: pymysql.connections.Connection, ctx: RunContext, ke
             with_retry(lambda: recopy_keys(conn, ctx.pair, some, target=target))
         return len(some)
 
-    if copy_complete or not keys:
-        return copy_complete, recopy(keys)
-    sorted_keys = with_retry(lambda: sort_changed_keys(conn, ctx, list(keys)))
+    if sorter.copy_complete or not keys:
+        return recopy(keys)
+    sorted_keys = with_retry(lambda: sorter.sort(conn, ctx, list(keys)))
     if sorted_keys is None:
-        return True, recopy(keys)
+        return recopy(keys)
     written = recopy(sorted_keys.now)
     if sorted_keys.behind:
         left = with_retry(lambda: settle_behind_batches(conn, ctx, sorted_keys))
         written += recopy(sorted_keys.behind - left)
-    return False, written
+    return written
 
 
 def apply_worker(ctx: RunContext, worker_no: int, member: str) -> None:
@@ -205,7 +205,7 @@ def apply_worker(ctx: RunContext, worker_no: int, member: str) -> None:
         consumer = applier_consumer(ctx, worker_no, member, committer)
         consumer.subscribe([names.changes])
         pk = ctx.pair.pk
-        copy_complete = False   # while chunks remain, keys the copy has yet to read are left to it
+        sorter = KeySorter()   # while chunks remain, keys the copy has yet to read are left to it
         while not ctx.stop.is_set():
             committer.retry_owed()   # before a pause can hold this applier: a refused commit must not wait
             if not ctx.wait_while_paused_or_throttled(conn):
@@ -223,7 +223,7 @@ def apply_worker(ctx: RunContext, worker_no: int, member: str) -> None:
                 change = decode_key(msg.key(), pk)
                 if change is not None and not change.is_fence:
                     keys.add(change.pk)
-            copy_complete, written = apply_changed_keys(conn, ctx, keys, target, copy_complete)
+            written = apply_changed_keys(conn, ctx, keys, target, sorter)
             committer.after_batch(messages)
             stats.add(len(messages), written, (time.monotonic() - started) * 1000)
     finally:

@@ -6,8 +6,8 @@ row as it is by then. Leaving it is safe only if that later read sees the change
 it from doing so:
 
 - the change is in the binlog, and so in the topic, before a plain read can see it: the sort's first read of
-  the keys is a locking read, which waits for the writers' commits, so every copy read that starts later
-  sees the change;
+  the keys that may be left to it is a locking read, which waits for the writers' commits, so every copy
+  read that starts later sees the change;
 - a copy batch may have taken its snapshot before the change and still be running: it would then commit the
   old row and move its chunk past the key. Every batch first commits its range in its chunk's row
   (`batch_open`, `batch_end`), then holds that row `FOR UPDATE` from before its read until its commit,
@@ -47,7 +47,7 @@ from core.keys import Key, load_key
 @dataclass(frozen=True)
 class SortedKeys:
     """Changed keys sorted against the copy's progress. The server places rows in ranges; a change key equal
-    to no row the locking read returned, value for value (a key without a row, or one its row matches only
+    to no row the sort's read returned, value for value (a key without a row, or one its row matches only
     under the collation), counts as without a row, which only makes it wait longer."""
 
     now: set[Key]      # rows the copy read already or never will, keys without a row while no batch is open
@@ -67,40 +67,48 @@ class _Pending:
     batch_end: Key | None    # None: the chunk's end
 
 
-def sort_changed_keys(conn: pymysql.connections.Connection, ctx: RunContext,
-                      keys: Collection[Key]) -> SortedKeys | None:
-    """Sort `keys` without waiting for any copy batch (the first read waits for the keys' writers); None once
-    every chunk is copied (nothing is left to the copy from then on).
+class KeySorter:
+    """Sorts one applier's changed keys against the copy's progress, remembering the chunks as it last read
+    them: the copy only moves forward, so a key outside every range pending then has been copied."""
 
-    A key without a row cannot be placed in a range (only rows are compared by the server): while any batch
-    is open it waits for all of them, since a batch whose snapshot still holds the row would write it back
-    after the re-copy's delete."""
-    pair = ctx.pair
-    rows = {tuple(row) for row in query(    # waits for the writers' commits; the locks go with the statement
-        conn, f"SELECT {pair.pk.column_list()} FROM {pair.source_by_key} WHERE {pair.pk.in_list(len(keys))} "
-              "LOCK IN SHARE MODE", pair.pk.flat(keys))}
-    pending = _pending_chunks(conn, ctx)
-    if not pending:
-        return None
-    open_batches = [c for c in pending if c.batch_open]
-    ranges, params = _ranges(ctx, pending)
-    tag, tag_params = "NULL", []
-    if open_batches:
-        cases = [(c.number, *_range(ctx, c.next, c.batch_end if c.batch_end is not None else c.end))
+    def __init__(self) -> None:
+        self.pending: list[_Pending] | None = None   # not read yet: every key may be in a pending range
+        self.copy_complete = False                   # every chunk copied: nothing is left to the copy any more
+
+    def sort(self, conn: pymysql.connections.Connection, ctx: RunContext, keys: Collection[Key]) -> SortedKeys | None:
+        """Sort `keys` without waiting for any copy batch (the first read waits for the keys' writers); None
+        once every chunk is copied (nothing is left to the copy from then on).
+
+        The first read is a locking read of the keys in the ranges pending at the last sort: the only ones
+        that may be left to the copy; every other key is re-copied, by a locking read of its own. A key
+        without a row cannot be placed in a range (only rows are compared by the server): while any batch is
+        open it waits for all of them, since a batch whose snapshot still holds the row would write it back
+        after the re-copy's delete."""
+        pair = ctx.pair
+        maybe_pending, maybe_params = ("TRUE", []) if self.pending is None else _ranges(ctx, self.pending)
+        query(conn, f"SELECT {pair.pk.column_list()} FROM {pair.source_by_key} "    # waits for the writers'
+                    f"WHERE {pair.pk.in_list(len(keys))} AND ({maybe_pending}) LOCK IN SHARE MODE",   # commits
+              [*pair.pk.flat(keys), *maybe_params])
+        self.pending = pending = _pending_chunks(conn, ctx)
+        if not pending:
+            self.copy_complete = True
+            return None
+        open_batches = [c for c in pending if c.batch_open]
+        cases = [(str(c.number), *_range(ctx, c.next, c.batch_end if c.batch_end is not None else c.end))
                  for c in open_batches]
+        cases.append(("-1", *_ranges(ctx, pending)))
         tag = "CASE " + " ".join(f"WHEN {where} THEN {number}" for number, where, _ in cases) + " END"
-        tag_params = [v for _, _, values in cases for v in values]
-    found = query(conn, f"SELECT {pair.pk.column_list()}, {tag} FROM {pair.source_by_key} "
-                        f"WHERE {pair.pk.in_list(len(keys))} AND ({ranges})",
-                  [*tag_params, *pair.pk.flat(keys), *params])
-    left = {tuple(row[:-1]) for row in found if row[-1] is None}
-    behind = {tuple(row[:-1]) for row in found if row[-1] is not None}
-    chunks = {int(row[-1]) for row in found if row[-1] is not None}
-    without_row = set(keys) - rows
-    if without_row and open_batches:
-        behind |= without_row
-        chunks |= {c.number for c in open_batches}
-    return SortedKeys(set(keys) - left - behind, left, behind, tuple(sorted(chunks)))
+        found = query(conn, f"SELECT {pair.pk.column_list()}, {tag} FROM {pair.source_by_key} "
+                            f"WHERE {pair.pk.in_list(len(keys))}",
+                      [*(v for _, _, values in cases for v in values), *pair.pk.flat(keys)])
+        left = {tuple(row[:-1]) for row in found if row[-1] == -1}
+        behind = {tuple(row[:-1]) for row in found if row[-1] is not None and row[-1] >= 0}
+        chunks = {int(row[-1]) for row in found if row[-1] is not None and row[-1] >= 0}
+        without_row = set(keys) - {tuple(row[:-1]) for row in found}
+        if without_row and open_batches:
+            behind |= without_row
+            chunks |= {c.number for c in open_batches}
+        return SortedKeys(set(keys) - left - behind, left, behind, tuple(sorted(chunks)))
 
 
 def settle_behind_batches(conn: pymysql.connections.Connection, ctx: RunContext, sorted_keys: SortedKeys) -> set[Key]:

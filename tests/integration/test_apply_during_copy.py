@@ -17,7 +17,7 @@ import applier.copy as copy_module
 from applier.apply import apply_changed_keys
 from applier.copy import LeaseLost, _copy_batch, copy_batch, hold_chunk, publish_range
 from applier.recopy import recopy_keys
-from applier.uncopied import settle_behind_batches, sort_changed_keys
+from applier.uncopied import KeySorter, settle_behind_batches
 from core.db import connect, query
 from core.keys import Key
 from core.state import StateStore
@@ -71,7 +71,7 @@ def plan(conn) -> Plan:
 
 def left_to_copy(session, plan, keys) -> set | None:
     """The keys an applier leaves to the copy: sorted, then those behind an open batch settled after it."""
-    sorted_keys = sort_changed_keys(session, plan, keys)
+    sorted_keys = KeySorter().sort(session, plan, keys)
     if sorted_keys is None:
         return None
     return sorted_keys.left | (settle_behind_batches(session, plan, sorted_keys) if sorted_keys.behind else set())
@@ -123,7 +123,7 @@ def test_a_change_outside_the_running_batchs_range_is_sorted_without_waiting_for
         query(conn, f"INSERT INTO {DB}.t VALUES (500, 'u-500', 1)")
         query(conn, f"UPDATE {DB}.t SET v = 7 WHERE id IN (30, 70)")
         query(applier, "SET SESSION innodb_lock_wait_timeout = 1")   # a wait for the batch fails the sort
-        sorted_keys = sort_changed_keys(applier, plan, [(30,), (70,), (500,)])
+        sorted_keys = KeySorter().sort(applier, plan, [(30,), (70,), (500,)])
         assert (sorted_keys.now, sorted_keys.left, sorted_keys.behind) == ({(500,)}, {(70,)}, {(30,)})
         query(blocker, "ROLLBACK")
         batch.join(30)
@@ -138,6 +138,26 @@ def test_a_change_outside_the_running_batchs_range_is_sorted_without_waiting_for
             session.close()
 
 
+def test_the_writer_of_a_row_the_copy_has_passed_does_not_hold_up_the_sort(endpoints, conn, plan):
+    """Only keys that may be left to the copy are share-locked by the sort: 30 was copied before the last
+    sort read the chunks, so its writer's open transaction is the re-copy's to wait for, not the sort's."""
+    copier, app, applier = (connect(endpoints.mysql, autocommit=a) for a in (True, False, True))
+    try:
+        assert _copy_batch(copier, plan, 0, (1,), (51,), False, None) == 50
+        sorter = KeySorter()
+        assert sorter.sort(applier, plan, [(70,)]).left == {(70,)}
+        query(app, f"UPDATE {DB}.t SET v = 9 WHERE id = 30")   # not committed
+        query(applier, "SET SESSION innodb_lock_wait_timeout = 1")   # a wait for the writer fails the sort
+        sorted_keys = sorter.sort(applier, plan, [(30,)])
+        assert (sorted_keys.now, sorted_keys.left, sorted_keys.behind) == ({(30,)}, set(), set())
+        query(app, "COMMIT")
+        recopy_keys(applier, plan.pair, [(30,)])
+        assert query(conn, f"SELECT v FROM {DB}.t_osc_new WHERE id = 30") == [(9,)]
+    finally:
+        for session in (copier, app, applier):
+            session.close()
+
+
 def test_a_row_deleted_behind_a_running_batchs_snapshot_is_not_written_back_by_the_batch(endpoints, conn, plan):
     """A key without a row cannot be placed in a range: it waits for every open batch, whose snapshot may
     still hold the row (48 here, not yet written when the batch is held at 45)."""
@@ -145,12 +165,12 @@ def test_a_row_deleted_behind_a_running_batchs_snapshot_is_not_written_back_by_t
     applier = connect(endpoints.mysql)
     try:
         query(conn, f"DELETE FROM {DB}.t WHERE id = 48")
-        apply, outcome = in_thread(lambda: apply_changed_keys(applier, plan, {(48,)}, None, False))
+        apply, outcome = in_thread(lambda: apply_changed_keys(applier, plan, {(48,)}, None, KeySorter()))
         wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the applier waiting for the batch")
         query(blocker, "ROLLBACK")
         batch.join(30)
         apply.join(30)
-        assert copied == [50] and outcome == [(False, 1)]
+        assert copied == [50] and outcome == [1]
         assert query(conn, f"SELECT COUNT(*) FROM {DB}.t_osc_new WHERE id = 48") == [(0,)]
     finally:
         for session in (blocker, copier, applier):
@@ -164,7 +184,7 @@ def test_a_batch_that_starts_while_the_sort_waits_for_the_writer_is_waited_for(e
     blocker = copier = None
     try:
         query(app, f"UPDATE {DB}.t SET v = 8 WHERE id = 70")   # not committed yet
-        apply, outcome = in_thread(lambda: apply_changed_keys(applier, plan, {(70,)}, None, False))
+        apply, outcome = in_thread(lambda: apply_changed_keys(applier, plan, {(70,)}, None, KeySorter()))
         wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the sort waiting for the application's commit")
         blocker, copier, batch, copied = holding_a_batch(endpoints, conn, plan, 101, at=80)   # read 70 with v = 1
         query(app, "COMMIT")
@@ -172,7 +192,7 @@ def test_a_batch_that_starts_while_the_sort_waits_for_the_writer_is_waited_for(e
         query(blocker, "ROLLBACK")
         batch.join(30)
         apply.join(30)
-        assert copied == [100] and outcome == [(False, 1)]
+        assert copied == [100] and outcome == [1]
         assert query(conn, f"SELECT v FROM {DB}.t_osc_new WHERE id = 70") == [(8,)]
     finally:
         for session in (app, applier, blocker, copier):
