@@ -41,7 +41,7 @@ import pymysql
 
 from core.context import RunContext
 from core.db import query
-from core.keys import Key, load_key
+from core.keys import Key, dump_key, load_key
 
 
 @dataclass(frozen=True)
@@ -140,8 +140,9 @@ def _pending_chunks(conn: pymysql.connections.Connection, ctx: RunContext,
            "WHERE migration_id=%s AND NOT done")
     params: list = [ctx.migration.id]
     if locked is not None:
-        sql += f" AND chunk_no IN ({', '.join(['%s'] * len(locked))}) ORDER BY chunk_no LOCK IN SHARE MODE"
+        sql += f" AND chunk_no IN ({', '.join(['%s'] * len(locked))})"
         params += locked
+    sql += " ORDER BY chunk_no" + (" LOCK IN SHARE MODE" if locked is not None else "")
     return [_Pending(int(number), load_key(next_key), load_key(end), bool(is_open), load_key(batch_end))
             for number, next_key, end, is_open, batch_end in query(conn, sql, params)]
 
@@ -152,10 +153,18 @@ def _range(ctx: RunContext, start: Key | None, end: Key | None) -> tuple[str, li
 
 
 def _ranges(ctx: RunContext, pending: list[_Pending]) -> tuple[str, list]:
-    """The rest of every pending chunk, OR-ed."""
+    """The rest of every pending chunk, OR-ed, adjacent ones joined: chunks not started yet follow one
+    another, so the rest of the copy is a few ranges however many chunks it has (a long OR can make the
+    server give up on range analysis, and a locking read by the primary key would then scan the table)."""
+    joined: list[tuple[Key | None, Key | None]] = []
+    for chunk in pending:   # in key order
+        if joined and joined[-1][1] is not None and dump_key(joined[-1][1]) == dump_key(chunk.next):
+            joined[-1] = (joined[-1][0], chunk.end)
+        else:
+            joined.append((chunk.next, chunk.end))
     parts, params = [], []
-    for chunk in pending:
-        where, values = _range(ctx, chunk.next, chunk.end)
+    for start, end in joined:
+        where, values = _range(ctx, start, end)
         parts.append(where)
         params += values
     return " OR ".join(parts), params
