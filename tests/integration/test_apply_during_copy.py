@@ -177,6 +177,30 @@ def test_a_row_deleted_behind_a_running_batchs_snapshot_is_not_written_back_by_t
             session.close()
 
 
+def test_a_row_inserted_but_not_yet_visible_past_the_copy_is_written_once_its_writer_commits(endpoints, conn, plan):
+    """500 lies past the copy, so the sort does not lock it, and its plain read cannot see the insert still
+    committing: the key counts as having no row, waits for the open batch, and its re-copy's locking read
+    waits for the writer."""
+    blocker, copier, batch, copied = holding_a_batch(endpoints, conn, plan, 51, at=45)
+    app, applier = connect(endpoints.mysql, autocommit=False), connect(endpoints.mysql)
+    try:
+        sorter = KeySorter()
+        assert sorter.sort(applier, plan, [(70,)]).left == {(70,)}   # the chunks as they are read once
+        query(app, f"INSERT INTO {DB}.t VALUES (500, 'u-500', 5)")   # not committed
+        apply, outcome = in_thread(lambda: apply_changed_keys(applier, plan, {(500,)}, None, sorter))
+        wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the applier waiting for the batch")
+        query(blocker, "ROLLBACK")
+        batch.join(30)
+        wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the re-copy waiting for the writer")
+        query(app, "COMMIT")
+        apply.join(30)
+        assert copied == [50] and outcome == [1]
+        assert query(conn, f"SELECT v FROM {DB}.t_osc_new WHERE id = 500") == [(5,)]
+    finally:
+        for session in (blocker, copier, app, applier):
+            session.close()
+
+
 def test_a_batch_that_starts_while_the_sort_waits_for_the_writer_is_waited_for(endpoints, conn, plan):
     """The chunks are read after the locking read: a batch that opened while the sort waited for the writer's
     commit read the row from before it (its snapshot is older than the commit) and must be waited for."""
