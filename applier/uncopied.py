@@ -101,10 +101,18 @@ class KeySorter:
         found = query(conn, f"SELECT {pair.pk.column_list()}, {tag} FROM {pair.source_by_key} "
                             f"WHERE {pair.pk.in_list(len(keys))}",
                       [*(v for _, _, values in cases for v in values), *pair.pk.flat(keys)])
-        left = {tuple(row[:-1]) for row in found if row[-1] == -1}
-        behind = {tuple(row[:-1]) for row in found if row[-1] is not None and row[-1] >= 0}
-        chunks = {int(row[-1]) for row in found if row[-1] is not None and row[-1] >= 0}
-        without_row = set(keys) - {tuple(row[:-1]) for row in found}
+        rows: set[Key] = set()
+        left: set[Key] = set()
+        behind: set[Key] = set()
+        chunks: set[int] = set()
+        for *key, chunk_no in found:
+            rows.add(tuple(key))
+            if chunk_no == -1:
+                left.add(tuple(key))
+            elif chunk_no is not None:
+                behind.add(tuple(key))
+                chunks.add(int(chunk_no))
+        without_row = set(keys) - rows
         if without_row and open_batches:
             behind |= without_row
             chunks |= {c.number for c in open_batches}

@@ -163,6 +163,7 @@ class Observer:
             writer.close()
             reader.close()
 
+    # figures -------------------------------------------------------------------------------------
     def latency_by_stage(self) -> dict[str, list[float]]:
         """Per stage in which probes were sent (that of the last sample at or before): [p99 ms, probes], to
         tell which stage the slow ones fell in."""

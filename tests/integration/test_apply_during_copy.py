@@ -69,6 +69,15 @@ def plan(conn) -> Plan:
     query(conn, f"DELETE FROM {store.t('chunks')} WHERE migration_id=%s", (MIGRATION_ID,))
 
 
+def waiting_on(conn, session, holder) -> bool:
+    """Whether `session` waits for a row lock `holder` holds (not merely for some lock)."""
+    return bool(query(conn, "SELECT 1 FROM information_schema.INNODB_LOCK_WAITS w "
+                            "JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id "
+                            "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
+                            "WHERE r.trx_mysql_thread_id=%s AND b.trx_mysql_thread_id=%s",
+                      (session.thread_id(), holder.thread_id())))
+
+
 def left_to_copy(session, plan, keys) -> set | None:
     """The keys an applier leaves to the copy: sorted, then those behind an open batch settled after it."""
     sorted_keys = KeySorter().sort(session, plan, keys)
@@ -166,7 +175,7 @@ def test_a_row_deleted_behind_a_running_batchs_snapshot_is_not_written_back_by_t
     try:
         query(conn, f"DELETE FROM {DB}.t WHERE id = 48")
         apply, outcome = in_thread(lambda: apply_changed_keys(applier, plan, {(48,)}, None, KeySorter()))
-        wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the applier waiting for the batch")
+        wait_for(lambda: waiting_on(conn, applier, copier), 30, "the applier waiting for the batch")
         query(blocker, "ROLLBACK")
         batch.join(30)
         apply.join(30)
@@ -188,10 +197,10 @@ def test_a_row_inserted_but_not_yet_visible_past_the_copy_is_written_once_its_wr
         assert sorter.sort(applier, plan, [(70,)]).left == {(70,)}   # the chunks as they are read once
         query(app, f"INSERT INTO {DB}.t VALUES (500, 'u-500', 5)")   # not committed
         apply, outcome = in_thread(lambda: apply_changed_keys(applier, plan, {(500,)}, None, sorter))
-        wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the applier waiting for the batch")
+        wait_for(lambda: waiting_on(conn, applier, copier), 30, "the applier waiting for the batch")
         query(blocker, "ROLLBACK")
         batch.join(30)
-        wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the re-copy waiting for the writer")
+        wait_for(lambda: waiting_on(conn, applier, app), 30, "the re-copy waiting for the writer")
         query(app, "COMMIT")
         apply.join(30)
         assert copied == [50] and outcome == [1]
