@@ -91,6 +91,11 @@ class ApplyStats:
         return {k.decode(): int(v) for k, v in self.r.hgetall(self.key).items()}
 
 
+# refusals that only say the group's membership moved on since the commit was sent
+GENERATION_MOVED = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS,
+                              KafkaError.UNKNOWN_MEMBER_ID})
+
+
 class OffsetCommitter:
     """Commits an applier's positions after each write, without waiting for the broker's answer.
 
@@ -137,10 +142,11 @@ class OffsetCommitter:
             self.refusing = False
             return
         self.owed = True
-        # every commit in flight when the group's generation moves is refused at once: one warning per run of
-        # refusals, the rest at debug
+        # every commit in flight when the group's generation moves is refused at once: one line per run of
+        # refusals, the rest at debug; a rebalance (a member joining or leaving, as at every stop) is routine
+        first = logging.INFO if error.code() in GENERATION_MOVED else logging.WARNING
         log_event(log, "offset commit refused; retried before the next batch",
-                  logging.DEBUG if self.refusing else logging.WARNING, worker=self.worker_no, reason=str(error))
+                  logging.DEBUG if self.refusing else first, worker=self.worker_no, reason=str(error))
         self.refusing = True
 
     def _commit(self) -> None:

@@ -16,7 +16,35 @@ THRESHOLD = re.compile(r"^([A-Za-z][A-Za-z0-9_]{0,63})=(\d+)$")
 READ_EVERY_S = 1.0
 CLOUDWATCH_THRESHOLD = re.compile(r"^([A-Za-z][A-Za-z0-9]{0,254})=(\d+(?:\.\d+)?)$")
 CLOUDWATCH_OPTION = "--cloudwatch-max-load"
+FIGURES = re.compile(r"\d+(?:\.\d+)?")
+OPTION_NAMED = re.compile(r"\((--[a-z][a-z-]*)")
 NOTE_TTL_S = 5   # the Redis note `status` shows lives this long after the last throttled check
+
+
+def throttle_cause(reason: str | None) -> str | None:
+    """What a throttle reason names, without its figures: `Threads_running=31 >= 25 (--max-load)` and
+    `Threads_running=40 >= 25 (--max-load)` are one cause, told once; a reason of another option is another."""
+    return None if reason is None else FIGURES.sub("#", reason)
+
+
+def throttle_option(reason: str) -> str | None:
+    """The option a throttle reason names (`--max-load`), if it names one."""
+    found = OPTION_NAMED.search(reason)
+    return found.group(1) if found else None
+
+
+def throttle_change(before: str | None, now: str | None) -> list[str]:
+    """The lines that tell a change of what holds the work back (a release, then the new cause, when one
+    cause follows another without a gap): none when only the figures moved."""
+    if throttle_cause(before) == throttle_cause(now):
+        return []
+    lines = []
+    if before is not None:
+        option = throttle_option(before)
+        lines.append(f"throttle released ({option})" if option else "throttle released")
+    if now is not None:
+        lines.append(f"throttled: {now}")
+    return lines
 
 
 class CriticalLoad(Exception):

@@ -34,6 +34,7 @@ from migration.init_stage import run_init
 from migration.settings import settings_of, with_settings
 from migration.teardown import Metadata, tables_swapped, tear_down
 from migration.lease import CoordinatorLease, live_coordinator, owner_name
+from core.load import throttle_change
 from core.logs import bind_fields, log_event
 from core.spec import TARGET_OPTIONS, MigrationSpec, with_overrides
 from core.state import WORKING_STAGES, Migration, SourceChanged, Stage, StateStore, Status, check_definition
@@ -110,7 +111,7 @@ class Runner:
         self.checker_retry_at: float | None = None
         self.applier_member = new_member_name()   # names this process's appliers in the group
         self.last_health_check = 0.0
-        self.throttled = False
+        self.throttle_shown: str | None = None   # the throttle reason last said
         self.connector_missing_since: float | None = None
         self.connector_restarts = 0
         self.settings: dict[str, object] = {}   # applied `stream-osc set` values
@@ -419,10 +420,11 @@ class Runner:
             note = ctx.shared_redis().get(redis_keys.throttle_note(ctx.migration.id))
         except redis.RedisError:
             return   # a display only: Redis failures are handled where the work needs Redis
-        self.metrics.throttle(note.decode() if note else None)
-        if bool(note) != self.throttled:
-            self.progress.say(f"throttled: {note.decode()}" if note else "throttle released")
-            self.throttled = bool(note)
+        reason = note.decode() if note else None
+        self.metrics.throttle(reason)
+        for line in throttle_change(self.throttle_shown, reason):
+            self.progress.say(line)
+        self.throttle_shown = reason
 
     def _start_appliers(self, ctx: RunContext) -> None:
         self.appliers = WorkerGroup(ctx, partial(apply_worker, member=self.applier_member),

@@ -13,6 +13,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from core.load import throttle_cause
 from core.logs import log_event
 from core.state import Stage
 from monitor.progress import CopyRate
@@ -180,8 +181,11 @@ class MigrationMetrics:
             self.throttle_reason.remove(self.table, self._throttle_reason)
         if reason is not None:
             self.throttle_reason.labels(self.table, reason).set(1)
-        if (reason is None) != (self._throttle_reason is None):
-            log_event(log, "throttled" if reason else "throttle released", reason=reason)
+        if throttle_cause(reason) != throttle_cause(self._throttle_reason):
+            if self._throttle_reason is not None:
+                log_event(log, "throttle released", reason=self._throttle_reason)
+            if reason is not None:
+                log_event(log, "throttled", reason=reason)
         self._throttle_reason = reason
         self.throttled.labels(self.table).set(1 if reason else 0)
         self._touch()

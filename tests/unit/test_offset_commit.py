@@ -95,16 +95,27 @@ def test_a_commit_refused_for_one_partition_only_is_owed():
     assert committer.owed
 
 
-def test_a_burst_of_refused_commits_warns_once_until_a_commit_goes_through(caplog):
+def test_a_burst_of_refused_commits_is_said_once_until_a_commit_goes_through(caplog):
     committer, _ = committer_with_consumer()
     caplog.set_level("DEBUG", logger="stream_osc.apply")
 
-    def warnings() -> int:
-        return sum(r.levelname == "WARNING" for r in caplog.records)
+    def said(level: str) -> int:
+        return sum(r.levelname == level for r in caplog.records)
 
-    for _ in range(15):   # every commit in flight when the generation moved
-        committer.on_commit(KafkaError(KafkaError.ILLEGAL_GENERATION), [])
-    assert warnings() == 1
+    for _ in range(15):   # every commit in flight when the coordinator went away
+        committer.on_commit(KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE), [])
+    assert said("WARNING") == 1
     committer.on_commit(None, [TopicPartition("changes", 0, 7)])
-    committer.on_commit(KafkaError(KafkaError.REBALANCE_IN_PROGRESS), [])
-    assert warnings() == 2, "a refusal after a commit went through is a new run, warned again"
+    committer.on_commit(KafkaError(KafkaError.NOT_COORDINATOR), [])
+    assert said("WARNING") == 2, "a refusal after a commit went through is a new run, warned again"
+
+
+def test_a_refusal_because_the_group_rebalanced_is_said_below_warning(caplog):
+    """A member leaving (every stop) refuses the commits in flight: routine, so never on a quiet CLI's stderr."""
+    committer, _ = committer_with_consumer()
+    caplog.set_level("DEBUG", logger="stream_osc.apply")
+    for code in (KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.UNKNOWN_MEMBER_ID):
+        committer.on_commit(None, [TopicPartition("changes", 0, 7)])
+        committer.on_commit(KafkaError(code), [])
+    assert [r.levelname for r in caplog.records] == ["INFO"] * 3
+    assert committer.owed
