@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import boto3
 import botocore.exceptions
 
 from core.endpoints import ConfigError
@@ -34,7 +33,10 @@ PERIOD_S = 60
 
 def cloudwatch_client(option: str = OPTION) -> Any:
     """A CloudWatch client from the environment's credentials and region; ConfigError naming `option` (the one
-    that needs CloudWatch) without a region."""
+    that needs CloudWatch) without a region. boto3 is imported here, not with the module: it costs every
+    command a seventh of a second to start, and only CloudWatch users need it."""
+    import boto3
+
     try:
         return boto3.client("cloudwatch")
     except botocore.exceptions.NoRegionError as exc:
