@@ -8,11 +8,6 @@ and a quarter of the target batch time); well below it, one worker and a quarter
 back per second. This is the additive-increase / multiplicative-decrease rule of congestion control: the
 work backs off as fast as the application suffers and returns slowly.
 
-One worker of short batches can still keep a core of the server busy without a pause, and on a server
-with no core to spare the application then queues for it. So once at that floor, a judgement still over
-the target adds a rest between statements (MIN_REST_S, doubled each time up to MAX_REST_S); the first
-judgement well below the target takes the rest away at once, before workers come back.
-
 The target is `--max-app-latency`: a duration, `off`, or `auto` (the default): twice what the samples
 showed before the copy started, and at least AUTO_FLOOR_MS, so that the noise of an idle server does
 not hold the work back.
@@ -29,8 +24,6 @@ AUTO_FLOOR_MS = 2.0
 BASELINE_SAMPLES = 20       # two seconds of samples before the copy starts
 RECOVER_BELOW = 0.6         # share of the target under which work is added back
 MIN_TIME_SCALE = 0.25
-MIN_REST_S = 0.1            # the first rest between statements, once at one worker and the shortest batches
-MAX_REST_S = 1.0            # the longest: at least a few percent of the time the work still runs
 WINDOW = 10                 # samples judged together: one second
 WINDOW_S = 1.0              # ... or fewer, when they take that long
 
@@ -54,8 +47,6 @@ class Yielding:
         self.allowed = workers
         self.time_scale = 1.0
         self.last_window_ms: float | None = None
-        self.rest_s = 0.0               # pause between one statement's end and the next one's start
-        self._rested_until = 0.0        # monotonic time before which no statement starts
         self._baseline: list[float] = []
         self._window: list[float] = []
         self._window_began: float | None = None
@@ -94,17 +85,11 @@ class Yielding:
         if self.target_ms is None:
             return
         if latency_ms > self.target_ms:
-            if self.allowed == 1 and self.time_scale <= MIN_TIME_SCALE:
-                self.rest_s = min(MAX_REST_S, max(MIN_REST_S, self.rest_s * 2))
             self.allowed = max(1, self.allowed // 2)
             self.time_scale = max(MIN_TIME_SCALE, self.time_scale / 2)
         elif latency_ms < RECOVER_BELOW * self.target_ms:
-            if self.rest_s:
-                self.rest_s = 0.0
-                self._rested_until = 0.0
-            else:
-                self.allowed = min(self.workers, self.allowed + 1)
-                self.time_scale = min(1.0, self.time_scale * 1.25)
+            self.allowed = min(self.workers, self.allowed + 1)
+            self.time_scale = min(1.0, self.time_scale * 1.25)
         self._changed.notify_all()
 
     def configure(self, workers: int, target: float | str | None) -> None:
@@ -116,12 +101,12 @@ class Yielding:
                 self.set_baseline(self.baseline_ms)
             self.allowed = workers if self.target_ms is None else min(max(self.allowed, 1), workers)
             if self.target_ms is None:
-                self.time_scale, self.rest_s, self._rested_until = 1.0, 0.0, 0.0
+                self.time_scale = 1.0
             self._changed.notify_all()
 
     # use -----------------------------------------------------------------------------------------
     def yielding(self) -> bool:
-        return self.allowed < self.workers or self.time_scale < 1.0 or self.rest_s > 0
+        return self.allowed < self.workers or self.time_scale < 1.0
 
     def reason(self) -> str | None:
         """Why the work runs below its settings, for `status` and the metrics; None when it does not."""
@@ -129,26 +114,18 @@ class Yielding:
             return None
         seen = f"{self.last_window_ms:.1f} ms" if self.last_window_ms is not None else "high"
         return (f"application write latency {seen} over {self.target_ms:.1f} ms (--max-app-latency): "
-                f"{self.allowed} of {self.workers} workers, batches of {self.time_scale:.0%} of the target time"
-                + (f", resting {self.rest_s:.1f} s between them" if self.rest_s else ""))
+                f"{self.allowed} of {self.workers} workers, batches of {self.time_scale:.0%} of the target time")
 
     @contextmanager
     def turn(self, stopped: Callable[[], bool], waiting: Callable[[], None] | None = None) -> Iterator[bool]:
         """Hold one of the `allowed` places while a statement runs; yields False (without a place) when
         `stopped()` became true while waiting. `waiting` runs about every half second of the wait (a copy
-        worker renews its chunk's lease there, so that waiting for a place does not lose the chunk). While
-        resting, a statement starts no sooner than `rest_s` after the last one ended."""
+        worker renews its chunk's lease there, so that waiting for a place does not lose the chunk)."""
         with self._changed:
-            renewed_at = time.monotonic()
-            while not stopped():
-                now = time.monotonic()
-                if self._running < self.allowed and now >= self._rested_until:
-                    break
-                if waiting is not None and now - renewed_at >= 0.5:
+            while self._running >= self.allowed and not stopped():
+                self._changed.wait(0.5)
+                if waiting is not None and self._running >= self.allowed:
                     waiting()
-                    renewed_at = time.monotonic()
-                resting = self._rested_until - now if self._running < self.allowed else 0.5
-                self._changed.wait(min(0.5, max(0.01, resting)))
             if stopped():
                 yield False
                 return
@@ -158,8 +135,6 @@ class Yielding:
         finally:
             with self._changed:
                 self._running -= 1
-                if self.rest_s:
-                    self._rested_until = time.monotonic() + self.rest_s
                 self._changed.notify_all()
 
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from core.endpoints import ConfigError
 from core.pacing import MAX_ROWS, MIN_ROWS, BatchSizer
 from core.spec import MigrationSpec
-from core.yielding import AUTO_FLOOR_MS, BASELINE_SAMPLES, MAX_REST_S, MIN_REST_S, WINDOW, Yielding
+from core.yielding import AUTO_FLOOR_MS, BASELINE_SAMPLES, WINDOW, Yielding
 
 
 def feed(yielding: Yielding, latency_ms: float, windows: int = 1, start: float = 0.0) -> float:
@@ -65,8 +64,8 @@ def test_work_halves_while_the_application_suffers_and_returns_one_worker_at_a_t
     assert "1 of 8 workers" in yielding.reason() and "--max-app-latency" in yielding.reason()
     now = feed(yielding, 8.0, start=now)              # under the target but not well under: hold
     assert yielding.allowed == 1
-    now = feed(yielding, 2.0, windows=3, start=now)   # the rest the floor added goes first, then workers come
-    assert yielding.allowed == 3 and yielding.rest_s == 0
+    now = feed(yielding, 2.0, windows=2, start=now)
+    assert yielding.allowed == 3
     feed(yielding, 2.0, windows=10, start=now)
     assert yielding.allowed == 8 and yielding.time_scale == 1.0 and yielding.reason() is None
 
@@ -158,48 +157,3 @@ def test_a_worker_waiting_for_its_turn_keeps_renewing_what_it_holds():
         waiter.start()
         waiter.join(10)
     assert renewed.is_set() and not waiter.is_alive()
-
-
-def test_at_the_floor_the_work_rests_longer_while_the_application_still_suffers():
-    """One worker of the shortest batches can still hold a core: the next step down is a pause between them."""
-    yielding = Yielding(2, 10.0)
-    now = feed(yielding, 50.0, windows=2)
-    assert (yielding.allowed, yielding.time_scale, yielding.rest_s) == (1, 0.25, 0.0)
-    now = feed(yielding, 50.0, start=now)
-    assert yielding.rest_s == MIN_REST_S and "resting 0.1 s between them" in yielding.reason()
-    now = feed(yielding, 50.0, windows=10, start=now)
-    assert yielding.rest_s == MAX_REST_S
-    feed(yielding, 2.0, start=now)
-    assert yielding.rest_s == 0 and yielding.allowed == 1, "the rest goes at once, before any worker comes back"
-
-
-def test_a_resting_statement_starts_no_sooner_than_the_rest_after_the_last_one_ended():
-    yielding = Yielding(2, 10.0)
-    feed(yielding, 50.0, windows=3)
-    assert yielding.rest_s == MIN_REST_S
-    with yielding.turn(lambda: False) as allowed:
-        assert allowed
-    ended = time.monotonic()
-    with yielding.turn(lambda: False) as allowed:
-        started = time.monotonic()
-    assert allowed and started - ended >= MIN_REST_S
-
-
-def test_a_worker_resting_before_its_turn_keeps_renewing_what_it_holds():
-    yielding = Yielding(2, 10.0)
-    feed(yielding, 50.0, windows=13)
-    assert yielding.rest_s == MAX_REST_S
-    with yielding.turn(lambda: False):
-        pass
-    renewals: list[float] = []
-    with yielding.turn(lambda: False, waiting=lambda: renewals.append(time.monotonic())) as allowed:
-        assert allowed
-    assert renewals, "a rest of a second passed without renewing the lease"
-
-
-def test_off_takes_the_rest_away():
-    yielding = Yielding(2, 10.0)
-    feed(yielding, 50.0, windows=5)
-    assert yielding.rest_s > 0
-    yielding.configure(2, None)
-    assert yielding.rest_s == 0 and yielding.reason() is None
