@@ -101,6 +101,7 @@ class Migration:
     cutover_blocked_ms: int | None
     cutover_at: float | None     # wall-clock time (epoch s) when the swap's lock was taken
     options: dict[str, Any]
+    protocol: int | None = None   # PROTOCOL of the coordinator that last claimed it (None: a version before it)
 
     @property
     def connector(self) -> str:
@@ -132,7 +133,13 @@ class Migration:
 
 # columns added after the first release of the metadata schema: name -> definition
 LATER_COLUMNS = {"coordinator": "VARCHAR(200) NULL", "heartbeat_at": "TIMESTAMP(6) NULL", "pk_columns": "TEXT NULL",
-                 "cutover_requested_at": "TIMESTAMP(6) NULL"}
+                 "cutover_requested_at": "TIMESTAMP(6) NULL", "protocol": "INT NULL"}
+
+# How the processes of one migration work together, raised whenever that changes in a way an older process
+# would get wrong (2: each copy batch publishes its key range in its chunk's row, and appliers wait only for
+# the batch whose range holds a row: applier/uncopied.py). The coordinator stamps it on the migration when it
+# claims it; a `worker` process of another protocol refuses to join, and a joined one stops when it changes.
+PROTOCOL = 2
 
 # Names and key positions are kept and compared byte for byte: `Orders` and `orders` are two tables (and two
 # positions of a binary-collated key), and any name the server accepts fits.
@@ -163,7 +170,7 @@ STALE_S = 15.0
 
 _CHUNK_COLUMNS = "chunk_no, start_key, end_key, next_key, rows_copied, done"
 _COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, COALESCE(pk_columns, JSON_ARRAY(pk_column)), error, "
-            "validation_diffs, cutover_blocked_ms, cutover_at, options")
+            "validation_diffs, cutover_blocked_ms, cutover_at, options, protocol")
 
 
 class StateStore:
@@ -191,6 +198,7 @@ class StateStore:
             options TEXT NOT NULL,
             active_key VARCHAR(140) {NAME_CHARSET} NULL,
             coordinator VARCHAR(200) NULL, heartbeat_at TIMESTAMP(6) NULL, cutover_requested_at TIMESTAMP(6) NULL,
+            protocol INT NULL,
             created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
             updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
             UNIQUE KEY active_key (active_key)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""")
@@ -242,9 +250,10 @@ class StateStore:
                 f"MODIFY {c} TEXT {NAME_CHARSET} NULL" for c in positions))
 
     def _row(self, row: tuple) -> Migration:
-        (mid, db, tbl, alter_sql, stage, status, prefix, pk_columns, error, diffs, blocked, cutover_at, options) = row
+        (mid, db, tbl, alter_sql, stage, status, prefix, pk_columns, error, diffs, blocked, cutover_at, options,
+         protocol) = row
         return Migration(mid, db, tbl, alter_sql, Stage(stage), Status(status), prefix, tuple(json.loads(pk_columns)),
-                         error, diffs, blocked, cutover_at, json.loads(options or "{}"))
+                         error, diffs, blocked, cutover_at, json.loads(options or "{}"), protocol)
 
     def schema_exists(self) -> bool:
         """Whether the metadata schema exists; one made by an earlier version is brought up to date first."""
@@ -300,19 +309,21 @@ class StateStore:
         """Insert the migration row (stage init), owned by `coordinator` if given."""
         with self.conn.cursor() as cur:
             cur.execute(f"INSERT INTO {self.t('migrations')} (db, tbl, alter_sql, stage, status, prefix, pk_column, "
-                        "pk_columns, options, active_key, coordinator, heartbeat_at) "
-                        "VALUES (%s,%s,%s,'init','running',%s,%s,%s,%s,%s,%s,NOW(6))",
+                        "pk_columns, options, active_key, coordinator, heartbeat_at, protocol) "
+                        "VALUES (%s,%s,%s,'init','running',%s,%s,%s,%s,%s,%s,NOW(6),%s)",
                         (database, table, alter_sql, prefix, pk_columns[0], json.dumps(list(pk_columns)),
-                         json.dumps(options), f"{database}.{table}", coordinator))
+                         json.dumps(options), f"{database}.{table}", coordinator, PROTOCOL))
             return self.get(cur.lastrowid)
 
     # coordinator lease ----------------------------------------------------------------------------
     def claim_coordinator(self, migration_id: int, owner: str, stale_s: float, dead_owner: str | None = None) -> bool:
         """Become (or stay) the migration's coordinator unless another one's heartbeat is fresh.
 
-        `dead_owner` names a coordinator known to be dead, whose fresh heartbeat does not count.
+        `dead_owner` names a coordinator known to be dead, whose fresh heartbeat does not count. The claim stamps
+        this version's PROTOCOL: joined workers of another one stop (migration/worker_process.py).
         """
-        return bool(query_count(self.conn, f"UPDATE {self.t('migrations')} SET coordinator=%s, heartbeat_at=NOW(6) "
+        return bool(query_count(self.conn, f"UPDATE {self.t('migrations')} SET coordinator=%s, heartbeat_at=NOW(6), "
+                                           f"protocol={PROTOCOL} "
                                            "WHERE id=%s AND (coordinator IS NULL OR coordinator=%s OR coordinator=%s "
                                            "OR heartbeat_at IS NULL OR heartbeat_at < NOW(6) - INTERVAL %s SECOND)",
                                 (owner, migration_id, owner, dead_owner, stale_s)))

@@ -25,7 +25,7 @@ from core.endpoints import Endpoints
 from core.logs import bind_fields, log_event
 from migration.settings import settings_of
 from core.spec import MigrationSpec
-from core.state import FINISHED, SWAPPED_STAGES, WORKING_STAGES, Migration, Stage, StateStore
+from core.state import FINISHED, PROTOCOL, SWAPPED_STAGES, WORKING_STAGES, Migration, Stage, StateStore
 from migration.transient import retrying_transient
 from migration.workers import WorkerGroup
 from core.yielding import Yielding, never_yielding
@@ -35,6 +35,18 @@ log = logging.getLogger("stream_osc.worker")
 
 APPLY_STAGES = WORKING_STAGES[WORKING_STAGES.index(Stage.APPLY):]   # appliers run from apply to cutover
 ERR_NO_SUCH_TABLE = 1146   # an applier's statement after the swap: _<table>_new has been renamed
+
+
+def check_protocol(migration: Migration) -> None:
+    """Refuse to work on a migration whose coordinator runs another version of how processes work together
+    (core/state.py: PROTOCOL): a copy worker and an applier that disagree on it can lose a change."""
+    if migration.protocol != PROTOCOL:
+        theirs = "a version from before protocol stamps" if migration.protocol is None else \
+            f"protocol {migration.protocol}"
+        raise PreflightError(
+            f"migration {migration.id} of {qualified(migration.database, migration.table)} is coordinated by "
+            f"{theirs}; this worker speaks protocol {PROTOCOL}. Run the same stream-osc version in every process "
+            "of a migration: to upgrade, `pause` it, stop its processes, upgrade them all, then `resume`")
 
 
 def spec_of(migration: Migration, copy_workers: int | None, apply_workers: int | None) -> MigrationSpec:
@@ -59,6 +71,7 @@ class JoinedWorker:
         migration = self.store.active(database, table)
         if migration is None:
             raise PreflightError(f"no unfinished migration of {database}.{table} to join")
+        check_protocol(migration)
         self.migration_id = migration.id
         bind_fields(migration=migration.id)
         self.database, self.table = database, table
@@ -110,6 +123,8 @@ class JoinedWorker:
             if migration is not None:
                 self.migration_id = migration.id
                 bind_fields(migration=migration.id)
+        if migration is not None and not self._finished(migration):
+            check_protocol(migration)
         return migration
 
     def _run_group(self, migration: Migration, target: Callable[[RunContext, int], None], kind: str,
@@ -133,6 +148,7 @@ class JoinedWorker:
                 current = self.store.get(migration.id)
                 if not still(current) or self._finished(current):
                     break
+                check_protocol(current)   # a coordinator of another version claimed it: stop at once
         finally:
             group.stop()
             ctx.close()

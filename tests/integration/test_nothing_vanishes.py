@@ -20,7 +20,7 @@ from core.db import ServerInfo, connect, qualified, query, scalar
 from core.endpoints import MySQLAddress
 from migration.runner import Runner
 from core.spec import MigrationSpec, helper_table_name
-from core.state import Chunk, SourceChanged, StateStore
+from core.state import PROTOCOL, STALE_S, Chunk, SourceChanged, StateStore
 from demo.traffic import create_sample_table
 from monitor.progress import Progress
 from tests.integration.helpers import cli, leftovers, migration_row, wait_for, waiting_without_coordinator
@@ -281,6 +281,8 @@ def test_a_migration_recorded_by_an_integer_key_version_resumes_where_it_was(con
         assert store.schema_exists()
         migration = store.active("d", "t")                                    # the running migration resumes
         assert migration is not None and migration.id == 1 and migration.pk_columns == ("id",)
+        assert migration.protocol is None, "recorded before protocol stamps"
+        assert store.claim_coordinator(1, "upgraded", STALE_S) and store.get(1).protocol == PROTOCOL
         assert store.chunks(1) == [Chunk(0, (-2**63,), (11,), (10,), 7, False),
                                    Chunk(1, (11,), (2**63,), (11,), 0, False)]
         assert set(query(conn, "SELECT COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS WHERE "
