@@ -26,6 +26,7 @@ from core.yielding import Yielding
 log = logging.getLogger("stream_osc.app_latency")
 
 PROBE_EVERY_S = 0.1
+BASELINE_EVERY_S = 0.025   # faster while the baseline is taken: it is done within init, before the copy starts
 STATUS_EVERY_S = 1.0   # how often the pause is looked at
 
 
@@ -101,6 +102,7 @@ class LatencyProbe:
                           target_ms=round(self.yielding.target_ms or 0, 2))
                 if self.records_baseline:
                     store.record_app_latency_baseline(self.migration_id, baseline)
-            self.stopped.wait(max(0.0, PROBE_EVERY_S - (time.monotonic() - began)))
+            every = BASELINE_EVERY_S if self.yielding.needs_baseline() else PROBE_EVERY_S
+            self.stopped.wait(max(0.0, every - (time.monotonic() - began)))
         if conn is not None:
             conn.close()

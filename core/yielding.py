@@ -10,7 +10,9 @@ work backs off as fast as the application suffers and returns slowly.
 
 The target is `--max-app-latency`: a duration, `off`, or `auto` (the default): twice what the samples
 showed before the copy started, and at least AUTO_FLOOR_MS, so that the noise of an idle server does
-not hold the work back.
+not hold the work back. The copy starts only once that baseline is taken (`wait_for_baseline`): a sample
+taken while it runs holds its own load, and would raise the target by what the application is to be
+spared.
 """
 from __future__ import annotations
 
@@ -56,9 +58,23 @@ class Yielding:
     # measurement ---------------------------------------------------------------------------------
     def set_baseline(self, baseline_ms: float) -> None:
         """The application's latency before the work started (measured here, or by the coordinator)."""
-        self.baseline_ms = baseline_ms
-        if self.mode == "auto":
-            self.target_ms = max(AUTO_FACTOR * baseline_ms, AUTO_FLOOR_MS)
+        with self._changed:
+            self.baseline_ms = baseline_ms
+            if self.mode == "auto":
+                self.target_ms = max(AUTO_FACTOR * baseline_ms, AUTO_FLOOR_MS)
+            self._changed.notify_all()
+
+    def needs_baseline(self) -> bool:
+        """Whether the target still waits for the baseline (`auto`, not measured yet)."""
+        return self.mode == "auto" and self.baseline_ms is None
+
+    def wait_for_baseline(self, timeout_s: float, stopped: Callable[[], bool]) -> bool:
+        """Block until the baseline is taken (True), `timeout_s` passed or `stopped()` (False)."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while self.needs_baseline() and not stopped() and time.monotonic() < deadline:
+                self._changed.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+            return not self.needs_baseline()
 
     def sample(self, latency_ms: float, now: float | None = None) -> float | None:
         """Take one probe sample; returns the baseline the moment it is established (else None)."""

@@ -53,6 +53,7 @@ RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", 
                      "cutover_timezone", "defer_indexes", *TARGET_OPTIONS)
 # kept with the migration too, but a value given to `resume`/`cutover` replaces the stored one (and is kept)
 LOCK_OPTIONS = ("lock_wait_s", "lock_tries", "force_kill_blockers_after_s", "force_kill_max_rows")
+BASELINE_WAIT_S = 5.0              # longest wait for the application latency baseline before the copy
 MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coordinator before it stops
 CONNECTOR_RESTART_WAIT_S = 10.0    # how long a restart may take to show (the task leaving FAILED)
 CONNECTOR_SETTLE_S = 5.0           # and how long it must then keep running to count as recovered
@@ -346,6 +347,7 @@ class Runner:
         `stream-osc cutover` asks)."""
         migration = ctx.migration
         if migration.stage == Stage.COPY:
+            self._wait_for_baseline(ctx)
             if not deferred(migration):   # apply during the copy; deferred indexes are built before any apply
                 self._start_appliers(ctx)
                 self._start_checker(ctx)
@@ -381,6 +383,14 @@ class Runner:
             self._cutover(ctx, cutover)
         finally:
             cutover.close()
+
+    def _wait_for_baseline(self, ctx: RunContext) -> None:
+        """Start no work before the application's latency is measured without it (core/yielding.py); a probe
+        that cannot write for BASELINE_WAIT_S does not hold the copy back (copy and validation then run at
+        their settings until it can, as after any probe failure)."""
+        if self.yielding.needs_baseline() and not self.yielding.wait_for_baseline(BASELINE_WAIT_S, ctx.stop.is_set):
+            log_event(log, "no application latency baseline yet; the copy starts without waiting for it",
+                      logging.WARNING, waited_s=BASELINE_WAIT_S)
 
     # stages --------------------------------------------------------------------------------------
     def _copy(self, ctx: RunContext) -> None:

@@ -157,3 +157,21 @@ def test_a_worker_waiting_for_its_turn_keeps_renewing_what_it_holds():
         waiter.start()
         waiter.join(10)
     assert renewed.is_set() and not waiter.is_alive()
+
+
+def test_the_copy_waits_for_the_baseline_taken_before_it():
+    """A baseline sampled while the copy runs would hold the copy's own load and raise the target."""
+    yielding = Yielding(4, "auto")
+    assert yielding.needs_baseline()
+    assert not yielding.wait_for_baseline(0.05, lambda: False), "no baseline: the wait ends at its timeout"
+    taken = threading.Timer(0.05, lambda: [yielding.sample(1.5, 0.01 * i) for i in range(BASELINE_SAMPLES)])
+    taken.start()
+    assert yielding.wait_for_baseline(10.0, lambda: False)
+    taken.join()
+    assert not yielding.needs_baseline() and yielding.target_ms == 3.0
+
+
+def test_a_fixed_target_or_off_needs_no_baseline_and_a_stop_ends_the_wait():
+    assert not Yielding(4, 10.0).needs_baseline() and not Yielding(4, None).needs_baseline()
+    assert Yielding(4, 10.0).wait_for_baseline(10.0, lambda: False)
+    assert not Yielding(4, "auto").wait_for_baseline(10.0, lambda: True)
