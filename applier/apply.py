@@ -91,9 +91,9 @@ class ApplyStats:
         return {k.decode(): int(v) for k, v in self.r.hgetall(self.key).items()}
 
 
-# refusals that only say the group's membership moved on since the commit was sent
-GENERATION_MOVED = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS,
-                              KafkaError.UNKNOWN_MEMBER_ID})
+# refusals that only say the group's membership moved on since the commit was sent (not UNKNOWN_MEMBER_ID:
+# that one also says this member was expelled, which an operator must hear of)
+GENERATION_MOVED = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS})
 
 
 class OffsetCommitter:
@@ -114,6 +114,7 @@ class OffsetCommitter:
         self.consumer: Consumer | None = None
         self.owed = False
         self.refusing = False   # the last answer was a refusal
+        self.warned = False     # a refusal of the current run was said as a warning
 
     def after_batch(self, messages: list[Message]) -> None:
         """Store the batch's positions (it is written) and commit them."""
@@ -139,14 +140,21 @@ class OffsetCommitter:
         if error is None:   # the request went through; a partition may still have been refused
             error = next((tp.error for tp in partitions if tp.error is not None), None)
         if error is None or error.code() == KafkaError._NO_OFFSET:   # nothing stored since the last commit
-            self.refusing = False
+            self.refusing = self.warned = False
             return
         self.owed = True
         # every commit in flight when the group's generation moves is refused at once: one line per run of
-        # refusals, the rest at debug; a rebalance (a member joining or leaving, as at every stop) is routine
-        first = logging.INFO if error.code() in GENERATION_MOVED else logging.WARNING
-        log_event(log, "offset commit refused; retried before the next batch",
-                  logging.DEBUG if self.refusing else first, worker=self.worker_no, reason=str(error))
+        # refusals, the rest at debug; a rebalance (a member joining or leaving, as at every stop) is routine,
+        # said at info, and does not hide a warning-worthy refusal later in the same run
+        routine = error.code() in GENERATION_MOVED
+        if not routine and not self.warned:
+            level, self.warned = logging.WARNING, True
+        elif not self.refusing:
+            level = logging.INFO if routine else logging.WARNING
+        else:
+            level = logging.DEBUG
+        log_event(log, "offset commit refused; retried before the next batch", level, worker=self.worker_no,
+                  reason=str(error))
         self.refusing = True
 
     def _commit(self) -> None:

@@ -22,9 +22,11 @@ NOTE_TTL_S = 5   # the Redis note `status` shows lives this long after the last 
 
 
 def throttle_cause(reason: str | None) -> str | None:
-    """What a throttle reason names, without its figures: `Threads_running=31 >= 25 (--max-load)` and
-    `Threads_running=40 >= 25 (--max-load)` are one cause, told once; a reason of another option is another."""
-    return None if reason is None else FIGURES.sub("#", reason)
+    """The option a throttle reason names (its text without figures when it names none): a reason whose
+    figures, variable or host change under one option is one cause, told once; another option's is another."""
+    if reason is None:
+        return None
+    return throttle_option(reason) or FIGURES.sub("#", reason)
 
 
 def throttle_option(reason: str) -> str | None:

@@ -162,6 +162,7 @@ APP_LATENCY_BASELINE_OPTION = "app_latency_baseline_ms"
 # The rows the application latency probes update, one per probing process (core/app_latency.py).
 LATENCY_PROBES = "latency_probes"
 ER_NO_SUCH_TABLE = 1146
+ER_DUP_FIELDNAME = 1060
 
 # The coordinator lease (migration/lease.py): renewed this often; a coordinator silent for STALE_S is taken
 # for dead and another may take over.
@@ -225,7 +226,12 @@ class StateStore:
         present = columns("migrations")
         for column, definition in LATER_COLUMNS.items():
             if column not in present:
-                query(self.conn, f"ALTER TABLE {self.t('migrations')} ADD COLUMN {quote_ident(column)} {definition}")
+                try:
+                    query(self.conn, f"ALTER TABLE {self.t('migrations')} ADD COLUMN {quote_ident(column)} "
+                                     f"{definition}")
+                except pymysql.err.OperationalError as exc:   # another process of this version added it first
+                    if exc.args[0] != ER_DUP_FIELDNAME:
+                        raise
         if present.get("tbl") != "utf8mb4_bin":
             query(self.conn, f"ALTER TABLE {self.t('migrations')} " + ", ".join(
                 f"MODIFY {quote_ident(c)} VARCHAR({n}) {NAME_CHARSET} {null}"

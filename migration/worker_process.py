@@ -46,7 +46,8 @@ def check_protocol(migration: Migration) -> None:
         raise PreflightError(
             f"migration {migration.id} of {qualified(migration.database, migration.table)} is coordinated by "
             f"{theirs}; this worker speaks protocol {PROTOCOL}. Run the same stream-osc version in every process "
-            "of a migration: to upgrade, `pause` it, stop its processes, upgrade them all, then `resume`")
+            "of a migration: to upgrade, `pause` it, stop its processes, upgrade them all, `resume` it, then start "
+            "its workers again")
 
 
 def spec_of(migration: Migration, copy_workers: int | None, apply_workers: int | None) -> MigrationSpec:
@@ -71,7 +72,8 @@ class JoinedWorker:
         migration = self.store.active(database, table)
         if migration is None:
             raise PreflightError(f"no unfinished migration of {database}.{table} to join")
-        check_protocol(migration)
+        if not self._finished(migration):   # a swapped one is left at once, whoever swapped it
+            check_protocol(migration)
         self.migration_id = migration.id
         bind_fields(migration=migration.id)
         self.database, self.table = database, table

@@ -78,7 +78,7 @@ def test_a_worker_of_another_protocol_refuses_to_join_and_changes_nothing(waitin
     assert joined.returncode == 2, joined.stderr
     error = joined.stderr.strip()
     assert error.startswith("stream-osc: error: ") and len(error.splitlines()) == 1, error
-    assert said in error and f"this worker speaks protocol {PROTOCOL}" in error and "`resume`" in error
+    assert said in error and f"this worker speaks protocol {PROTOCOL}" in error and "`resume` it" in error
     assert waiting.unchanged()
 
 

@@ -114,8 +114,26 @@ def test_a_refusal_because_the_group_rebalanced_is_said_below_warning(caplog):
     """A member leaving (every stop) refuses the commits in flight: routine, so never on a quiet CLI's stderr."""
     committer, _ = committer_with_consumer()
     caplog.set_level("DEBUG", logger="stream_osc.apply")
-    for code in (KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.UNKNOWN_MEMBER_ID):
+    for code in (KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS):
         committer.on_commit(None, [TopicPartition("changes", 0, 7)])
         committer.on_commit(KafkaError(code), [])
-    assert [r.levelname for r in caplog.records] == ["INFO"] * 3
+    assert [r.levelname for r in caplog.records] == ["INFO"] * 2
     assert committer.owed
+
+
+def test_a_rebalance_refusal_does_not_hide_a_warning_worthy_one_after_it(caplog):
+    committer, _ = committer_with_consumer()
+    caplog.set_level("DEBUG", logger="stream_osc.apply")
+    committer.on_commit(KafkaError(KafkaError.ILLEGAL_GENERATION), [])
+    committer.on_commit(KafkaError(KafkaError.ILLEGAL_GENERATION), [])
+    committer.on_commit(KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE), [])
+    committer.on_commit(KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE), [])
+    assert [r.levelname for r in caplog.records] == ["INFO", "DEBUG", "WARNING", "DEBUG"]
+
+
+def test_an_expelled_member_is_warned_of(caplog):
+    """UNKNOWN_MEMBER_ID also means this member was expelled (session timeout, a poll too late): not routine."""
+    committer, _ = committer_with_consumer()
+    caplog.set_level("DEBUG", logger="stream_osc.apply")
+    committer.on_commit(KafkaError(KafkaError.UNKNOWN_MEMBER_ID), [])
+    assert [r.levelname for r in caplog.records] == ["WARNING"]

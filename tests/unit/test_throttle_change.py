@@ -1,5 +1,5 @@
 """What the migration says when what holds its work back changes (pure logic): every change of cause is told,
-including one cause following another with no gap between them; figures moving under one cause are not."""
+including one cause following another with no gap between them; what changes under one option is not."""
 from __future__ import annotations
 
 from core.load import throttle_change
@@ -18,6 +18,9 @@ def test_figures_moving_under_one_cause_are_not_told_again():
     assert throttle_change(MAX_LOAD, "Threads_running=40 >= 25 (--max-load)") == []
     assert throttle_change(APP_LATENCY, APP_LATENCY.replace("41.5", "60.2").replace("1 of 2", "2 of 2")) == []
     assert throttle_change(None, None) == []
+    assert throttle_change(APP_LATENCY.replace("41.5 ms", "high"), APP_LATENCY) == []
+    assert throttle_change("replica db-1:3306 is 12 s behind >= 10 s (--max-replica-lag)",
+                           "replica db-2:3306 unreachable (--max-replica-lag)") == []
 
 
 def test_one_cause_taking_over_from_another_releases_the_first_and_names_the_second():
