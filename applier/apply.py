@@ -149,8 +149,8 @@ class OffsetCommitter:
         routine = error.code() in GENERATION_MOVED
         if not routine and not self.warned:
             level, self.warned = logging.WARNING, True
-        elif not self.refusing:
-            level = logging.INFO if routine else logging.WARNING
+        elif routine and not self.refusing:
+            level = logging.INFO
         else:
             level = logging.DEBUG
         log_event(log, "offset commit refused; retried before the next batch", level, worker=self.worker_no,

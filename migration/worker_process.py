@@ -72,8 +72,6 @@ class JoinedWorker:
         migration = self.store.active(database, table)
         if migration is None:
             raise PreflightError(f"no unfinished migration of {database}.{table} to join")
-        if not self._finished(migration):   # a swapped one is left at once, whoever swapped it
-            check_protocol(migration)
         self.migration_id = migration.id
         bind_fields(migration=migration.id)
         self.database, self.table = database, table
@@ -125,8 +123,8 @@ class JoinedWorker:
             if migration is not None:
                 self.migration_id = migration.id
                 bind_fields(migration=migration.id)
-        if migration is not None and not self._finished(migration):
-            check_protocol(migration)
+        if migration is not None and not self._finished(migration):   # a swapped one is left, whoever swapped it
+            check_protocol(migration)   # before any worker starts: the first step reads the migration here
         return migration
 
     def _run_group(self, migration: Migration, target: Callable[[RunContext, int], None], kind: str,
