@@ -4,7 +4,7 @@ from __future__ import annotations
 from enum import IntEnum, unique
 
 from core.load import CriticalLoad
-from core.state import SourceChanged
+from core.source_check import SourceChanged
 from cutover.validate import ValidationFailed
 from migration.runner import MigrationStopped
 

@@ -152,8 +152,6 @@ POSITIONS_AS_KEYS = ("start_key = CONCAT('[', start_pk, ']'), "
                      "end_key = CONCAT('[', CAST(end_pk AS DECIMAL(21,0)) + 1, ']'), "
                      "next_key = CONCAT('[', next_pk, ']')")
 
-# The source's definition recorded at init, in the migration's options (absent in migrations started earlier).
-DEFINITION_OPTION = "source_definition"
 # The largest key at init (JSON, core/keys.py): the copy stops there; later keys arrive as changes.
 COPY_UNTIL_OPTION = "copy_until"
 # The application's write latency before the copy (ms), which copy and validation yield against.
@@ -509,74 +507,3 @@ class StateStore:
     def write_fence(self, migration_id: int, token: str) -> None:
         """Stamp every fence row with `token` in one autocommitted statement."""
         query(self.conn, f"UPDATE {self.t(f'fence_{migration_id}')} SET token=%s", (token,))
-
-
-# the source table's definition ------------------------------------------------------------------
-class SourceChanged(Exception):
-    """The source table's definition changed since init: the new table no longer means the ALTER of it."""
-
-    user_facing = True
-
-
-def table_definition(conn: pymysql.connections.Connection, database: str,
-                     table: str) -> dict[str, dict[str, str]]:
-    """Columns (type, nullability, default, extra, collation, generation), keys and triggers of a table.
-
-    Recorded at init and compared until the swap: a column added to the source during the migration
-    would not exist in the new table, a dropped or retyped one would break or bend the copy, a trigger
-    would stay behind on the original.
-    AUTO_INCREMENT position and statistics are left out (they change with every insert).
-    """
-    columns = {}
-    for name, ctype, nullable, default, extra, collation, generated in query(conn, """
-            SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, EXTRA, COLLATION_NAME,
-                   GENERATION_EXPRESSION
-            FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s
-            ORDER BY ORDINAL_POSITION""", (database, table)):
-        parts = [ctype, "NULL" if nullable == "YES" else "NOT NULL"]
-        parts += [f"DEFAULT {default}"] if default is not None else []
-        parts += [f"COLLATE {collation}"] if collation else []
-        parts += [f"AS ({generated})"] if generated else []
-        parts += [extra] if extra else []
-        columns[name] = " ".join(parts)
-    keys: dict[str, dict[str, Any]] = {}
-    for name, non_unique, column, sub_part in query(conn, """
-            SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS
-            WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY INDEX_NAME, SEQ_IN_INDEX""", (database, table)):
-        key = keys.setdefault(name, {"unique": not int(non_unique), "columns": []})
-        key["columns"].append(f"{column}({sub_part})" if sub_part else column)
-    triggers = {name: f"{timing} {event}" for name, timing, event in query(conn, """
-            SELECT TRIGGER_NAME, ACTION_TIMING, EVENT_MANIPULATION FROM information_schema.TRIGGERS
-            WHERE EVENT_OBJECT_SCHEMA=%s AND EVENT_OBJECT_TABLE=%s ORDER BY TRIGGER_NAME""", (database, table))}
-    return {"columns": columns,
-            "keys": {name: ("UNIQUE " if k["unique"] else "") + f"({', '.join(k['columns'])})"
-                     for name, k in keys.items()},
-            "triggers": triggers}
-
-
-def definition_changes(recorded: dict[str, dict[str, str]], current: dict[str, dict[str, str]]) -> list[str]:
-    """What differs between two table definitions, one phrase per column or key."""
-    if not current["columns"]:
-        return ["the table is gone"]
-    changes = []
-    for kind in ("columns", "keys", "triggers"):
-        before, now = recorded.get(kind, {}), current.get(kind, {})
-        noun = kind[:-1]
-        changes += [f"{noun} {n} added ({now[n]})" for n in now if n not in before]
-        changes += [f"{noun} {n} dropped" for n in before if n not in now]
-        changes += [f"{noun} {n} changed from {before[n]} to {now[n]}" for n in now
-                    if n in before and before[n] != now[n]]
-    return changes
-
-
-def check_definition(conn: pymysql.connections.Connection, migration: Migration) -> None:
-    """Raise SourceChanged if the source table's definition differs from the one recorded at init."""
-    recorded = migration.options.get(DEFINITION_OPTION)
-    if recorded is None:   # a migration started before definitions were recorded
-        return
-    changes = definition_changes(recorded, table_definition(conn, migration.database, migration.table))
-    if changes:
-        name = f"{migration.database}.{migration.table}"
-        raise SourceChanged(f"table {name} was altered during the migration ({'; '.join(changes)}): stopping with "
-                            f"the original table untouched; run `stream-osc abort --table {name}` and start "
-                            "again against its new definition")

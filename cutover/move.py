@@ -18,7 +18,7 @@ import pymysql
 from core.db import qualified, query, scalar
 from core.keys import Key, show_key
 from core.logs import log_event
-from core.state import check_definition
+from core.source_check import check_source_unchanged
 from cutover.swap import Cutover, CutoverAborted, CutoverResult, _Renamer, drop_sentry, rename_queues_on_original, \
     SENTRY_COMMENT
 from cutover.validate import row_hasher
@@ -62,7 +62,7 @@ class MoveCutover(Cutover):
             self._lock(lock_conn, tables, [self.migrations_table])
             locked_at, locked_wall = time.monotonic(), time.time()
             deadline = locked_at + window_s
-            check_definition(lock_conn, ctx.migration)
+            check_source_unchanged(lock_conn, ctx.migration)
             try:
                 _, keys = self._drain_keys(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
                                            max(deadline - time.monotonic(), 0.01), False, target)

@@ -26,7 +26,7 @@ from core.spec import MigrationSpec
 from core.db import qualified, query, scalar
 from core.keys import Key
 from core.logs import log_event
-from core.state import check_definition
+from core.source_check import check_source_unchanged
 from cutover.blockers import Blocker, find_blockers
 from cutover.short_lock import LockNotTaken, lock_tables_briefly
 from streams.closing import close_within
@@ -336,7 +336,7 @@ class Cutover:
             locked_at = time.monotonic()
             locked_wall = time.time()
             deadline = locked_at + window_s
-            check_definition(lock_conn, ctx.migration)   # decisive: no DDL can run while the lock is held
+            check_source_unchanged(lock_conn, ctx.migration)   # decisive: no DDL can run while the lock is held
             try:
                 _, drained = self._drain(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
                                          max(deadline - time.monotonic(), 0.01), False)

@@ -31,7 +31,8 @@ from core.context import target_connection
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
-from core.state import COPY_UNTIL_OPTION, DEFINITION_OPTION, Migration, Stage, StateStore, table_definition
+from core.source_check import DEFINITION_OPTION, IDENTITY_OPTION, table_definition, table_identity
+from core.state import COPY_UNTIL_OPTION, Migration, Stage, StateStore
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
 from streams.topics import TopicNames, commit_start_offsets, create_capture_heartbeat_topic, create_change_topic
 
@@ -185,7 +186,9 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
               on_created: Callable[[Migration], None]) -> Migration | None:
     """run_init, with the target server's session when the new table moves to another server."""
     pk = preflight(conn, endpoints, spec, info, target)
-    definition = table_definition(conn, spec.database, spec.table)   # read first: a DDL from here on is caught
+    # read first: a DDL, TRUNCATE or replacement from here on is caught (core/source_check.py)
+    definition = table_definition(conn, spec.database, spec.table)
+    identity = table_identity(conn, spec.database, spec.table)
     if spec.dry_run:
         create_new_table(conn, spec, pk, target)
         try:
@@ -202,7 +205,8 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
     # init, from which resume, migrate and abort remove what exists. The new table under it is provably the
     # tool's: preflight found its name free, and the row (holding the table's active key) was written first.
     migration = store.create(spec.database, spec.table, spec.alter, topic_prefix(spec), pk.names,
-                             {**spec_options(spec), DEFINITION_OPTION: definition}, coordinator)
+                             {**spec_options(spec), DEFINITION_OPTION: definition,
+                              IDENTITY_OPTION: identity}, coordinator)
     new_table_created = False
     try:
         on_created(migration)

@@ -37,7 +37,8 @@ from migration.lease import CoordinatorLease, live_coordinator, owner_name
 from core.load import throttle_change
 from core.logs import bind_fields, log_event
 from core.spec import TARGET_OPTIONS, MigrationSpec, with_overrides
-from core.state import WORKING_STAGES, Migration, SourceChanged, Stage, StateStore, Status, check_definition
+from core.source_check import SourceChanged, check_source_unchanged
+from core.state import WORKING_STAGES, Migration, Stage, StateStore, Status
 from migration.transient import MAX_TRANSIENT_FAILURES, is_transient, retrying_transient
 from migration.workers import WorkerGroup
 from core.yielding import Yielding
@@ -239,7 +240,7 @@ class Runner:
             try:
                 stage = self.store.get(migration.id).stage
                 if stage in WORKING_STAGES and not self._swap_already_done():
-                    check_definition(self.conn, migration)   # (after the swap the name holds the new table)
+                    check_source_unchanged(self.conn, migration)   # (after the swap the name holds the new table)
             except SourceChanged as changed:
                 self.store.update(migration.id, error=str(changed)[:2000])
                 raise changed from exc
@@ -315,6 +316,7 @@ class Runner:
                 self._enter_stage(migration.id, Stage.CLEANUP)
                 migration = self.store.get(migration.id)
             if migration.stage in WORKING_STAGES:
+                check_source_unchanged(self.conn, migration)   # resumed: still the table init captured?
                 watch = LagWatch(self.endpoints, self.spec.metadata_schema, migration, self.spec.partitions,
                                  self.metrics).start()
                 ctx = self._context(migration)
@@ -756,7 +758,7 @@ class Runner:
         if current.status == Status.ABORTED:
             raise MigrationStopped(f"migration {ctx.migration.id} was aborted", resumable=False)
         self._follow_settings(ctx, current)
-        check_definition(self.conn, ctx.migration)
+        check_source_unchanged(self.conn, ctx.migration)
         state = self.connect.state(ctx.migration.connector)
         if state is None:
             # A Connect worker that just restarted lists its connectors only once it has read its config topic.

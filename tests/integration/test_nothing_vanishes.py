@@ -15,12 +15,14 @@ import pytest
 from core.table import load_pair
 from cutover.swap import Cutover
 from core.context import RunContext
+from cli.exit_codes import ExitCode
 from cli.main import main
 from core.db import ServerInfo, connect, qualified, query, scalar
 from core.endpoints import MySQLAddress
 from migration.runner import Runner
 from core.spec import MigrationSpec, helper_table_name
-from core.state import PROTOCOL, STALE_S, Chunk, SourceChanged, StateStore
+from core.source_check import SourceChanged
+from core.state import PROTOCOL, STALE_S, Chunk, StateStore
 from demo.traffic import create_sample_table
 from monitor.progress import Progress
 from tests.integration.helpers import cli, leftovers, migration_row, wait_for, waiting_without_coordinator
@@ -165,6 +167,28 @@ def test_ddl_on_the_source_during_the_migration_stops_it_with_the_original_untou
     assert leftovers(endpoints, DB, table) == []
 
 
+def test_a_truncate_during_the_copy_stops_the_migration_without_a_swap(endpoints, conn):
+    table = "truncated_in_copy"
+    fresh(conn, table)
+    create_sample_table(conn, DB, table, rows=20_000, seed=8)
+    run = RunnerThread(endpoints, spec_for(table, "ADD INDEX c_idx (c)", batch_size=100))
+    run.start()
+    wait_for(lambda: (row := migration_row(conn, DB, table)) is not None and row.stage == "copy"
+             and scalar(conn, "SELECT COUNT(*) FROM stream_osc.chunks WHERE migration_id=%s AND rows_copied > 0",
+                        (row.id,)), 180, "the copy under way")
+    query(conn, f"TRUNCATE TABLE {DB}.{table}")
+    run.join(300)
+    assert not run.is_alive()
+    assert isinstance(run.error, SourceChanged), (run.result, run.error)
+    assert f"table {DB}.{table} was replaced during the migration" in str(run.error)
+    assert migration_row(conn, DB, table).error == str(run.error)   # `status` shows why
+    assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.{table}") == 0     # as the application left it
+    assert scalar(conn, "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s AND "
+                        "TABLE_NAME=%s AND INDEX_NAME='c_idx'", (DB, table)) == 0
+    assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
+    assert leftovers(endpoints, DB, table) == []
+
+
 def test_ddl_on_the_source_before_the_lock_is_caught_inside_the_cutover_lock(endpoints, conn):
     table = "ddl_at_lock"
     fresh(conn, table)
@@ -187,6 +211,64 @@ def test_ddl_on_the_source_before_the_lock_is_caught_inside_the_cutover_lock(end
     assert query(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
                  (DB, spec.old_table)) == []                                  # the sentry is gone
     assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.{table}") == 3_000
+    assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
+    assert leftovers(endpoints, DB, table) == []
+
+
+def waiting_migration(conn, table: str, alter: str) -> MigrationSpec:
+    """DB.table (3,000 rows) with a migration in sync and waiting for its cutover, its coordinator killed."""
+    spec = spec_for(table, alter, cutover="manual")
+    waiting_without_coordinator(conn, DB, table, "--alter", spec.alter, "--copy-workers", "1", "--apply-workers", "1",
+                                "--chunk-size", "2000", "--batch-size", "200", "--target-batch-time", "0",
+                                "--partitions", "2", "--drop-old", "--max-lag", "50", "--quiet")
+    return spec
+
+
+def test_a_truncate_of_the_source_before_the_lock_is_caught_inside_the_cutover_lock(endpoints, conn):
+    """TRUNCATE leaves the definition as it was and sends no row event (the connector skips truncates): without
+    an identity check the swap would bring back every row the application removed."""
+    table = "truncated_at_lock"
+    fresh(conn, table)
+    create_sample_table(conn, DB, table, rows=3_000, seed=6)
+    spec = waiting_migration(conn, table, "ADD COLUMN flag TINYINT NOT NULL DEFAULT 0")
+    query(conn, f"TRUNCATE TABLE {DB}.{table}")                                 # after the last health check
+    written = {(i, f"after truncate {i}") for i in range(1, 6)}
+    query(conn, f"INSERT INTO {DB}.{table} (id, k, c, updated_at) VALUES " + ", ".join(["(%s, 0, %s, NOW())"] * 5),
+          [v for row in sorted(written) for v in row])
+    store = StateStore(conn, spec.metadata_schema)
+    migration = store.active(DB, table)
+    assert store.claim_coordinator(migration.id, "test:coordinator", STALE_S, store.coordinator(migration.id))
+    ctx = RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
+    with pytest.raises(SourceChanged, match=f"table {DB}.{table} was replaced during the migration.*truncated"):
+        Cutover(ctx, ServerInfo.read(conn).is_mariadb).attempt(spec.cutover_window_s, "test:coordinator")
+    assert set(query(conn, f"SELECT id, c FROM {DB}.{table}")) == written          # exactly the application's rows
+    assert "flag" not in [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
+                                                    "TABLE_SCHEMA=%s AND TABLE_NAME=%s", (DB, table))]
+    assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
+    assert leftovers(endpoints, DB, table) == []
+
+
+def test_a_table_dropped_and_created_again_is_not_resumed_as_the_one_migrated(endpoints, conn):
+    """`migrate` with the same ALTER resumes the table's unfinished migration: a table of the same definition
+    made in its place meanwhile must be refused, not swapped for a copy of the one dropped."""
+    table = "recreated"
+    fresh(conn, table)
+    create_sample_table(conn, DB, table, rows=3_000, seed=7)
+    spec = waiting_migration(conn, table, "ADD COLUMN flag TINYINT NOT NULL DEFAULT 0")
+    definition = query(conn, f"SHOW CREATE TABLE {DB}.{table}")[0][1]
+    query(conn, f"DROP TABLE {DB}.{table}")
+    query(conn, definition.replace(f"CREATE TABLE `{table}`", f"CREATE TABLE {DB}.`{table}`", 1))
+    written = {(i, f"recreated {i}") for i in range(10, 15)}
+    query(conn, f"INSERT INTO {DB}.{table} (id, k, c, updated_at) VALUES " + ", ".join(["(%s, 0, %s, NOW())"] * 5),
+          [v for row in sorted(written) for v in row])
+    run = cli("migrate", "--table", f"{DB}.{table}", "--alter", spec.alter, "--quiet")
+    assert run.returncode == ExitCode.FAILED, (run.returncode, run.stderr)
+    assert f"table {DB}.{table} was replaced during the migration" in run.stderr
+    assert "dropped and created again" in run.stderr
+    assert set(query(conn, f"SELECT id, c FROM {DB}.{table}")) == written
+    assert "flag" not in [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
+                                                    "TABLE_SCHEMA=%s AND TABLE_NAME=%s", (DB, table))]
+    assert migration_row(conn, DB, table).error in run.stderr                    # `status` shows why
     assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
     assert leftovers(endpoints, DB, table) == []
 

@@ -12,7 +12,7 @@ from cli.exit_codes import EPILOG, ExitCode, exit_code_for
 from cli.main import build_parser, main
 from core.endpoints import ConfigError
 from core.load import CriticalLoad
-from core.state import SourceChanged
+from core.source_check import SourceChanged
 from migration.checks import PreflightError
 from migration.runner import MigrationStopped
 

@@ -1,5 +1,5 @@
-"""What a change of the source table's definition is reported as."""
-from core.state import definition_changes
+"""What a change of the source table's definition is reported as, and how its identity is looked up."""
+from core.source_check import definition_changes, innodb_name
 
 RECORDED = {"columns": {"id": "bigint(20) NOT NULL auto_increment", "k": "int(11) NOT NULL DEFAULT 0",
                         "legacy": "varchar(20) NULL DEFAULT NULL"},
@@ -24,3 +24,15 @@ def test_added_dropped_and_changed_columns_and_keys_are_named():
 
 def test_a_dropped_table_is_reported_as_gone():
     assert definition_changes(RECORDED, {"columns": {}, "keys": {}}) == ["the table is gone"]
+
+
+def test_names_are_encoded_as_innodb_keeps_them():
+    """Checked against MariaDB 10.11's INNODB_SYS_TABLES: letters, digits and '_' as they are, every other
+    character as @ and four hex digits."""
+    assert innodb_name("shop", "Order_lines2") == "shop/Order_lines2"
+    assert innodb_name("a-b", "x$y z") == "a@002db/x@0024y@0020z"
+    assert innodb_name("shop", "日本") == "shop/@65e5@672c"
+
+
+def test_a_name_with_a_letter_encoded_from_a_table_is_not_looked_up():
+    assert innodb_name("shop", "café") is None

@@ -1,0 +1,160 @@
+"""The source table stays the one init captured, until the swap.
+
+The new table means "the ALTER of this table": its rows are the copy of one table plus that table's row
+events. Two kinds of change break that meaning without a row event to say so:
+- its definition (a column added, dropped or retyped, a key, a trigger): the copy and the appliers would
+  bend or lose data;
+- its identity: TRUNCATE, a rebuild (OPTIMIZE, ALTER ... FORCE) or DROP and CREATE in its place. The
+  connector skips truncates, and a dropped table sends no deletes, so the swap would bring back every row
+  the application removed. A new InnoDB table id is the one mark all of these leave.
+
+Both are recorded at init (in the migration's options) and compared every few seconds and, decisively,
+inside the cutover's lock, where no DDL can run.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pymysql
+
+from core.db import query
+from core.state import Migration
+
+# The source's definition and identity recorded at init, in the migration's options (absent in migrations
+# started before each was recorded: that check is then skipped).
+DEFINITION_OPTION = "source_definition"
+IDENTITY_OPTION = "source_identity"
+
+# Letters the server's file-name encoding writes as two characters after '@' (the code points it keeps a
+# table for): a name holding one is not looked up, and its identity is not checked.
+_TWO_CHARACTER_CODES = ((0x00C0, 0x05FF), (0x1E00, 0x1FFF), (0x2160, 0x217F), (0x24B0, 0x24EF), (0xFF20, 0xFF5F))
+
+
+class SourceChanged(Exception):
+    """The source table changed since init: the new table no longer means the ALTER of it."""
+
+    user_facing = True
+
+
+def table_definition(conn: pymysql.connections.Connection, database: str,
+                     table: str) -> dict[str, dict[str, str]]:
+    """Columns (type, nullability, default, extra, collation, generation), keys and triggers of a table.
+
+    A column added to the source during the migration would not exist in the new table, a dropped or retyped
+    one would break or bend the copy, a trigger would stay behind on the original.
+    AUTO_INCREMENT position and statistics are left out (they change with every insert).
+    """
+    columns = {}
+    for name, ctype, nullable, default, extra, collation, generated in query(conn, """
+            SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, EXTRA, COLLATION_NAME,
+                   GENERATION_EXPRESSION
+            FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s
+            ORDER BY ORDINAL_POSITION""", (database, table)):
+        parts = [ctype, "NULL" if nullable == "YES" else "NOT NULL"]
+        parts += [f"DEFAULT {default}"] if default is not None else []
+        parts += [f"COLLATE {collation}"] if collation else []
+        parts += [f"AS ({generated})"] if generated else []
+        parts += [extra] if extra else []
+        columns[name] = " ".join(parts)
+    keys: dict[str, dict[str, Any]] = {}
+    for name, non_unique, column, sub_part in query(conn, """
+            SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS
+            WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY INDEX_NAME, SEQ_IN_INDEX""", (database, table)):
+        key = keys.setdefault(name, {"unique": not int(non_unique), "columns": []})
+        key["columns"].append(f"{column}({sub_part})" if sub_part else column)
+    triggers = {name: f"{timing} {event}" for name, timing, event in query(conn, """
+            SELECT TRIGGER_NAME, ACTION_TIMING, EVENT_MANIPULATION FROM information_schema.TRIGGERS
+            WHERE EVENT_OBJECT_SCHEMA=%s AND EVENT_OBJECT_TABLE=%s ORDER BY TRIGGER_NAME""", (database, table))}
+    return {"columns": columns,
+            "keys": {name: ("UNIQUE " if k["unique"] else "") + f"({', '.join(k['columns'])})"
+                     for name, k in keys.items()},
+            "triggers": triggers}
+
+
+def definition_changes(recorded: dict[str, dict[str, str]], current: dict[str, dict[str, str]]) -> list[str]:
+    """What differs between two table definitions, one phrase per column or key."""
+    if not current["columns"]:
+        return ["the table is gone"]
+    changes = []
+    for kind in ("columns", "keys", "triggers"):
+        before, now = recorded.get(kind, {}), current.get(kind, {})
+        noun = kind[:-1]
+        changes += [f"{noun} {n} added ({now[n]})" for n in now if n not in before]
+        changes += [f"{noun} {n} dropped" for n in before if n not in now]
+        changes += [f"{noun} {n} changed from {before[n]} to {now[n]}" for n in now
+                    if n in before and before[n] != now[n]]
+    return changes
+
+
+def innodb_name(database: str, table: str) -> str | None:
+    """The table's name as InnoDB keeps it (`db/table`, in the server's file-name encoding), or None for a
+    name holding a letter that encoding writes from a table of its own."""
+    encoded = []
+    for part in (database, table):
+        chars = []
+        for char in part:
+            code = ord(char)
+            if (char.isascii() and char.isalnum()) or char == "_":
+                chars.append(char)
+            elif any(lo <= code <= hi for lo, hi in _TWO_CHARACTER_CODES):
+                return None
+            else:
+                chars.append(f"@{code:04x}")
+        encoded.append("".join(chars))
+    return "/".join(encoded)
+
+
+def table_identity(conn: pymysql.connections.Connection, database: str, table: str) -> list[int] | None:
+    """The InnoDB table ids of the table (one per partition when partitioned): new after TRUNCATE, a rebuild
+    or DROP and CREATE, kept by RENAME and in-place ALTERs. None when the name cannot be looked up.
+
+    Read from information_schema (INNODB_SYS_TABLES on MariaDB, INNODB_TABLES on MySQL), which needs PROCESS,
+    a privilege init already requires."""
+    name = innodb_name(database, table)
+    if name is None:
+        return None
+    view = "INNODB_SYS_TABLES" if "mariadb" in str(conn.get_server_info()).lower() else "INNODB_TABLES"
+    rows = query(conn, f"SELECT TABLE_ID, NAME FROM information_schema.{view} WHERE NAME = %s OR NAME LIKE %s",
+                 (name, name.replace("_", "\\_") + "#%"))
+    # the view compares case-insensitively: an exact name first, then as a server folding names stores it
+    for fold in (str, str.lower):
+        ids = sorted(int(tid) for tid, found in rows if _names_table(fold(found), fold(name)))
+        if ids:
+            return ids
+    return []
+
+
+def _names_table(found: str, name: str) -> bool:
+    """Is `found` the InnoDB name of table `name`, or of one of its partitions (`#P#`, MySQL `#p#`)?"""
+    return found == name or (found.startswith(name) and found[len(name):].lower().startswith("#p#"))
+
+
+def source_changes(conn: pymysql.connections.Connection, options: dict[str, Any], database: str,
+                   table: str) -> tuple[list[str], str | None]:
+    """(definition changes, identity change or None) of database.table against what init recorded."""
+    recorded_definition = options.get(DEFINITION_OPTION)
+    definition = ([] if recorded_definition is None else
+                  definition_changes(recorded_definition, table_definition(conn, database, table)))
+    recorded_identity = options.get(IDENTITY_OPTION)
+    if recorded_identity is None or definition == ["the table is gone"]:
+        return definition, None
+    identity = table_identity(conn, database, table)
+    if identity == recorded_identity:
+        return definition, None
+    now = ", ".join(map(str, identity)) if identity else "not found"
+    return definition, f"InnoDB table id {', '.join(map(str, recorded_identity))} is now {now}"
+
+
+def check_source_unchanged(conn: pymysql.connections.Connection, migration: Migration) -> None:
+    """Raise SourceChanged if the source table's definition or identity differs from the one init recorded."""
+    name = f"{migration.database}.{migration.table}"
+    definition, identity = source_changes(conn, migration.options, migration.database, migration.table)
+    if definition:
+        raise SourceChanged(f"table {name} was altered during the migration ({'; '.join(definition)}): stopping with "
+                            f"the original table untouched; run `stream-osc abort --table {name}` and start "
+                            "again against its new definition")
+    if identity:
+        raise SourceChanged(f"table {name} was replaced during the migration: it was truncated, rebuilt (OPTIMIZE, "
+                            f"ALTER ... FORCE) or dropped and created again ({identity}), and no row event says "
+                            "which rows that removed: stopping without a swap; run "
+                            f"`stream-osc abort --table {name}` and start again")

@@ -1,0 +1,61 @@
+"""The identity init records of the source (core/source_check.py) must tell the table apart from every other
+one, its case twin and its partitions included, and change with exactly what replaces its rows unseen."""
+from __future__ import annotations
+
+import pytest
+
+from core.db import qualified, query
+from core.source_check import table_identity
+
+pytestmark = pytest.mark.integration
+
+DB = "identity"
+
+
+def make(conn, table: str, extra: str = "") -> list[int]:
+    query(conn, f"DROP TABLE IF EXISTS {qualified(DB, table)}")
+    query(conn, f"CREATE TABLE {qualified(DB, table)} (id INT NOT NULL PRIMARY KEY) ENGINE=InnoDB {extra}")
+    identity = table_identity(conn, DB, table)
+    assert identity, f"{table} not found"
+    return identity
+
+
+def test_case_twins_odd_names_and_partitions_each_have_their_own_identity(conn):
+    lower, upper = make(conn, "orders"), make(conn, "Orders")
+    odd = make(conn, "order-lines$2")
+    partitioned = make(conn, "parted", "PARTITION BY HASH(id) PARTITIONS 3")
+    assert len(partitioned) == 3
+    assert len({*lower, *upper, *odd, *partitioned}) == 6
+
+
+@pytest.mark.parametrize("statement, replaced", [
+    ("TRUNCATE TABLE {t}", True),
+    ("OPTIMIZE TABLE {t}", True),
+    ("ALTER TABLE {t} FORCE", True),
+    ("RENAME TABLE {t} TO {t}_moved, {t}_moved TO {t}", False),
+    ("ALTER TABLE {t} COMMENT 'kept'", False),
+    ("ANALYZE TABLE {t}", False),
+])
+def test_the_identity_changes_with_what_replaces_the_rows_in_place(conn, statement, replaced):
+    before = make(conn, "replaced")
+    query(conn, f"INSERT INTO {qualified(DB, 'replaced')} VALUES (1), (2)")
+    query(conn, statement.format(t=f"{DB}.replaced"))
+    assert (table_identity(conn, DB, "replaced") != before) is replaced
+
+
+def test_a_table_dropped_and_created_again_has_a_new_identity(conn):
+    before = make(conn, "Recreated")
+    after = make(conn, "Recreated")
+    assert after != before
+
+
+def test_a_partition_truncated_changes_the_identity(conn):
+    before = make(conn, "parted_rows", "PARTITION BY RANGE(id) (PARTITION p0 VALUES LESS THAN (10), "
+                                       "PARTITION p1 VALUES LESS THAN MAXVALUE)")
+    query(conn, f"ALTER TABLE {qualified(DB, 'parted_rows')} TRUNCATE PARTITION p1")
+    assert table_identity(conn, DB, "parted_rows") != before
+
+
+def test_a_missing_table_has_no_identity(conn):
+    query(conn, f"DROP TABLE IF EXISTS {qualified(DB, 'missing')}")
+    assert table_identity(conn, DB, "missing") == []
