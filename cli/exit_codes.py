@@ -18,7 +18,7 @@ class ExitCode(IntEnum):
     REFUSED = 2         # bad input or an unmet precondition: nothing was changed (also usage errors)
     STOPPED = 3         # the migration stopped before its end and kept its state: `stream-osc resume` continues
     CRITICAL_LOAD = 4   # --critical-load was reached: stopped, resumable like 3
-    FAILED = 5          # stopped, cannot continue (aborted, table altered, binlog purged): `abort`, start again
+    FAILED = 5          # stopped, cannot continue (aborted, table altered or replaced, binlog purged): `abort`, again
     ALREADY_SWAPPED = 6  # `abort` found the tables swapped: it finished the migration instead (new schema in place)
     INTERRUPTED = 130   # Ctrl-C
 
@@ -30,8 +30,9 @@ EPILOG = """exit codes:
   3    stopped before the end, state kept: `stream-osc resume` continues
        (status: the migration stopped or failed)
   4    stopped because --critical-load was reached; resumable like 3
-  5    failed: stopped and cannot continue (aborted, the table altered meanwhile,
-       or its binlog position purged): `stream-osc abort` and start again
+  5    failed: stopped and cannot continue (aborted, the table altered or
+       replaced meanwhile, or its binlog position purged): `stream-osc abort`
+       and start again
   6    abort: the tables were found already swapped; the migration was finished
        instead (the new schema is in place, the original kept as <table>_osc_old)
   130  interrupted (Ctrl-C)"""

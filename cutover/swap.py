@@ -27,6 +27,7 @@ from core.db import qualified, query, scalar
 from core.keys import Key
 from core.logs import log_event
 from core.source_check import check_source_unchanged
+from cutover.queued_ddl import TABLE_MDL_WAIT, queued_statements
 from cutover.blockers import Blocker, find_blockers
 from cutover.short_lock import LockNotTaken, lock_tables_briefly
 from streams.closing import close_within
@@ -37,7 +38,6 @@ from streams.topics import TopicNames, committed_offsets, partition_count
 log = logging.getLogger("stream_osc.cutover")
 
 SENTRY_COMMENT = "stream-osc cutover sentry"
-TABLE_MDL_WAIT = "Waiting for table metadata lock"   # PROCESSLIST.STATE of a statement queued on a table
 PRE_DRAIN_PASSES = 5          # catch-up passes before the lock, at most
 PRE_DRAIN_TIMEOUT_S = 30.0    # a fence not captured by then means capture is stalled: retry the attempt later
 PRE_DRAIN_ENOUGH_KEYS = 50    # a pass with no more keys than this, and no longer than
@@ -395,8 +395,14 @@ class Cutover:
                 if time.monotonic() > deadline or not renamer.is_alive():
                     raise CutoverAborted("the RENAME session did not queue within the window")
                 time.sleep(0.002)
+            queued = queued_statements(probe, self.ctx.spec.table, (renamer.thread_id,))
         finally:
             probe.close()
+        if queued:   # it may be granted before the RENAME: the check made under the lock would not hold
+            session, statement = queued[0]
+            raise CutoverAborted(f"session {session} waits for {self.ctx.spec.qualified_name} with a statement "
+                                 f"that is not a row change ({' '.join(statement.split())[:120]!r}) and may run "
+                                 "before the RENAME; the next attempt checks the table again")
         if time.monotonic() > deadline:
             raise CutoverAborted(f"window of {self.ctx.spec.cutover_window_s:.1f} s exceeded")
 

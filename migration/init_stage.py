@@ -188,7 +188,11 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
     pk = preflight(conn, endpoints, spec, info, target)
     # read first: a DDL, TRUNCATE or replacement from here on is caught (core/source_check.py)
     definition = table_definition(conn, spec.database, spec.table)
-    identity = table_identity(conn, spec.database, spec.table)
+    identity = table_identity(conn, spec.database, spec.table) or None
+    if identity is None:
+        log_event(log, "the source's InnoDB table id was not found (not an InnoDB table, or a name stored "
+                       "otherwise): a TRUNCATE or a table replaced in place during the migration cannot be caught; "
+                       "only its definition is compared", logging.WARNING, table=spec.qualified_name)
     if spec.dry_run:
         create_new_table(conn, spec, pk, target)
         try:

@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from core.table import load_pair
+from cutover.queued_ddl import TABLE_MDL_WAIT
 from cutover.swap import Cutover
 from core.context import RunContext
 from cli.exit_codes import ExitCode
@@ -142,12 +143,17 @@ def assert_every_row_and_update(conn, table: str, writer: Incrementer, ids: set[
     ("drop", "ALTER TABLE {t} DROP COLUMN legacy", "column legacy dropped"),
     ("trigger", "CREATE TRIGGER {t}_audit BEFORE UPDATE ON {t} FOR EACH ROW SET NEW.note = 'audited'",
      "trigger ddl_trigger_audit added (BEFORE UPDATE)"),
+    # in place, on an index that exists: no key and no table id changes, and its cascades send no row event
+    ("foreign_key", "SET STATEMENT foreign_key_checks=0 FOR ALTER TABLE {t} ADD CONSTRAINT fk_cascade "
+     f"FOREIGN KEY (k) REFERENCES {DB}.fk_parent (id) ON DELETE CASCADE",
+     f"foreign key {DB}.fk_cascade added ({DB}.ddl_foreign_key REFERENCES {DB}.fk_parent ON DELETE CASCADE"),
 ])
 def test_ddl_on_the_source_during_the_migration_stops_it_with_the_original_untouched(endpoints, conn, kind, ddl,
                                                                                       change):
     table = f"ddl_{kind}"
     fresh(conn, table)
     create_sample_table(conn, DB, table, rows=20_000, seed=3)
+    query(conn, f"CREATE TABLE IF NOT EXISTS {DB}.fk_parent (id INT NOT NULL PRIMARY KEY)")
     run = RunnerThread(endpoints, spec_for(table, "ADD INDEX c_idx (c)", batch_size=100))
     run.start()
     wait_for(lambda: (row := migration_row(conn, DB, table)) is not None and row.stage == "copy"
@@ -241,6 +247,55 @@ def test_a_truncate_of_the_source_before_the_lock_is_caught_inside_the_cutover_l
     ctx = RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
     with pytest.raises(SourceChanged, match=f"table {DB}.{table} was replaced during the migration.*truncated"):
         Cutover(ctx, ServerInfo.read(conn).is_mariadb).attempt(spec.cutover_window_s, "test:coordinator")
+    assert set(query(conn, f"SELECT id, c FROM {DB}.{table}")) == written          # exactly the application's rows
+    assert "flag" not in [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
+                                                    "TABLE_SCHEMA=%s AND TABLE_NAME=%s", (DB, table))]
+    assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
+    assert leftovers(endpoints, DB, table) == []
+
+
+def test_a_truncate_queued_inside_the_cutover_lock_cannot_run_before_the_rename(endpoints, conn):
+    """On MariaDB the RENAME waits in a second session for the lock session's UNLOCK: a TRUNCATE queued during
+    the window, after the lock session's check, could be granted first and empty the original an instant
+    before the swap."""
+    table = "truncated_in_lock"
+    fresh(conn, table)
+    create_sample_table(conn, DB, table, rows=3_000, seed=9)
+    spec = waiting_migration(conn, table, "ADD COLUMN flag TINYINT NOT NULL DEFAULT 0")
+    store = StateStore(conn, spec.metadata_schema)
+    migration = store.active(DB, table)
+    assert store.claim_coordinator(migration.id, "test:coordinator", STALE_S, store.coordinator(migration.id))
+    ctx = RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
+    cutover = Cutover(ctx, ServerInfo.read(conn).is_mariadb)
+    if not cutover.is_mariadb:
+        cutover.close()
+        pytest.skip("MySQL renames inside the lock session")
+    application = connect(endpoints.mysql)
+    truncate = threading.Thread(target=query, args=(application, f"TRUNCATE TABLE {DB}.{table}"), daemon=True)
+    carry = cutover._carry_auto_increment
+
+    def carry_then_truncate(lock_conn) -> None:   # under the lock, after the source check
+        carry(lock_conn)
+        truncate.start()
+        wait_for(lambda: scalar(conn, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE=%s AND "
+                                      "INFO LIKE 'TRUNCATE%%'", (TABLE_MDL_WAIT,)), 10, "the TRUNCATE to queue")
+    cutover._carry_auto_increment = carry_then_truncate
+    try:
+        result = cutover.attempt(spec.cutover_window_s, "test:coordinator")
+    finally:
+        cutover.close()
+    truncate.join(30)
+    application.close()
+    assert not result.swapped and "TRUNCATE" in result.reason, result
+    written = {(i, f"after truncate {i}") for i in range(1, 6)}
+    query(conn, f"INSERT INTO {DB}.{table} (id, k, c, updated_at) VALUES " + ", ".join(["(%s, 0, %s, NOW())"] * 5),
+          [v for row in sorted(written) for v in row])
+    again = Cutover(ctx, True)
+    try:
+        with pytest.raises(SourceChanged, match=f"table {DB}.{table} was replaced during the migration"):
+            again.attempt(spec.cutover_window_s, "test:coordinator")
+    finally:
+        again.close()
     assert set(query(conn, f"SELECT id, c FROM {DB}.{table}")) == written          # exactly the application's rows
     assert "flag" not in [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
                                                     "TABLE_SCHEMA=%s AND TABLE_NAME=%s", (DB, table))]

@@ -1,5 +1,5 @@
 """What a change of the source table's definition is reported as, and how its identity is looked up."""
-from core.source_check import definition_changes, innodb_name
+from core.source_check import names_table, definition_changes, innodb_name
 
 RECORDED = {"columns": {"id": "bigint(20) NOT NULL auto_increment", "k": "int(11) NOT NULL DEFAULT 0",
                         "legacy": "varchar(20) NULL DEFAULT NULL"},
@@ -36,3 +36,18 @@ def test_names_are_encoded_as_innodb_keeps_them():
 
 def test_a_name_with_a_letter_encoded_from_a_table_is_not_looked_up():
     assert innodb_name("shop", "café") is None
+
+
+def test_windows_device_names_get_the_servers_suffix():
+    assert innodb_name("shop", "aux") == "shop/aux@@@"
+    assert innodb_name("NUL", "Com1") == "NUL@@@/Com1@@@"
+    assert innodb_name("shop", "auxiliary") == "shop/auxiliary"
+
+
+def test_partitions_belong_to_their_table_and_a_hash_in_a_name_does_not():
+    assert names_table("shop/t", "shop/t")
+    assert names_table("shop/t#P#p0", "shop/t")            # MariaDB
+    assert names_table("shop/t#p#p0#sp#s1", "shop/t")      # MySQL, a subpartition
+    assert not names_table("shop/t@0023p@0023x", "shop/t")  # the table `t#p#x`
+    assert not names_table("shop/tt", "shop/t")
+    assert not names_table("shop/T", "shop/t")
