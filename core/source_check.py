@@ -71,19 +71,44 @@ def table_definition(conn: pymysql.connections.Connection, database: str,
     triggers = {name: f"{timing} {event}" for name, timing, event in query(conn, """
             SELECT TRIGGER_NAME, ACTION_TIMING, EVENT_MANIPULATION FROM information_schema.TRIGGERS
             WHERE EVENT_OBJECT_SCHEMA=%s AND EVENT_OBJECT_TABLE=%s ORDER BY TRIGGER_NAME""", (database, table))}
-    # both ways: a cascade from a parent deletes the source's rows with no row event; init refuses either way
-    foreign_keys = {f"{schema}.{name}": f"{child} REFERENCES {parent} ON DELETE {on_delete} ON UPDATE {on_update}"
-                    for schema, name, child, parent, on_delete, on_update in query(conn, """
-            SELECT CONSTRAINT_SCHEMA, CONSTRAINT_NAME, CONCAT(CONSTRAINT_SCHEMA, '.', TABLE_NAME),
-                   CONCAT(UNIQUE_CONSTRAINT_SCHEMA, '.', REFERENCED_TABLE_NAME), DELETE_RULE, UPDATE_RULE
-            FROM information_schema.REFERENTIAL_CONSTRAINTS
-            WHERE (CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s) OR (UNIQUE_CONSTRAINT_SCHEMA=%s AND REFERENCED_TABLE_NAME=%s)
-            ORDER BY 1, 2""", (database, table, database, table))}
     return {"columns": columns,
             "keys": {name: ("UNIQUE " if k["unique"] else "") + f"({', '.join(k['columns'])})"
                      for name, k in keys.items()},
             "triggers": triggers,
-            "foreign_keys": foreign_keys}
+            "foreign_keys": foreign_keys(conn, database, table)}
+
+
+def foreign_keys(conn: pymysql.connections.Connection, database: str, table: str) -> dict[str, str]:
+    """{InnoDB id: what it joins, with its rules} of the foreign keys from and to the table. A cascade from a
+    parent deletes the source's rows with no row event; init refuses either way.
+
+    Read from InnoDB's own list (INNODB_SYS_FOREIGN, MySQL INNODB_FOREIGN): REFERENTIAL_CONSTRAINTS asked
+    for both ways opens every table of the server, and this runs inside the cutover's lock."""
+    name = innodb_name(database, table)
+    if name is None:
+        return {}
+    rows = _innodb_view(conn, ("INNODB_SYS_FOREIGN", "INNODB_FOREIGN"), "SELECT ID, FOR_NAME, REF_NAME, TYPE FROM "
+                        "information_schema.{view} WHERE FOR_NAME = %s OR REF_NAME = %s", (name, name))
+    for fold in (str, str.lower):
+        found = {_dotted(fk): f"{_dotted(child)} REFERENCES {_dotted(parent)}{_rules(int(kind))}"
+                 for fk, child, parent, kind in rows if fold(name) in (fold(child), fold(parent))}
+        if found:
+            return found
+    return {}
+
+
+# InnoDB's foreign key TYPE bits
+_RULES = ((1, "ON DELETE CASCADE"), (2, "ON DELETE SET NULL"), (16, "ON DELETE NO ACTION"),
+          (4, "ON UPDATE CASCADE"), (8, "ON UPDATE SET NULL"), (32, "ON UPDATE NO ACTION"))
+
+
+def _dotted(innodb: str) -> str:
+    """`db/name` as `db.name` (its characters left in the file-name encoding)."""
+    return str(innodb).replace("/", ".", 1)
+
+
+def _rules(kind: int) -> str:
+    return "".join(f" {rule}" for bit, rule in _RULES if kind & bit)
 
 
 def definition_changes(recorded: dict[str, dict[str, str]], current: dict[str, dict[str, str]]) -> list[str]:
@@ -132,7 +157,9 @@ def table_identity(conn: pymysql.connections.Connection, database: str, table: s
     name = innodb_name(database, table)
     if name is None:
         return None
-    rows = _innodb_tables(conn, name)
+    rows = _innodb_view(conn, ("INNODB_SYS_TABLES", "INNODB_TABLES"), "SELECT TABLE_ID, NAME FROM "
+                        "information_schema.{view} WHERE NAME = %s OR LEFT(NAME, CHAR_LENGTH(%s)) = %s",
+                        (name, name + "#", name + "#"))
     # the view compares case-insensitively: an exact name first, then as a server folding names stores it
     for fold in (str, str.lower):
         ids = sorted(int(tid) for tid, found in rows if names_table(fold(found), fold(name)))
@@ -141,18 +168,16 @@ def table_identity(conn: pymysql.connections.Connection, database: str, table: s
     return []
 
 
-def _innodb_tables(conn: pymysql.connections.Connection, name: str) -> list[tuple]:
-    """(TABLE_ID, NAME) of the InnoDB tables named `name` or `name#...` (its partitions), from the view this
-    server has; the version it announces picks the first one tried (a proxy may announce another)."""
-    views = ["INNODB_SYS_TABLES", "INNODB_TABLES"]
-    if "mariadb" not in str(conn.get_server_info()).lower():
-        views.reverse()
-    for view in views:
+def _innodb_view(conn: pymysql.connections.Connection, views: tuple[str, str], sql: str,
+                 args: tuple[str, ...]) -> list[tuple]:
+    """Rows of `sql` from the InnoDB view this server has: (MariaDB's, MySQL's) name of it; the version the
+    server announces picks the first one tried (a proxy may announce another)."""
+    order = list(views) if "mariadb" in str(conn.get_server_info()).lower() else list(reversed(views))
+    for view in order:
         try:
-            return query(conn, f"SELECT TABLE_ID, NAME FROM information_schema.{view} "
-                               "WHERE NAME = %s OR LEFT(NAME, CHAR_LENGTH(%s)) = %s", (name, name + "#", name + "#"))
+            return query(conn, sql.format(view=view), args)
         except pymysql.err.MySQLError as exc:
-            if exc.args[0] != UNKNOWN_TABLE or view == views[-1]:
+            if exc.args[0] != UNKNOWN_TABLE or view == order[-1]:
                 raise
     return []
 

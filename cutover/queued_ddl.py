@@ -1,14 +1,18 @@
-"""Statements other than row changes that wait for the table's metadata lock beside the RENAME (MariaDB).
+"""Statements other than reads and row changes that may be queued for the table beside the RENAME (MariaDB).
 
 On MariaDB the RENAME runs in a second session and waits for the lock session's UNLOCK, so the source
-check the lock session made is decisive only for what queues after the RENAME. A TRUNCATE, DROP,
-CREATE OR REPLACE or ALTER that queued during the window may be granted first at the UNLOCK: it would
-empty or change the original an instant before the swap, and a TRUNCATE or DROP sends no row event, so
-the swap would bring back every row it removed. Row changes queued there are what the window is for:
-the RENAME is ahead of them (cutover/short_lock.py) and they are captured either way.
+check the lock session made is decisive only for what queues after the RENAME. Among exclusive requests
+for the table the first queued is granted first: a TRUNCATE, DROP, RENAME or CREATE OR REPLACE that
+queued during the window would empty or replace the original an instant before the swap, and a TRUNCATE
+or DROP sends no row event, so the swap would bring back every row it removed. (An ALTER asks for a
+weaker lock first and waits behind the RENAME; it is flagged all the same.) Row changes queued there are
+what the window is for: the RENAME is ahead of them (cutover/short_lock.py) and they are captured.
 
-Read after the RENAME queues: anything that is not a row change and names the table makes the attempt
-roll back with the sentry in place, so the RENAME fails; the next attempt checks the source again.
+Read once the RENAME is queued, from every session's statement text rather than its state: a statement
+joins the lock queue before its state says so, and leaves that state briefly every second while it
+waits. While the lock session holds the table, a statement naming it is queued or about to be; anything
+that is not a read or a row change makes the attempt roll back (cutover/swap.py), and the next attempt
+checks the source again.
 """
 from __future__ import annotations
 
@@ -20,24 +24,43 @@ from core.db import query
 
 TABLE_MDL_WAIT = "Waiting for table metadata lock"   # PROCESSLIST.STATE of a statement queued on a table
 
-# Leading comments and blanks, then the first word of the statement.
-_FIRST_WORD = re.compile(r"^(?:\s+|/\*.*?\*/|--[^\n]*\n|#[^\n]*\n)*(\w+)", re.DOTALL)
-ROW_CHANGE_WORDS = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE", "WITH", "VALUES", "TABLE", "DO",
-                              "LOAD", "HANDLER"})
+# Leading blanks and comments, then the statement's first word. Executable comments (`/*!…*/`, `/*M!…*/`)
+# and hints (`/*+…*/`) are not skipped: their text runs, so the statement is not known to be a row change.
+_FIRST_WORD = re.compile(r"^(?:\s+|/\*(?![!+]|M!).*?\*/|--\s[^\n]*(?:\n|$)|#[^\n]*(?:\n|$))*(\w+)", re.DOTALL)
+LET_THROUGH = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE", "WITH", "VALUES", "DO", "LOAD",
+                         "HANDLER", "SHOW", "DESCRIBE", "DESC", "EXPLAIN"})
+# Sessions with no statement of their own to queue.
+IDLE_COMMANDS = ("Sleep", "Daemon", "Binlog Dump", "Binlog Dump GTID")
 
 
-def is_row_change(statement: str) -> bool:
+def is_read_or_row_change(statement: str) -> bool:
     """Does the statement only read or change rows (as a captured write does), by its first word?"""
     first = _FIRST_WORD.match(statement)
-    return first is not None and first.group(1).upper() in ROW_CHANGE_WORDS
+    return first is not None and first.group(1).upper() in LET_THROUGH
 
 
-def queued_statements(conn: pymysql.connections.Connection, table: str,
+def names(statement: str, database: str, table: str, session_database: str | None) -> bool:
+    """Does the statement name database.table (quoted or not, qualified or in its session's database, in any
+    case)? A false match only costs an attempt."""
+    plain = re.escape(table)
+    quoted = "`" + re.escape(table.replace("`", "``")) + "`"
+    pattern = re.compile(r"(?<![\w$`.])(?:(?P<db>`(?:[^`]|``)+`|[\w$]+)\s*\.\s*)?(?:" + quoted + "|" + plain +
+                         r")(?![\w$`])", re.IGNORECASE)
+    for found in pattern.finditer(statement):
+        qualifier = found.group("db")
+        schema = qualifier.strip("`").replace("``", "`") if qualifier else session_database
+        if schema is None or schema.lower() == database.lower():
+            return True
+    return False
+
+
+def queued_statements(conn: pymysql.connections.Connection, database: str, table: str,
                       own_sessions: tuple[int, ...]) -> list[tuple[int, str]]:
-    """(session id, statement) of the other sessions waiting for a table metadata lock with a statement that
-    is not a row change and names `table` (as text, in any case: a false match only costs an attempt)."""
-    rows = query(conn, "SELECT ID, INFO FROM information_schema.PROCESSLIST WHERE STATE = %s AND INFO IS NOT NULL",
-                 (TABLE_MDL_WAIT,))
-    return [(int(session), str(statement)) for session, statement in rows
-            if int(session) not in own_sessions and table.lower() in str(statement).lower()
-            and not is_row_change(str(statement))]
+    """(session id, statement) of the other sessions running a statement that names database.table and is
+    not a read or a row change."""
+    rows = query(conn, "SELECT ID, INFO, DB FROM information_schema.PROCESSLIST WHERE INFO IS NOT NULL AND "
+                       f"ID <> CONNECTION_ID() AND COMMAND NOT IN ({', '.join(['%s'] * len(IDLE_COMMANDS))})",
+                 IDLE_COMMANDS)
+    return [(int(session), str(statement)) for session, statement, session_database in rows
+            if int(session) not in own_sessions and names(str(statement), database, table, session_database)
+            and not is_read_or_row_change(str(statement))]

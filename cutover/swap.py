@@ -38,6 +38,8 @@ from streams.topics import TopicNames, committed_offsets, partition_count
 log = logging.getLogger("stream_osc.cutover")
 
 SENTRY_COMMENT = "stream-osc cutover sentry"
+UNKNOWN_THREAD = 1094   # ER_NO_SUCH_THREAD
+WITHDRAW_WAIT_S = 5.0   # a killed RENAME returns at once; past this the sentry is the guard
 PRE_DRAIN_PASSES = 5          # catch-up passes before the lock, at most
 PRE_DRAIN_TIMEOUT_S = 30.0    # a fence not captured by then means capture is stalled: retry the attempt later
 PRE_DRAIN_ENOUGH_KEYS = 50    # a pass with no more keys than this, and no longer than
@@ -382,6 +384,24 @@ class Cutover:
                 renamer.close_unless_started()
             lock_conn.close()
 
+    def _withdraw(self, renamer: _Renamer, lock_conn: pymysql.connections.Connection) -> None:
+        """Interrupt the queued RENAME (a session of our own user: no privilege needed), through the lock
+        session or, if that one was cut, a new one; the sentry stays the guard if both fail."""
+        try:
+            _kill_query(lock_conn, renamer.thread_id)
+        except pymysql.err.Error:
+            try:
+                other = self.ctx.db()
+                try:
+                    _kill_query(other, renamer.thread_id)
+                finally:
+                    other.close()
+            except pymysql.err.Error as exc:
+                log_event(log, "queued RENAME not withdrawn; the sentry makes it fail", logging.WARNING,
+                          reason=str(exc))
+                return
+        renamer.join(WITHDRAW_WAIT_S)
+
     def _queue_rename(self, renamer: _Renamer, deadline: float) -> None:
         """Issue the RENAME and wait until it queues on the lock session's metadata locks.
 
@@ -395,14 +415,14 @@ class Cutover:
                 if time.monotonic() > deadline or not renamer.is_alive():
                     raise CutoverAborted("the RENAME session did not queue within the window")
                 time.sleep(0.002)
-            queued = queued_statements(probe, self.ctx.spec.table, (renamer.thread_id,))
+            queued = queued_statements(probe, self.ctx.spec.database, self.ctx.spec.table, (renamer.thread_id,))
         finally:
             probe.close()
         if queued:   # it may be granted before the RENAME: the check made under the lock would not hold
             session, statement = queued[0]
-            raise CutoverAborted(f"session {session} waits for {self.ctx.spec.qualified_name} with a statement "
-                                 f"that is not a row change ({' '.join(statement.split())[:120]!r}) and may run "
-                                 "before the RENAME; the next attempt checks the table again")
+            raise CutoverAborted(f"session {session} runs a statement on {self.ctx.spec.qualified_name} that is "
+                                 f"not a row change ({' '.join(statement.split())[:120]!r}) and may run before "
+                                 "the RENAME; the next attempt checks the table again")
         if time.monotonic() > deadline:
             raise CutoverAborted(f"window of {self.ctx.spec.cutover_window_s:.1f} s exceeded")
 
@@ -429,12 +449,26 @@ class Cutover:
             query(lock_conn, f"ALTER TABLE {qualified(spec.database, spec.new_table)} AUTO_INCREMENT = {int(source)}")
 
     def _roll_back(self, lock_conn: pymysql.connections.Connection, renamer: _Renamer | None) -> None:
-        """Unlock with the sentry still in place (so a queued RENAME fails), then remove the sentry."""
+        """Withdraw a queued RENAME, unlock with the sentry still in place (so a RENAME the withdrawal missed
+        fails on it), then remove the sentry.
+
+        The sentry alone is not enough: a statement queued on it before the RENAME (a DROP of `t_osc_old`)
+        is granted first at the unlock, and the RENAME would then swap."""
+        if renamer is not None and renamer.started and renamer.is_alive():
+            self._withdraw(renamer, lock_conn)
         query(lock_conn, "UNLOCK TABLES")
         if renamer is not None and renamer.started:
             renamer.join()
         if self.is_mariadb:
             drop_sentry(lock_conn, self.ctx.spec)
+
+
+def _kill_query(conn: pymysql.connections.Connection, thread_id: int) -> None:
+    try:
+        query(conn, f"KILL QUERY {int(thread_id)}")
+    except pymysql.err.OperationalError as exc:
+        if exc.args[0] != UNKNOWN_THREAD:   # it ended meanwhile
+            raise
 
 
 def drop_sentry(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:

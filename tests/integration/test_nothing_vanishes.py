@@ -146,14 +146,19 @@ def assert_every_row_and_update(conn, table: str, writer: Incrementer, ids: set[
     # in place, on an index that exists: no key and no table id changes, and its cascades send no row event
     ("foreign_key", "SET STATEMENT foreign_key_checks=0 FOR ALTER TABLE {t} ADD CONSTRAINT fk_cascade "
      f"FOREIGN KEY (k) REFERENCES {DB}.fk_parent (id) ON DELETE CASCADE",
-     f"foreign key {DB}.fk_cascade added ({DB}.ddl_foreign_key REFERENCES {DB}.fk_parent ON DELETE CASCADE"),
+     f"foreign key {DB}.fk_cascade added ({DB}.ddl_foreign_key REFERENCES {DB}.fk_parent ON DELETE CASCADE)"),
+    ("referenced", f"SET STATEMENT foreign_key_checks=0 FOR ALTER TABLE {DB}.fk_child ADD CONSTRAINT fk_to_source "
+     "FOREIGN KEY (pid) REFERENCES {t} (id)",
+     f"foreign key {DB}.fk_to_source added ({DB}.fk_child REFERENCES {DB}.ddl_referenced)"),
 ])
 def test_ddl_on_the_source_during_the_migration_stops_it_with_the_original_untouched(endpoints, conn, kind, ddl,
                                                                                       change):
     table = f"ddl_{kind}"
+    query(conn, f"DROP TABLE IF EXISTS {DB}.fk_child")
     fresh(conn, table)
     create_sample_table(conn, DB, table, rows=20_000, seed=3)
     query(conn, f"CREATE TABLE IF NOT EXISTS {DB}.fk_parent (id INT NOT NULL PRIMARY KEY)")
+    query(conn, f"CREATE TABLE {DB}.fk_child (id INT NOT NULL PRIMARY KEY, pid BIGINT NOT NULL, KEY (pid))")
     run = RunnerThread(endpoints, spec_for(table, "ADD INDEX c_idx (c)", batch_size=100))
     run.start()
     wait_for(lambda: (row := migration_row(conn, DB, table)) is not None and row.stage == "copy"
@@ -171,6 +176,7 @@ def test_ddl_on_the_source_during_the_migration_stops_it_with_the_original_untou
                         "TABLE_NAME=%s AND INDEX_NAME='c_idx'", (DB, table)) == 0
     assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
     assert leftovers(endpoints, DB, table) == []
+    query(conn, f"DROP TABLE {DB}.fk_child")
 
 
 def test_a_truncate_during_the_copy_stops_the_migration_without_a_swap(endpoints, conn):
@@ -254,11 +260,13 @@ def test_a_truncate_of_the_source_before_the_lock_is_caught_inside_the_cutover_l
     assert leftovers(endpoints, DB, table) == []
 
 
-def test_a_truncate_queued_inside_the_cutover_lock_cannot_run_before_the_rename(endpoints, conn):
+@pytest.mark.parametrize("sentry_dropped", [False, True], ids=["sentry_kept", "sentry_dropped"])
+def test_a_truncate_queued_inside_the_cutover_lock_cannot_run_before_the_rename(endpoints, conn, sentry_dropped):
     """On MariaDB the RENAME waits in a second session for the lock session's UNLOCK: a TRUNCATE queued during
     the window, after the lock session's check, could be granted first and empty the original an instant
-    before the swap."""
-    table = "truncated_in_lock"
+    before the swap. The attempt rolls back; and if a DROP of the sentry queued first too, the sentry alone
+    would not stop the RENAME."""
+    table = f"truncated_in_lock_{int(sentry_dropped)}"
     fresh(conn, table)
     create_sample_table(conn, DB, table, rows=3_000, seed=9)
     spec = waiting_migration(conn, table, "ADD COLUMN flag TINYINT NOT NULL DEFAULT 0")
@@ -270,23 +278,30 @@ def test_a_truncate_queued_inside_the_cutover_lock_cannot_run_before_the_rename(
     if not cutover.is_mariadb:
         cutover.close()
         pytest.skip("MySQL renames inside the lock session")
-    application = connect(endpoints.mysql)
-    truncate = threading.Thread(target=query, args=(application, f"TRUNCATE TABLE {DB}.{table}"), daemon=True)
+    statements = ([f"DROP TABLE IF EXISTS {DB}.{spec.old_table}"] if sentry_dropped else []) + \
+        [f"TRUNCATE TABLE {DB}.{table}"]
+    sessions = [connect(endpoints.mysql) for _ in statements]
+    queued = [threading.Thread(target=query, args=(session, sql), daemon=True)
+              for session, sql in zip(sessions, statements)]
     carry = cutover._carry_auto_increment
 
-    def carry_then_truncate(lock_conn) -> None:   # under the lock, after the source check
+    def carry_then_queue(lock_conn) -> None:   # under the lock, after the source check
         carry(lock_conn)
-        truncate.start()
+        for thread in queued:
+            thread.start()
         wait_for(lambda: scalar(conn, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE=%s AND "
-                                      "INFO LIKE 'TRUNCATE%%'", (TABLE_MDL_WAIT,)), 10, "the TRUNCATE to queue")
-    cutover._carry_auto_increment = carry_then_truncate
+                                      "(INFO LIKE 'TRUNCATE%%' OR INFO LIKE 'DROP%%')", (TABLE_MDL_WAIT,))
+                 == len(statements), 10, "the statements to queue")
+    cutover._carry_auto_increment = carry_then_queue
     try:
         result = cutover.attempt(spec.cutover_window_s, "test:coordinator")
     finally:
         cutover.close()
-    truncate.join(30)
-    application.close()
+    for thread, session in zip(queued, sessions):
+        thread.join(30)
+        session.close()
     assert not result.swapped and "TRUNCATE" in result.reason, result
+    assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.{table}") == 0, "rows the TRUNCATE removed are back"
     written = {(i, f"after truncate {i}") for i in range(1, 6)}
     query(conn, f"INSERT INTO {DB}.{table} (id, k, c, updated_at) VALUES " + ", ".join(["(%s, 0, %s, NOW())"] * 5),
           [v for row in sorted(written) for v in row])

@@ -51,3 +51,10 @@ def test_partitions_belong_to_their_table_and_a_hash_in_a_name_does_not():
     assert not names_table("shop/t@0023p@0023x", "shop/t")  # the table `t#p#x`
     assert not names_table("shop/tt", "shop/t")
     assert not names_table("shop/T", "shop/t")
+
+
+def test_a_foreign_key_added_either_way_is_named_and_an_earlier_record_without_them_compares():
+    current = {**RECORDED, "foreign_keys": {"shop.fk_child": "shop.child REFERENCES shop.t ON DELETE CASCADE"}}
+    assert definition_changes(RECORDED, current) == [
+        "foreign key shop.fk_child added (shop.child REFERENCES shop.t ON DELETE CASCADE)"]
+    assert definition_changes(RECORDED, {**RECORDED, "foreign_keys": {}}) == []
