@@ -14,7 +14,7 @@ inside the cutover's lock, where no DDL can run.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 import pymysql
 
@@ -85,16 +85,18 @@ def foreign_keys(conn: pymysql.connections.Connection, database: str, table: str
     Read from InnoDB's own list (INNODB_SYS_FOREIGN, MySQL INNODB_FOREIGN): REFERENTIAL_CONSTRAINTS asked
     for both ways opens every table of the server, and this runs inside the cutover's lock."""
     name = innodb_name(database, table)
-    if name is None:
-        return {}
+    if name is None:   # the child side only, by the table's name: the side whose cascades reach its rows
+        return {f"{database}.{fk}": f"{database}.{table} REFERENCES {parent_db}.{parent} ON DELETE {on_delete} "
+                                    f"ON UPDATE {on_update}"
+                for fk, parent_db, parent, on_delete, on_update in query(conn, """
+                    SELECT CONSTRAINT_NAME, UNIQUE_CONSTRAINT_SCHEMA, REFERENCED_TABLE_NAME, DELETE_RULE, UPDATE_RULE
+                    FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s""",
+                                                                                   (database, table))}
     rows = _innodb_view(conn, ("INNODB_SYS_FOREIGN", "INNODB_FOREIGN"), "SELECT ID, FOR_NAME, REF_NAME, TYPE FROM "
                         "information_schema.{view} WHERE FOR_NAME = %s OR REF_NAME = %s", (name, name))
-    for fold in (str, str.lower):
-        found = {_dotted(fk): f"{_dotted(child)} REFERENCES {_dotted(parent)}{_rules(int(kind))}"
-                 for fk, child, parent, kind in rows if fold(name) in (fold(child), fold(parent))}
-        if found:
-            return found
-    return {}
+    fold = _name_fold(conn)
+    return {_dotted(fk): f"{_dotted(child)} REFERENCES {_dotted(parent)}{_rules(int(kind))}"
+            for fk, child, parent, kind in rows if fold(name) in (fold(child), fold(parent))}
 
 
 # InnoDB's foreign key TYPE bits
@@ -160,12 +162,14 @@ def table_identity(conn: pymysql.connections.Connection, database: str, table: s
     rows = _innodb_view(conn, ("INNODB_SYS_TABLES", "INNODB_TABLES"), "SELECT TABLE_ID, NAME FROM "
                         "information_schema.{view} WHERE NAME = %s OR LEFT(NAME, CHAR_LENGTH(%s)) = %s",
                         (name, name + "#", name + "#"))
-    # the view compares case-insensitively: an exact name first, then as a server folding names stores it
-    for fold in (str, str.lower):
-        ids = sorted(int(tid) for tid, found in rows if names_table(fold(found), fold(name)))
-        if ids:
-            return ids
-    return []
+    fold = _name_fold(conn)
+    return sorted(int(tid) for tid, found in rows if names_table(fold(found), fold(name)))
+
+
+def _name_fold(conn: pymysql.connections.Connection) -> Callable[[str], str]:
+    """How this server compares table names (the views compare case-insensitively whatever it does): as they
+    are, or in lower case where lower_case_table_names is set, so that `Orders` never stands for `orders`."""
+    return str.lower if int(query(conn, "SELECT @@lower_case_table_names")[0][0]) else str
 
 
 def _innodb_view(conn: pymysql.connections.Connection, views: tuple[str, str], sql: str,

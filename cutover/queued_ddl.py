@@ -24,9 +24,16 @@ from core.db import query
 
 TABLE_MDL_WAIT = "Waiting for table metadata lock"   # PROCESSLIST.STATE of a statement queued on a table
 
-# Leading blanks and comments, then the statement's first word. Executable comments (`/*!…*/`, `/*M!…*/`)
-# and hints (`/*+…*/`) are not skipped: their text runs, so the statement is not known to be a row change.
-_FIRST_WORD = re.compile(r"^(?:\s+|/\*(?![!+]|M!).*?\*/|--\s[^\n]*(?:\n|$)|#[^\n]*(?:\n|$))*(\w+)", re.DOTALL)
+# Leading blanks and comments, then the statement's first word (each alternative consumes a fixed prefix,
+# so a long run of blanks is not tried in every split: this runs under the lock). Executable comments
+# (`/*!…*/`, `/*M!…*/`) and hints (`/*+…*/`) are not skipped: their text runs, so the statement is not known
+# to be a row change. A leading `(` is let through before SELECT, WITH or VALUES only.
+_FIRST_WORD = re.compile(r"^(?:\s|/\*(?![!+]|M!)(?:[^*]|\*(?!/))*\*/|--\s[^\n]*(?:\n|$)|#[^\n]*(?:\n|$)"
+                         r"|\((?=\s*(?:SELECT|WITH|VALUES)\b))*(\w+)", re.DOTALL | re.IGNORECASE)
+# MariaDB's per-statement settings before the statement itself; values unquoted only (a quoted one could
+# hide a FOR), so anything else is judged by its first word, SET.
+_SET_STATEMENT = re.compile(r"^\s*SET\s+STATEMENT\s+(?:\w+\s*=\s*[\w.+-]+\s*,\s*)*\w+\s*=\s*[\w.+-]+\s+FOR\s+",
+                            re.IGNORECASE)
 LET_THROUGH = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE", "WITH", "VALUES", "DO", "LOAD",
                          "HANDLER", "SHOW", "DESCRIBE", "DESC", "EXPLAIN"})
 # Sessions with no statement of their own to queue.
@@ -35,7 +42,7 @@ IDLE_COMMANDS = ("Sleep", "Daemon", "Binlog Dump", "Binlog Dump GTID")
 
 def is_read_or_row_change(statement: str) -> bool:
     """Does the statement only read or change rows (as a captured write does), by its first word?"""
-    first = _FIRST_WORD.match(statement)
+    first = _FIRST_WORD.match(_SET_STATEMENT.sub("", statement, count=1))
     return first is not None and first.group(1).upper() in LET_THROUGH
 
 
@@ -59,8 +66,8 @@ def queued_statements(conn: pymysql.connections.Connection, database: str, table
     """(session id, statement) of the other sessions running a statement that names database.table and is
     not a read or a row change."""
     rows = query(conn, "SELECT ID, INFO, DB FROM information_schema.PROCESSLIST WHERE INFO IS NOT NULL AND "
-                       f"ID <> CONNECTION_ID() AND COMMAND NOT IN ({', '.join(['%s'] * len(IDLE_COMMANDS))})",
-                 IDLE_COMMANDS)
+                       f"ID <> CONNECTION_ID() AND COMMAND NOT IN ({', '.join(['%s'] * len(IDLE_COMMANDS))}) "
+                       "AND LOCATE(%s, INFO) > 0", (*IDLE_COMMANDS, table))
     return [(int(session), str(statement)) for session, statement, session_database in rows
             if int(session) not in own_sessions and names(str(statement), database, table, session_database)
             and not is_read_or_row_change(str(statement))]

@@ -39,7 +39,7 @@ log = logging.getLogger("stream_osc.cutover")
 
 SENTRY_COMMENT = "stream-osc cutover sentry"
 UNKNOWN_THREAD = 1094   # ER_NO_SUCH_THREAD
-WITHDRAW_WAIT_S = 5.0   # a killed RENAME returns at once; past this the sentry is the guard
+WITHDRAW_WAIT_S = 5.0   # a killed RENAME session ends at once; past this the sentry is the guard
 PRE_DRAIN_PASSES = 5          # catch-up passes before the lock, at most
 PRE_DRAIN_TIMEOUT_S = 30.0    # a fence not captured by then means capture is stalled: retry the attempt later
 PRE_DRAIN_ENOUGH_KEYS = 50    # a pass with no more keys than this, and no longer than
@@ -385,22 +385,32 @@ class Cutover:
             lock_conn.close()
 
     def _withdraw(self, renamer: _Renamer, lock_conn: pymysql.connections.Connection) -> None:
-        """Interrupt the queued RENAME (a session of our own user: no privilege needed), through the lock
-        session or, if that one was cut, a new one; the sentry stays the guard if both fail."""
+        """End the RENAME's session (our own user's: no privilege needed) until its thread is gone, through the
+        lock session or, if that one was cut, a new one; the sentry stays the guard if that fails.
+
+        The connection, not the statement: a KILL QUERY that arrives before the RENAME is dispatched is
+        cleared when it is, and the attempt may give up before it has seen the RENAME queue. The RENAME
+        cannot be granted meanwhile: the lock session holds the table."""
+        end = time.monotonic() + WITHDRAW_WAIT_S
+        killer, own = lock_conn, False
         try:
-            _kill_query(lock_conn, renamer.thread_id)
-        except pymysql.err.Error:
-            try:
-                other = self.ctx.db()
+            while renamer.is_alive() and time.monotonic() < end:
                 try:
-                    _kill_query(other, renamer.thread_id)
-                finally:
-                    other.close()
-            except pymysql.err.Error as exc:
-                log_event(log, "queued RENAME not withdrawn; the sentry makes it fail", logging.WARNING,
-                          reason=str(exc))
-                return
-        renamer.join(WITHDRAW_WAIT_S)
+                    _kill_connection(killer, renamer.thread_id)
+                except pymysql.err.Error:
+                    if own:
+                        raise
+                    killer, own = self.ctx.db(), True
+                    continue
+                renamer.join(0.05)
+        except pymysql.err.Error as exc:
+            log_event(log, "queued RENAME not withdrawn; the sentry makes it fail", logging.WARNING, reason=str(exc))
+        finally:
+            if own:
+                killer.close()
+        if renamer.is_alive():
+            log_event(log, "queued RENAME still running after its session was killed; the sentry makes it fail",
+                      logging.WARNING, waited_s=WITHDRAW_WAIT_S)
 
     def _queue_rename(self, renamer: _Renamer, deadline: float) -> None:
         """Issue the RENAME and wait until it queues on the lock session's metadata locks.
@@ -463,9 +473,9 @@ class Cutover:
             drop_sentry(lock_conn, self.ctx.spec)
 
 
-def _kill_query(conn: pymysql.connections.Connection, thread_id: int) -> None:
+def _kill_connection(conn: pymysql.connections.Connection, thread_id: int) -> None:
     try:
-        query(conn, f"KILL QUERY {int(thread_id)}")
+        query(conn, f"KILL CONNECTION {int(thread_id)}")
     except pymysql.err.OperationalError as exc:
         if exc.args[0] != UNKNOWN_THREAD:   # it ended meanwhile
             raise

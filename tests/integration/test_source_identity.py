@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.db import qualified, query
-from core.source_check import table_identity
+from core.source_check import foreign_keys, table_identity
 
 pytestmark = pytest.mark.integration
 
@@ -60,3 +60,16 @@ def test_a_partition_truncated_changes_the_identity(conn):
 def test_a_missing_table_has_no_identity(conn):
     query(conn, f"DROP TABLE IF EXISTS {qualified(DB, 'missing')}")
     assert table_identity(conn, DB, "missing") == []
+
+
+def test_foreign_keys_are_read_both_ways_and_never_from_a_case_twin(conn):
+    query(conn, f"DROP TABLE IF EXISTS {qualified(DB, 'fk_child')}")
+    for parent in ("fk_parent", "FK_PARENT"):
+        make(conn, parent)
+    query(conn, f"CREATE TABLE {qualified(DB, 'fk_child')} (id INT NOT NULL PRIMARY KEY, pid INT NOT NULL, "
+                f"CONSTRAINT fk_up FOREIGN KEY (pid) REFERENCES {qualified(DB, 'fk_parent')} (id) ON DELETE CASCADE)")
+    expected = {f"{DB}.fk_up": f"{DB}.fk_child REFERENCES {DB}.fk_parent ON DELETE CASCADE"}
+    assert foreign_keys(conn, DB, "fk_child") == expected
+    assert foreign_keys(conn, DB, "fk_parent") == expected
+    assert foreign_keys(conn, DB, "FK_PARENT") == {}
+    query(conn, f"DROP TABLE {qualified(DB, 'fk_child')}")
