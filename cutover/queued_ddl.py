@@ -32,7 +32,8 @@ _FIRST_WORD = re.compile(r"^(?:\s|/\*(?![!+]|M!)(?:[^*]|\*(?!/))*\*/|--\s[^\n]*(
                          r"|\((?=\s*(?:SELECT|WITH|VALUES)\b))*(\w+)", re.DOTALL | re.IGNORECASE)
 # MariaDB's per-statement settings before the statement itself; values unquoted only (a quoted one could
 # hide a FOR), so anything else is judged by its first word, SET.
-_SET_STATEMENT = re.compile(r"^\s*SET\s+STATEMENT\s+(?:\w+\s*=\s*[\w.+-]+\s*,\s*)*\w+\s*=\s*[\w.+-]+\s+FOR\s+",
+_VALUE = r"[+-]?[\w.]+(?:[+-][\w.]+)*"   # no two signs in a row: `--` would open a comment
+_SET_STATEMENT = re.compile(rf"^\s*SET\s+STATEMENT\s+(?:\w+\s*=\s*{_VALUE}\s*,\s*)*\w+\s*=\s*{_VALUE}\s+FOR\s+",
                             re.IGNORECASE)
 LET_THROUGH = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE", "WITH", "VALUES", "DO", "LOAD",
                          "HANDLER", "SHOW", "DESCRIBE", "DESC", "EXPLAIN"})
@@ -67,7 +68,8 @@ def queued_statements(conn: pymysql.connections.Connection, database: str, table
     not a read or a row change."""
     rows = query(conn, "SELECT ID, INFO, DB FROM information_schema.PROCESSLIST WHERE INFO IS NOT NULL AND "
                        f"ID <> CONNECTION_ID() AND COMMAND NOT IN ({', '.join(['%s'] * len(IDLE_COMMANDS))}) "
-                       "AND LOCATE(%s, INFO) > 0", (*IDLE_COMMANDS, table))
+                       "AND (LOCATE(%s, INFO) > 0 OR LOCATE(%s, INFO) > 0)",
+                 (*IDLE_COMMANDS, table, table.replace("`", "``")))
     return [(int(session), str(statement)) for session, statement, session_database in rows
             if int(session) not in own_sessions and names(str(statement), database, table, session_database)
             and not is_read_or_row_change(str(statement))]

@@ -23,7 +23,7 @@ from applier.recopy import recopy_keys, with_retry
 from core.context import RunContext
 from cutover.validate import Sessions
 from core.spec import MigrationSpec
-from core.db import qualified, query, scalar
+from core.db import DatabaseUnreachable, qualified, query, scalar
 from core.keys import Key
 from core.logs import log_event
 from core.source_check import check_source_unchanged
@@ -403,7 +403,7 @@ class Cutover:
                     killer, own = self.ctx.db(), True
                     continue
                 renamer.join(0.05)
-        except pymysql.err.Error as exc:
+        except (pymysql.err.Error, DatabaseUnreachable) as exc:
             log_event(log, "queued RENAME not withdrawn; the sentry makes it fail", logging.WARNING, reason=str(exc))
         finally:
             if own:
