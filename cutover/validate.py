@@ -7,9 +7,10 @@ What a checksum must get right (docs/invariants.md, 9: the reason validation exi
 - binary data is hashed as bytes; each column is reduced on its own to its CRC32 (digits) or a marker
   letter, joined by commas that none of them holds, so no value can make two different rows look alike,
   and NULL, '' and a value the conversion rejects are told apart;
-- a row's hash is the MD5 of that text (one MD5 per row, not per column: the checksum takes about half
-  the time, measured on sysbench rows), so a differing column is missed only if its CRC32 collides;
-- a range's checksum is the row count and the SUM of 64-bit row hashes: unlike BIT_XOR, two equal
+- a row's hash is the CRC32 of that text. One differing column is missed if its own CRC32 collides,
+  whatever then hashes the row, so an MD5 of the text (used before) did not lower that bound; it made the
+  checksum 2.7 times as expensive (sysbench rows: 0.44 s against 0.165 s per 300,000 rows on one side);
+- a range's checksum is the row count and the SUM of the row hashes: unlike BIT_XOR, two equal
   differences do not cancel.
 """
 from __future__ import annotations
@@ -125,7 +126,7 @@ class RowHasher:
 
     def row_sql(self, source: bool) -> str:
         parts = self.source_parts if source else self.target_parts
-        return f"MD5(CONCAT_WS(',', {', '.join(parts)}))"
+        return f"CRC32(CONCAT_WS(',', {', '.join(parts)}))"
 
 
 Sessions = tuple[pymysql.connections.Connection, pymysql.connections.Connection | None]   # (source, target)
@@ -152,11 +153,10 @@ def side_filter(pair: TablePair, source: bool) -> str:
 
 def range_checksum(conn: pymysql.connections.Connection, hasher: RowHasher, source: bool, lo: Key | None,
                    hi: Key | None) -> tuple:
-    """(row count, sum of the rows' 64-bit hashes) of one side over the keys [lo, hi)."""
+    """(row count, sum of the rows' hashes) of one side over the keys [lo, hi)."""
     where, params = hasher.pair.pk.in_range(lo, hi)
-    return tuple(query(conn, f"SELECT COUNT(*), COALESCE(SUM(CAST(CONV(LEFT({hasher.row_sql(source)}, 16), 16, 10) "
-                             f"AS DECIMAL(20,0))), 0) FROM {hasher.table(source)} WHERE ({where})"
-                             f"{side_filter(hasher.pair, source)}", params)[0])
+    return tuple(query(conn, f"SELECT COUNT(*), COALESCE(SUM({hasher.row_sql(source)}), 0) FROM {hasher.table(source)} "
+                             f"WHERE ({where}){side_filter(hasher.pair, source)}", params)[0])
 
 
 def row_hashes(conn: pymysql.connections.Connection, hasher: RowHasher, source: bool, lo: Key | None,
