@@ -14,6 +14,7 @@ inside the cutover's lock, where no DDL can run.
 from __future__ import annotations
 
 import re
+import weakref
 from typing import Any, Callable
 
 import pymysql
@@ -168,8 +169,16 @@ def table_identity(conn: pymysql.connections.Connection, database: str, table: s
 
 def _name_fold(conn: pymysql.connections.Connection) -> Callable[[str], str]:
     """How this server compares table names (the views compare case-insensitively whatever it does): as they
-    are, or in lower case where lower_case_table_names is set, so that `Orders` never stands for `orders`."""
-    return str.lower if int(query(conn, "SELECT @@lower_case_table_names")[0][0]) else str
+    are, or in lower case where lower_case_table_names is set, so that `Orders` never stands for `orders`.
+    Read once per session: the setting cannot change while the server runs."""
+    fold = _FOLDS.get(conn)
+    if fold is None:
+        fold = str.lower if int(query(conn, "SELECT @@lower_case_table_names")[0][0]) else str
+        _FOLDS[conn] = fold
+    return fold
+
+
+_FOLDS: weakref.WeakKeyDictionary[pymysql.connections.Connection, Callable[[str], str]] = weakref.WeakKeyDictionary()
 
 
 def _innodb_view(conn: pymysql.connections.Connection, views: tuple[str, str], sql: str,
