@@ -21,6 +21,7 @@ from cutover.validate import (
     KeyRange,
     repair,
     row_hasher,
+    row_hashes,
     validation_ranges,
 )
 from core.db import query
@@ -146,6 +147,30 @@ def test_paired_differences_are_found(conn):
                "FROM {}")
     assert query(conn, crc_xor.format(pair.source_name)) == query(conn, crc_xor.format(pair.target_name))
     assert differences(conn, pair) == {10, 20}
+
+
+def test_the_same_change_in_two_rows_cannot_cancel_in_a_range_checksum(conn):
+    """CRC32 is linear: the same change in two rows flips the same bits of both row hashes, and a plain SUM of
+    the hashes stays equal when the two hashes differ in each of those bits. The pair is picked by the row
+    hashes themselves, as one whose changes a plain SUM cancels; the range checksum must still tell."""
+    pair = make_pair(conn, "same_change", "id INT PRIMARY KEY, v INT, w CHAR(1)",
+                     [(i, 12, "x") for i in range(1, 2001)], "ADD INDEX v (v)")
+    hasher = row_hasher(conn, pair)
+    before = row_hashes(conn, hasher, False, None, None)
+    query(conn, f"UPDATE {pair.target_name} SET v = 129")
+    after = row_hashes(conn, hasher, False, None, None)
+    by_change: dict[int, list[int]] = {}
+    for key in sorted(before):
+        by_change.setdefault(after[key] - before[key], []).append(key[0])
+    pairs = [(keys[0], by_change[-change][0])
+             for change, keys in by_change.items() if change > 0 and -change in by_change]
+    assert pairs, "no two rows whose changes cancel in a plain SUM: the test no longer attacks the checksum"
+    first, second = pairs[0]
+    query(conn, f"UPDATE {pair.target_name} SET v = 12 WHERE id NOT IN (%s, %s)", (first, second))
+    plain = "SELECT COUNT(*), SUM({}) FROM {}"
+    assert query(conn, plain.format(hasher.row_sql(True), pair.source_name)) == \
+        query(conn, plain.format(hasher.row_sql(False), pair.target_name)), "a plain SUM misses this pair"
+    assert differences(conn, pair) == {first, second}
 
 
 def test_binary_values_compared_as_bytes(conn):
