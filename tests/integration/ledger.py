@@ -161,13 +161,15 @@ class Ledger:
         (each row as create_ledger_table made it: id = seq, counter 0, payload MD5(seq))."""
         count, checksum = self.filler
         for pk in ids:
-            checksum += zlib.crc32(f"{pk}:{pk}:0:{payload}".encode()) - \
-                zlib.crc32(f"{pk}:{pk}:0:{hashlib.md5(str(pk).encode()).hexdigest()}".encode())
+            checksum += zlib.crc32(f"{pk}:{pk}:0:{payload}".encode()) ** 2 - \
+                zlib.crc32(f"{pk}:{pk}:0:{hashlib.md5(str(pk).encode()).hexdigest()}".encode()) ** 2
         self.filler = (count, checksum)
 
     def _filler(self, conn: pymysql.connections.Connection, name: str | None = None) -> tuple[int, int]:
-        """(count, checksum) of the filler rows (writer 0), every column the ledger wrote."""
-        row = query(conn, "SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(':', id, seq, counter, payload))), 0) "
+        """(count, checksum) of the filler rows (writer 0), every column the ledger wrote: the sum of the squares
+        of the rows' CRC32s (CRC32 is linear: the same change in two rows can cancel in a plain sum)."""
+        crc = "CRC32(CONCAT_WS(':', id, seq, counter, payload))"
+        row = query(conn, f"SELECT COUNT(*), COALESCE(SUM({crc} * {crc}), 0) "
                           f"FROM {name or qualified(self.db, self.table)} WHERE writer = 0")[0]
         return int(row[0]), int(row[1])
 
