@@ -120,6 +120,21 @@ def scalar(conn: pymysql.connections.Connection, sql: str, args: Iterable[Any] |
     return rows[0][0] if rows else None
 
 
+NO_SUCH_THREAD = 1094   # ER_NO_SUCH_THREAD
+
+
+def kill_connection(conn: pymysql.connections.Connection, connection_id: int) -> bool:
+    """KILL CONNECTION (its transaction rolls back): the session, not only its statement, since a KILL QUERY
+    that arrives before a statement is dispatched is cleared when it is. False if it had ended already."""
+    try:
+        query(conn, "KILL CONNECTION %s", (int(connection_id),))
+    except pymysql.err.MySQLError as exc:
+        if exc.args[0] == NO_SUCH_THREAD:
+            return False
+        raise
+    return True
+
+
 @dataclass(frozen=True)
 class ServerInfo:
     """What kind of server this is and the settings that matter to a migration."""

@@ -19,7 +19,7 @@ import redis
 
 from core import redis_keys
 from core.context import RunContext
-from core.db import query
+from core.db import kill_connection
 from core.logs import log_event
 from cutover.blockers import Blocker, find_blockers
 
@@ -28,7 +28,6 @@ log = logging.getLogger("stream_osc.cutover")
 POLL_S = 0.5
 AFTER_KILL_S = 0.05      # the next look after a kill: the holder's session ends within milliseconds
 NOTE_TTL_S = 10          # the `status` note outlives the last check by this much, then vanishes
-_GONE = (1094,)          # ER_NO_SUCH_THREAD: it ended by itself meanwhile
 
 
 def kill_refusal(blocker: Blocker, max_rows: int) -> str | None:
@@ -119,12 +118,12 @@ class BlockerWait:
                 log_event(log, "blocker not killed", logging.WARNING, reason=refusal, **blocker.as_dict())
                 continue
             try:
-                query(conn, "KILL CONNECTION %s", (blocker.connection_id,))   # ends it; its transaction rolls back
+                if not kill_connection(conn, blocker.connection_id):
+                    continue   # it ended by itself meanwhile
             except pymysql.err.MySQLError as exc:
-                if exc.args[0] not in _GONE:
-                    clock.refused.add(blocker.identity)
-                    say(f"could not kill connection {blocker.connection_id}: {exc.args[-1]}")
-                    log_event(log, "blocker kill failed", logging.ERROR, error=str(exc), **blocker.as_dict())
+                clock.refused.add(blocker.identity)
+                say(f"could not kill connection {blocker.connection_id}: {exc.args[-1]}")
+                log_event(log, "blocker kill failed", logging.ERROR, error=str(exc), **blocker.as_dict())
                 continue
             clock.killed.add(blocker.identity)
             killed = True

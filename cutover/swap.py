@@ -23,7 +23,7 @@ from applier.recopy import recopy_keys, with_retry
 from core.context import RunContext
 from cutover.validate import Sessions
 from core.spec import MigrationSpec
-from core.db import DatabaseUnreachable, qualified, query, scalar
+from core.db import DatabaseUnreachable, kill_connection, qualified, query, scalar
 from core.keys import Key
 from core.logs import log_event
 from core.source_check import check_source_unchanged
@@ -38,7 +38,6 @@ from streams.topics import TopicNames, committed_offsets, partition_count
 log = logging.getLogger("stream_osc.cutover")
 
 SENTRY_COMMENT = "stream-osc cutover sentry"
-UNKNOWN_THREAD = 1094   # ER_NO_SUCH_THREAD
 WITHDRAW_WAIT_S = 5.0   # a killed RENAME session ends at once; past this the sentry is the guard
 PRE_DRAIN_PASSES = 5          # catch-up passes before the lock, at most
 PRE_DRAIN_TIMEOUT_S = 30.0    # a fence not captured by then means capture is stalled: retry the attempt later
@@ -396,7 +395,7 @@ class Cutover:
         try:
             while renamer.is_alive() and time.monotonic() < end:
                 try:
-                    _kill_connection(killer, renamer.thread_id)
+                    kill_connection(killer, renamer.thread_id)
                 except pymysql.err.Error:
                     if own:
                         raise
@@ -471,14 +470,6 @@ class Cutover:
             renamer.join()
         if self.is_mariadb:
             drop_sentry(lock_conn, self.ctx.spec)
-
-
-def _kill_connection(conn: pymysql.connections.Connection, thread_id: int) -> None:
-    try:
-        query(conn, f"KILL CONNECTION {int(thread_id)}")
-    except pymysql.err.OperationalError as exc:
-        if exc.args[0] != UNKNOWN_THREAD:   # it ended meanwhile
-            raise
 
 
 def drop_sentry(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:
