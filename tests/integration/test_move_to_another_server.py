@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 DB = "osc_move"
 MOVED_DB = "osc_moved"       # the schema on the target server
 OPTIONS = ["--copy-workers", "2", "--apply-workers", "2", "--partitions", "4", "--chunk-size", "5000",
-           "--batch-size", "500", "--target-batch-time", "0", "--cutover-window", "3", "--max-lag", "50"]
+           "--batch-size", "500", "--target-batch-time", "0", "--cutover-window", "3", "--max-lag", "500"]
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_a_moved_table_holds_every_acknowledged_write_after_a_kill_mid_copy(endp
             if proc.poll() is None:
                 proc.kill()
         ledger.wait_for_writes(200)
-        resumed = cli("resume", "--table", f"{DB}.{table}", "--max-lag", "50", timeout=600)
+        resumed = cli("resume", "--table", f"{DB}.{table}", "--max-lag", "500", timeout=600)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert "switch the application to the target" in resumed.stdout + resumed.stderr
         ledger.stop()
