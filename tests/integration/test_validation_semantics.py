@@ -173,6 +173,23 @@ def test_the_same_change_in_two_rows_cannot_cancel_in_a_range_checksum(conn):
     assert differences(conn, pair) == {first, second}
 
 
+def test_a_change_flipping_only_the_lowest_bit_of_two_row_hashes_cannot_cancel_in_a_range_checksum(conn):
+    """A second CRC32 of the row hashes' decimal text is not enough: h and h^1 differ only in the low bit of the
+    last digit, so CRC32(h^1) = CRC32(h) ^ 0x77073096 for every h, and a SUM of those cancels for about one pair
+    in 2^15. Changing 9655 to 49437 flips only bit 0 of these rows' hashes; rows 37 and 50 are such a pair."""
+    pair = make_pair(conn, "low_bit", "id INT PRIMARY KEY, v INT, w CHAR(1)", [(i, 9655, "x") for i in range(1, 61)],
+                     "ADD INDEX v (v)")
+    hasher = row_hasher(conn, pair)
+    before = row_hashes(conn, hasher, False, None, None)
+    query(conn, f"UPDATE {pair.target_name} SET v = 49437 WHERE id IN (37, 50)")
+    after = row_hashes(conn, hasher, False, None, None)
+    assert {before[(k,)] ^ after[(k,)] for k in (37, 50)} == {1}, "the change no longer flips only bit 0"
+    crc_of_hash = "SELECT COUNT(*), SUM(CRC32({})) FROM {}"
+    assert query(conn, crc_of_hash.format(hasher.row_sql(True), pair.source_name)) == \
+        query(conn, crc_of_hash.format(hasher.row_sql(False), pair.target_name)), "a SUM of CRC32(h) misses this pair"
+    assert differences(conn, pair) == {37, 50}
+
+
 def test_binary_values_compared_as_bytes(conn):
     """0xFF and 0xFE are both invalid UTF-8: converted to text, both become '?'."""
     pair = make_pair(conn, "binary", "id INT PRIMARY KEY, b VARBINARY(8), blb BLOB, fixed BINARY(4)",
