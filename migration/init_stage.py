@@ -17,7 +17,7 @@ import pymysql
 from applier.chunks import key_ranges
 from connectors.config import DatabaseAccess, connector_config
 from connectors.kafka_clients import untranslated
-from connectors.rest import ConnectClient, ConnectError, connect_client
+from connectors.rest import POLL_S, ConnectClient, ConnectError, connect_client
 from connectors.secrets import (kafka_jaas_reference, password_reference, require_connector_secret,
                                 write_connector_secret)
 from migration.checks import (PreflightError, check_blocker_privileges, check_load_thresholds, check_privileges,
@@ -109,7 +109,7 @@ def wait_for_recorded_position(connect: ConnectClient, name: str, timeout: float
         state = connect.state(name)
         if state and state.failed:
             raise ConnectError(f"connector {name} failed: {state.error_line()}")
-        time.sleep(0.2)
+        time.sleep(POLL_S)
     raise ConnectError(f"connector {name} recorded no source offset within {timeout:.0f} s "
                        "(check offset.flush.interval.ms of the Connect worker)")
 
