@@ -256,7 +256,8 @@ def test_a_truncate_of_the_source_before_the_lock_is_caught_inside_the_cutover_l
     assert set(query(conn, f"SELECT id, c FROM {DB}.{table}")) == written          # exactly the application's rows
     assert "flag" not in [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
                                                     "TABLE_SCHEMA=%s AND TABLE_NAME=%s", (DB, table))]
-    assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
+    store.release_coordinator(migration.id, "test:coordinator")   # as a coordinator that stops does: abort need
+    assert cli("abort", "--table", f"{DB}.{table}").returncode == 0   # not wait STALE_S for the lease to age out
     assert leftovers(endpoints, DB, table) == []
 
 
@@ -314,7 +315,8 @@ def test_a_truncate_queued_inside_the_cutover_lock_cannot_run_before_the_rename(
     assert set(query(conn, f"SELECT id, c FROM {DB}.{table}")) == written          # exactly the application's rows
     assert "flag" not in [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
                                                     "TABLE_SCHEMA=%s AND TABLE_NAME=%s", (DB, table))]
-    assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
+    store.release_coordinator(migration.id, "test:coordinator")   # as a coordinator that stops does: abort need
+    assert cli("abort", "--table", f"{DB}.{table}").returncode == 0   # not wait STALE_S for the lease to age out
     assert leftovers(endpoints, DB, table) == []
 
 
