@@ -16,7 +16,7 @@ from core.context import RunContext
 from core.db import query
 from core.keys import Key
 from core.logs import log_event
-from streams.closing import close_within
+from streams.closing import leave_and_close_within
 from streams.events import decode_key
 from streams.topics import TopicNames, consumer_config
 
@@ -170,6 +170,12 @@ class OffsetCommitter:
         return self.consumer
 
 
+def close_applier_consumer(consumer: Consumer, worker_no: int) -> bool:
+    """Leave the applier group, then close: a member closed while the group rebalanced stayed in it until its
+    session timed out, and the other appliers' stop waited as long (streams/closing.py)."""
+    return leave_and_close_within(consumer, f"applier-{worker_no}")
+
+
 def new_member_name() -> str:
     """A name for one process's appliers, kept across their stops and starts: their client ids in the group."""
     return uuid.uuid4().hex[:12]
@@ -242,7 +248,7 @@ def apply_worker(ctx: RunContext, worker_no: int, member: str) -> None:
             stats.add(len(messages), written, (time.monotonic() - started) * 1000)
     finally:
         if consumer is not None:
-            close_within(consumer, f"applier-{worker_no}")
+            close_applier_consumer(consumer, worker_no)
         conn.close()
         if target is not None:
             target.close()

@@ -1,7 +1,7 @@
 """A consumer's close that never returns must not hold the applier that closes it (streams/closing.py)."""
 import threading
 
-from streams.closing import close_within
+from streams.closing import close_within, leave_and_close_within
 
 
 class StuckConsumer:
@@ -48,3 +48,32 @@ def test_a_close_that_fails_is_reported_not_raised(caplog):
     assert close_within(consumer, "applier-1", timeout_s=5) is True
     [record] = [r for r in caplog.records if r.getMessage() == "consumer close failed"]
     assert record.fields == {"consumer": "applier-1", "error": "Consumer closed"}
+
+
+class Member(Consumer):
+    def __init__(self, unsubscribe_error: Exception | None = None) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+        self.unsubscribe_error = unsubscribe_error
+
+    def unsubscribe(self) -> None:
+        self.calls.append("unsubscribe")
+        if self.unsubscribe_error is not None:
+            raise self.unsubscribe_error
+
+    def close(self) -> None:
+        self.calls.append("close")
+        super().close()
+
+
+def test_a_group_member_leaves_before_it_closes():
+    member = Member()
+    assert leave_and_close_within(member, "applier-0", timeout_s=5) is True
+    assert member.calls == ["unsubscribe", "close"]
+
+
+def test_a_member_whose_leave_fails_is_closed_all_the_same(caplog):
+    member = Member(RuntimeError("Consumer closed"))
+    assert leave_and_close_within(member, "applier-0", timeout_s=5) is True
+    assert member.calls == ["unsubscribe", "close"]
+    assert "consumer close failed" in caplog.text
