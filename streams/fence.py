@@ -44,6 +44,10 @@ class FenceReader:
         self.consumer = consumer
         self.topic = topic
         self.partitions = list(range(partitions))
+        # The topic's leaders, learnt now: a consumer whose first request was for the group's committed offsets
+        # (the cutover's catch-up starts there) otherwise sends its first fetch about a second after the
+        # assignment (measured: 0.95 s against 2 ms; librdkafka), and a validation snapshot waited that long.
+        consumer.list_topics(topic, timeout=10)
 
     def _position(self, start: dict[int, int]) -> None:
         self.consumer.assign([TopicPartition(self.topic, p, start[p]) for p in self.partitions])
