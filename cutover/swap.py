@@ -143,7 +143,11 @@ class Cutover:
         read waits for its connection (measured: about 0.8 s), which would follow every wait for a holder."""
         if self._fence is None:
             consumer = fence_consumer(self.ctx.endpoints.kafka, self.ctx.migration.group_id)
-            self._fence = consumer, FenceReader(consumer, self.names.changes, self.partitions)
+            try:
+                self._fence = consumer, FenceReader(consumer, self.names.changes, self.partitions)
+            except BaseException:
+                close_within(consumer, "fence")
+                raise
         return self._fence
 
     def close(self) -> None:

@@ -142,10 +142,10 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
         *captured, kafka_jaas_reference(endpoints, migration.connector), connector_access(endpoints)))
     connect.wait_running(migration.connector, timeout=START_TIMEOUT_S)
     consumer = fence_consumer(endpoints.kafka, migration.group_id)
-    reader = FenceReader(consumer, names.changes, spec.partitions)
     stamped: list[str] = []
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
+        reader = FenceReader(consumer, names.changes, spec.partitions)
         # Debezium may need a moment after RUNNING to reach the binlog: re-stamp until a fence is seen.
         # Any stamp seen proves capture ran from before it, and under heavy writes capture can lag by
         # more than one read: every stamp written so far counts, so a lagging connector still proves it.

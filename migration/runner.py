@@ -17,6 +17,7 @@ from applier.conflicts import ConstraintViolated
 from applier.copy import copy_worker
 from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectorState, connect_client
+from cutover.blocker_wait import POLL_S as BLOCKER_POLL_S
 from cutover.blocker_wait import BlockerClock, BlockerWait
 from cutover.blockers import find_blockers
 from cutover.move import MoveCutover
@@ -46,7 +47,8 @@ from monitor.capture_lag import LagWatch
 from monitor.metrics import MigrationMetrics
 from monitor.progress import Progress, copy_fraction
 from core import redis_keys
-from streams.topics import TopicNames, group_lag
+from streams.closing import close_within
+from streams.topics import TopicNames, consumer_lag, group_lag, group_reader
 
 log = logging.getLogger("stream_osc.runner")
 
@@ -62,8 +64,10 @@ CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Con
 WAITING_NOTE_S = 30.0              # a coordinator waiting for its cutover logs so (with the lag) this often
 LAG_SHOW_S = 5.0                   # and reads the lag for the progress display and metrics this often
 CHECKER_RETRY_S = 10.0             # validation ahead, stopped by a passing failure, starts again this much later
-LAG_POLL_S = 0.1                   # the applier group's lag is read this often while a stage waits for it to fall:
-#                                    one read takes a few ms; a stage moves on this much after the lag allows
+LAG_POLL_S = 0.1                   # the applier group's lag is read this often while a stage waits for it to fall
+#                                    (one reader for the whole wait: two requests a read); the stage moves on this
+#                                    much after the lag allows; sessions holding the table are looked for as often
+#                                    as the cutover's own wait for them does (BLOCKER_POLL_S)
 
 
 def close_sessions(sessions: list[Sessions]) -> None:
@@ -497,25 +501,32 @@ class Runner:
         is wanted), sessions holding the table are looked for meanwhile, so that the --force-kill-blockers-after
         clock starts when one appears, not when the lag allows the next look."""
         stats = ApplyStats(ctx.redis(), ctx.migration.id)
+        topic = TopicNames(ctx.migration.prefix, self.spec.database, self.spec.table).changes
+        reader = group_reader(self.endpoints.kafka, ctx.migration.group_id)
         first: tuple[float, int] | None = None
-        while True:   # a pause does not hold this wait (the appliers hold themselves): the stage may move on
-            self._raise_if_helpers_failed(ctx)
-            self._check_health(ctx)
-            self._show_throttle(ctx)
-            lag = self._lag(ctx)
-            applied = stats.read().get("events", 0)
-            now = time.monotonic()
-            first = first or (now, applied)
-            rate = (applied - first[1]) / (now - first[0]) if now > first[0] else 0
-            lag_s = lag / rate if rate > 0 else None
-            self.progress.apply(lag, applied, lag_s)
-            self.metrics.apply(lag, applied, lag_s)
-            if look_for_blockers:
-                self.blocker_clock.saw(find_blockers(self.conn, self.spec.database, self.spec.table,
-                                                     self.info.is_mariadb), time.monotonic())
-            if lag <= limit:
-                return lag
-            time.sleep(LAG_POLL_S)
+        looked_for_blockers = float("-inf")
+        try:
+            while True:   # a pause does not hold this wait (the appliers hold themselves): the stage may move on
+                self._raise_if_helpers_failed(ctx)
+                self._check_health(ctx)
+                self._show_throttle(ctx)
+                lag = consumer_lag(reader, topic, self.spec.partitions)
+                applied = stats.read().get("events", 0)
+                now = time.monotonic()
+                first = first or (now, applied)
+                rate = (applied - first[1]) / (now - first[0]) if now > first[0] else 0
+                lag_s = lag / rate if rate > 0 else None
+                self.progress.apply(lag, applied, lag_s)
+                self.metrics.apply(lag, applied, lag_s)
+                if look_for_blockers and now - looked_for_blockers >= BLOCKER_POLL_S:
+                    looked_for_blockers = now
+                    self.blocker_clock.saw(find_blockers(self.conn, self.spec.database, self.spec.table,
+                                                         self.info.is_mariadb), time.monotonic())
+                if lag <= limit:
+                    return lag
+                time.sleep(LAG_POLL_S)
+        finally:
+            close_within(reader, "lag")
 
     def _validate(self, ctx: RunContext, cutover: Cutover) -> None:
         snapshots = self._consistent_snapshots(ctx, cutover)
