@@ -17,8 +17,7 @@ from applier.conflicts import ConstraintViolated
 from applier.copy import copy_worker
 from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectorState, connect_client
-from cutover.blocker_wait import POLL_S as BLOCKER_POLL_S
-from cutover.blocker_wait import BlockerClock, BlockerWait
+from cutover.blocker_wait import POLL_S as BLOCKER_POLL_S, BlockerClock, BlockerWait
 from cutover.blockers import find_blockers
 from cutover.move import MoveCutover
 from cutover.swap import CoordinatorReplaced, Cutover, CutoverAborted, CutoverResult
