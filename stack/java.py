@@ -52,9 +52,11 @@ logger.clients.level = WARN
 
 def java_command(config: StackConfig, main_class: str, log4j2_file: Path, *args: str,
                  heap: str | None = None) -> list[str]:
-    """`java … -cp <kafka jars>/* <main_class> args…` with the stack's heap size (or `heap`)."""
+    """`nice -n <java_nice> java … -cp <kafka jars>/* <main_class> args…` with the stack's heap size (or `heap`).
+    nice runs java in its own place, so the PID started is the JVM's; every thread the JVM makes inherits the
+    priority (set on a running JVM, it would reach one thread only)."""
     heap = heap or config.java_heap
-    return [java_binary(), f"-Xmx{heap}",
+    return ["nice", "-n", str(config.java_nice), java_binary(), f"-Xmx{heap}",
             "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j2_file}",
             "-cp", f"{config.kafka_jars_dir}/*", main_class, *args]

@@ -19,7 +19,7 @@ from core.db import connect, query, scalar
 from core.endpoints import MySQLAddress, parse_mysql_dsn
 from stack import services
 from stack.config import PORT_ENV, StackConfig
-from stack.process import free_ports, running_pid, start_time
+from stack.process import free_ports, proc_stat, running_pid, start_time
 
 pytestmark = pytest.mark.integration
 
@@ -132,6 +132,28 @@ def test_target_server_answers_as_osc_target_at_the_printed_dsn(stack_config, en
         assert parse_mysql_dsn(dsn).port == stack_config.target_mysql_port
         assert endpoints.target_dsn == dsn
     answers_as_osc_target(endpoints.target())
+
+
+def thread_priorities(pid: int) -> set[int]:
+    """The nice values of every thread of a live process (/proc/<pid>/task/<tid>/stat, field 19)."""
+    found = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        stat = proc_stat(int(task.name))
+        if stat is not None:
+            found.add(int(stat[18]))
+    return found
+
+
+def test_broker_and_connect_run_every_thread_below_the_database_priority(stack_config):
+    """The JVMs yield the CPU to the database they capture on a shared machine: each of their threads, those made
+    after start included, runs java_nice lower than the database, which keeps the priority it was started with."""
+    if stack_config is None:
+        pytest.skip("endpoints come from STREAM_OSC_* variables, not the embedded stack")
+    running = pids(stack_config.run_dir)
+    [database] = thread_priorities(running["mariadb"])
+    assert stack_config.java_nice > 0
+    for name in ("kafka", "connect"):
+        assert thread_priorities(running[name]) == {min(19, database + stack_config.java_nice)}, name
 
 
 def test_env_is_parseable_and_matches_the_config(stack_config):

@@ -188,9 +188,16 @@ def test_stack_prepares_an_owner_only_secrets_folder(clean_env, tmp_path):
 
 def test_java_command_uses_the_jar_folder_and_heap(clean_env, tmp_path):
     cmd = java.java_command(StackConfig(), "kafka.Kafka", tmp_path / "log4j2.properties", "server.properties")
+    assert cmd[:3] == ["nice", "-n", "10"]
     assert "-Xmx1g" in cmd and f"-Dlog4j2.configurationFile={tmp_path / 'log4j2.properties'}" in cmd
     assert cmd[cmd.index("-cp") + 1] == f"{REPO_ROOT / '.cache/jars/kafka'}/*"
     assert cmd[-2:] == ["kafka.Kafka", "server.properties"]
+
+
+def test_java_services_priority_moves_with_its_variable(clean_env, tmp_path):
+    clean_env.setenv("STREAM_OSC_STACK_JAVA_NICE", "0")
+    cmd = java.java_command(StackConfig(), "kafka.Kafka", tmp_path / "log4j2.properties", "server.properties")
+    assert cmd[:3] == ["nice", "-n", "0"]
 
 
 def test_missing_java_is_one_clear_line(monkeypatch, tmp_path):
