@@ -223,7 +223,14 @@ def _invocation(meta: dict[str, Any]) -> list[str]:
         f"baseline {meta['baseline_s']:.0f} s of load alone before each loaded scenario",
         f"- {meta['repetitions']} repetition(s); in each, every scenario runs every tool once, in rotated order, "
         f"each on a table freshly restored from the same template; time limit per run "
-        f"{meta['time_limit_s']:.0f} s", *_buffer_pool_line(meta), ""]
+        f"{meta['time_limit_s']:.0f} s", *_buffer_pool_line(meta), *_warm_up_line(meta), ""]
+
+
+def _warm_up_line(meta: dict[str, Any]) -> list[str]:
+    if not meta.get("warm_up"):   # also invocations recorded before there was a warm-up
+        return []
+    return ["- warm-up: one stream-osc run under the heaviest load chosen went first and is not recorded, so the "
+            "broker and Connect had compiled their code as a long-running worker has"]
 
 
 def _buffer_pool_line(meta: dict[str, Any]) -> list[str]:

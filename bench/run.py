@@ -22,6 +22,7 @@ TOOL_FUNCS: dict[str, Callable[[ToolRun], Outcome]] = {
     "stream-osc-ahead": stream_osc_with_validation_ahead,
 }
 WARMUP_S = 3.0
+WARM_UP_REP = -1   # the repetition number of the unrecorded warm-up run
 
 
 def rotated(tools: tuple[str, ...], by: int) -> list[str]:
@@ -39,6 +40,7 @@ class Schedule:
         self.buffer_pool_mb: int | None = None
 
     def run(self) -> None:
+        warm = not self.config.warm_up
         for rows in self.config.sizes:
             table = BenchTable(self.endpoints.mysql, self.config.database, self.config.table, rows)
             self.say(f"preparing {rows:,} rows (sysbench prepare, kept as template {table.template})")
@@ -47,11 +49,24 @@ class Schedule:
             if self.config.fit_buffer_pool:
                 self.buffer_pool_mb = table.fit_buffer_pool() // 2 ** 20
                 self.say(f"buffer pool: {self.buffer_pool_mb:,} MB for {rows:,} rows")
+            if not warm:
+                self.warm_up(table)
+                warm = True
             for rep in range(self.config.repetitions):
                 for scenario in self.config.scenarios:
                     baseline = self._baseline(table, scenario)
                     for tool in rotated(self.config.tools, rep):
                         self.record(self._one(table, tool, scenario, rep, baseline))
+
+    def warm_up(self, table: BenchTable) -> None:
+        """One stream-osc run, not recorded, under the heaviest load of the scenarios chosen: a broker and Connect
+        worker just started spend their first minutes compiling (on two cores, 2-3 times the Connect CPU of a
+        later run of the same migration), which a production worker has long done."""
+        tool = next((t for t in self.config.tools if t.startswith("stream-osc")), None)
+        if tool is None:
+            return
+        scenario = max((s for s in self.config.scenarios if s != "blocked"), key=self.config.rate, default="light")
+        self._one(table, tool, scenario, WARM_UP_REP, None)
 
     def _load(self, table: BenchTable, rate: int) -> SysbenchLoad:
         return SysbenchLoad(self.endpoints.mysql, table.database, table.rows, rate, self.config.load_threads).start()
@@ -132,5 +147,6 @@ class Schedule:
         if load_error:
             result["load_error"] = load_error
         state = "finished" if finished else f"NOT finished ({reason})"
-        self.say(f"  {tool:<11} {scenario:<5} rep {rep + 1}: {outcome.seconds:7.1f} s  {state}")
+        which = "warm-up (not recorded)" if rep == WARM_UP_REP else f"rep {rep + 1}"
+        self.say(f"  {tool:<11} {scenario:<5} {which}: {outcome.seconds:7.1f} s  {state}")
         return result
