@@ -22,7 +22,17 @@ TOOL_FUNCS: dict[str, Callable[[ToolRun], Outcome]] = {
     "stream-osc-ahead": stream_osc_with_validation_ahead,
 }
 WARMUP_S = 3.0
-WARM_UP_REP = -1   # the repetition number of the unrecorded warm-up run
+UNRECORDED_REP = -1   # the repetition number of the warm-up run, which is not recorded
+
+
+def warm_up_tool(tools: tuple[str, ...]) -> str | None:
+    """The tool of the warm-up run: stream-osc as it runs by default when chosen, else a variant of it, else none."""
+    return "stream-osc" if "stream-osc" in tools else next((t for t in tools if t.startswith("stream-osc")), None)
+
+
+def will_warm_up(config: BenchConfig) -> bool:
+    """Whether a warm-up run goes first (and the report says so)."""
+    return config.warm_up and warm_up_tool(config.tools) is not None
 
 
 def rotated(tools: tuple[str, ...], by: int) -> list[str]:
@@ -40,7 +50,7 @@ class Schedule:
         self.buffer_pool_mb: int | None = None
 
     def run(self) -> None:
-        warm = not self.config.warm_up
+        warm_up_with = warm_up_tool(self.config.tools) if self.config.warm_up else None
         for rows in self.config.sizes:
             table = BenchTable(self.endpoints.mysql, self.config.database, self.config.table, rows)
             self.say(f"preparing {rows:,} rows (sysbench prepare, kept as template {table.template})")
@@ -49,24 +59,22 @@ class Schedule:
             if self.config.fit_buffer_pool:
                 self.buffer_pool_mb = table.fit_buffer_pool() // 2 ** 20
                 self.say(f"buffer pool: {self.buffer_pool_mb:,} MB for {rows:,} rows")
-            if not warm:
-                self.warm_up(table)
-                warm = True
+            if warm_up_with is not None:
+                self.warm_up(table, warm_up_with)
+                warm_up_with = None
             for rep in range(self.config.repetitions):
                 for scenario in self.config.scenarios:
                     baseline = self._baseline(table, scenario)
                     for tool in rotated(self.config.tools, rep):
                         self.record(self._one(table, tool, scenario, rep, baseline))
 
-    def warm_up(self, table: BenchTable) -> None:
-        """One stream-osc run, not recorded, under the heaviest load of the scenarios chosen: a broker and Connect
-        worker just started spend their first minutes compiling (on two cores, 2-3 times the Connect CPU of a
-        later run of the same migration), which a production worker has long done."""
-        tool = next((t for t in self.config.tools if t.startswith("stream-osc")), None)
-        if tool is None:
-            return
+    def warm_up(self, table: BenchTable, tool: str) -> None:
+        """One run of `tool` (stream-osc), not recorded, under the heaviest load of the scenarios chosen: a broker
+        and Connect worker just started spend their first minutes compiling (on two cores, 2-3 times the Connect CPU
+        of a later run of the same migration), which a production worker has long done."""
         scenario = max((s for s in self.config.scenarios if s != "blocked"), key=self.config.rate, default="light")
-        self._one(table, tool, scenario, WARM_UP_REP, None)
+        self.say(f"warm-up: one {tool} run under the {scenario} load, not recorded")
+        self._one(table, tool, scenario, UNRECORDED_REP, None)
 
     def _load(self, table: BenchTable, rate: int) -> SysbenchLoad:
         return SysbenchLoad(self.endpoints.mysql, table.database, table.rows, rate, self.config.load_threads).start()
@@ -147,6 +155,6 @@ class Schedule:
         if load_error:
             result["load_error"] = load_error
         state = "finished" if finished else f"NOT finished ({reason})"
-        which = "warm-up (not recorded)" if rep == WARM_UP_REP else f"rep {rep + 1}"
+        which = "warm-up (not recorded)" if rep == UNRECORDED_REP else f"rep {rep + 1}"
         self.say(f"  {tool:<11} {scenario:<5} {which}: {outcome.seconds:7.1f} s  {state}")
         return result

@@ -8,7 +8,7 @@ import pytest
 from bench import run as bench_run
 from bench.config import parse_args
 from bench.report import _warm_up_line
-from bench.run import WARM_UP_REP, Schedule
+from bench.run import UNRECORDED_REP, Schedule, warm_up_tool, will_warm_up
 
 
 class FakeTable:
@@ -36,23 +36,32 @@ def schedule(argv: list[str], monkeypatch) -> tuple[list[tuple], list[dict]]:
 def test_one_unrecorded_stream_osc_run_under_the_heaviest_load_goes_first(monkeypatch):
     calls, recorded = schedule(["--rows", "1M", "--repetitions", "1", "--tools", "pt-osc,stream-osc",
                                 "--scenarios", "idle,heavy,light"], monkeypatch)
-    assert calls[0] == (1_000_000, "stream-osc", "heavy", WARM_UP_REP)
+    assert calls[0] == (1_000_000, "stream-osc", "heavy", UNRECORDED_REP)
     assert [c[3] for c in calls[1:]] == [0] * 6
     assert all(r["repetition"] == 0 for r in recorded) and len(recorded) == 6
 
 
 def test_the_warm_up_runs_once_for_all_sizes_and_never_with_a_blocker(monkeypatch):
     calls, _ = schedule(["--scaling", "--repetitions", "1", "--scenarios", "blocked"], monkeypatch)
-    warm = [c for c in calls if c[3] == WARM_UP_REP]
-    assert warm == [(1_000_000, "stream-osc", "light", WARM_UP_REP)]
+    warm = [c for c in calls if c[3] == UNRECORDED_REP]
+    assert warm == [(1_000_000, "stream-osc", "light", UNRECORDED_REP)]
 
 
 @pytest.mark.parametrize("argv", [["--no-warm-up"], ["--tools", "server-copy,pt-osc"]])
 def test_no_warm_up_when_asked_not_to_or_without_stream_osc(argv, monkeypatch):
     calls, _ = schedule(["--rows", "1M", "--repetitions", "1", "--scenarios", "idle", *argv], monkeypatch)
-    assert calls and all(c[3] != WARM_UP_REP for c in calls)
+    assert calls and all(c[3] != UNRECORDED_REP for c in calls)
 
 
 def test_the_report_says_when_a_warm_up_went_first():
     assert _warm_up_line({"warm_up": True})[0].startswith("- warm-up: one stream-osc run")
     assert _warm_up_line({"warm_up": False}) == _warm_up_line({}) == []
+
+
+def test_the_warm_up_prefers_stream_osc_as_it_runs_by_default_and_is_recorded_only_when_it_ran():
+    assert warm_up_tool(("stream-osc-ahead", "stream-osc")) == "stream-osc"
+    assert warm_up_tool(("pt-osc", "stream-osc-ahead")) == "stream-osc-ahead"
+    assert warm_up_tool(("pt-osc", "server-copy")) is None
+    configs = [parse_args(argv, "python -m bench") for argv in
+               (["--tools", "stream-osc"], ["--tools", "pt-osc"], ["--tools", "stream-osc", "--no-warm-up"])]
+    assert [will_warm_up(c) for c in configs] == [True, False, False]
