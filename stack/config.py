@@ -28,8 +28,6 @@ PORT_ENV: dict[str, str] = {
     "target_mysql_port": "STREAM_OSC_STACK_TARGET_MYSQL_PORT",
 }
 
-JAVA_NICE_ENV = "STREAM_OSC_STACK_JAVA_NICE"
-
 # The second MariaDB server (`stack up --target-server`): the target of migrations to another server
 TARGET_MYSQL = "mariadb-target"
 
@@ -62,10 +60,6 @@ class StackConfig:
     kafka_sasl_user: str = "osc-client"          # the one login of the SASL listener (a local test secret)
     kafka_sasl_password: str = "osc-sasl-local"
     java_heap: str = "1g"
-    # How much lower (nice, 0-19) the broker and the Connect worker run than the database: on a machine they
-    # share with it, the database and its application are served first (in production they run on machines of
-    # their own); read through stack.java.java_nice
-    java_nice_setting: str = field(default_factory=lambda: os.environ.get(JAVA_NICE_ENV, "10"))
     ready_timeout: float = field(default_factory=lambda: float(os.environ.get("STREAM_OSC_STACK_READY_TIMEOUT", 90)))
     connect_group: str = "stream-osc-connect"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from connectors.config import CONNECTOR_CLASSES, WORKER_SETTINGS
 from stack.base import Service
 from stack.config import StackConfig
-from stack.java import java_command, java_preflight, render_log4j2, require_jars
+from stack.java import java_binary, java_command, render_log4j2, require_jars
 from stack.process import StackError, tail
 
 NAME = "connect"
@@ -58,7 +58,7 @@ plugin.discovery=service_load
 
 
 def preflight(config: StackConfig) -> None:
-    java_preflight(config)
+    java_binary()
     require_jars(config)
 
 

@@ -5,8 +5,7 @@ import os
 import shutil
 from pathlib import Path
 
-from stack.base import require_binary
-from stack.config import JAVA_NICE_ENV, StackConfig
+from stack.config import StackConfig
 from stack.install import installed
 from stack.process import StackError
 
@@ -51,34 +50,11 @@ logger.clients.level = WARN
 """
 
 
-def nice_binary() -> str:
-    """The `nice` the JVMs start under (coreutils); StackError saying how to install it when missing."""
-    return require_binary("nice", "coreutils")
-
-
-def java_nice(config: StackConfig) -> int:
-    """How much lower the JVMs run; StackError unless a whole number from 0 to 19."""
-    text = config.java_nice_setting.strip()
-    if not text.isdigit() or int(text) > 19:
-        raise StackError(f"{JAVA_NICE_ENV} must be a whole number from 0 to 19 (got {config.java_nice_setting!r})")
-    return int(text)
-
-
-def java_preflight(config: StackConfig) -> None:
-    """What the JVMs' start needs, checked before any service starts: java, nice and a valid priority."""
-    java_binary()
-    nice_binary()
-    java_nice(config)
-
-
 def java_command(config: StackConfig, main_class: str, log4j2_file: Path, *args: str,
                  heap: str | None = None) -> list[str]:
-    """`nice -n <java_nice> java … -cp <kafka jars>/* <main_class> args…` with the stack's heap size (or `heap`).
-    nice execs java, so the PID started is the JVM's, and every thread the JVM makes inherits the priority (set
-    on a running JVM, it would reach one thread only). Where the kernel groups tasks by session, the session's
-    priority is what counts (process.lower_session_priority)."""
+    """`java … -cp <kafka jars>/* <main_class> args…` with the stack's heap size (or `heap`)."""
     heap = heap or config.java_heap
-    return [nice_binary(), "-n", str(java_nice(config)), java_binary(), f"-Xmx{heap}",
+    return [java_binary(), f"-Xmx{heap}",
             "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j2_file}",
             "-cp", f"{config.kafka_jars_dir}/*", main_class, *args]

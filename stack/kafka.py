@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient
 
 from stack.base import Service
 from stack.config import StackConfig
-from stack.java import java_command, java_preflight, render_log4j2, require_jars
+from stack.java import java_binary, java_command, render_log4j2, require_jars
 from stack.process import StackError, tail
 
 NAME = "kafka"
@@ -81,7 +81,7 @@ def new_cluster_id() -> str:
 
 
 def preflight(config: StackConfig) -> None:
-    java_preflight(config)
+    java_binary()
     require_jars(config)
 
 

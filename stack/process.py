@@ -144,31 +144,6 @@ def spawn(cmd: list[str], log: Path, pid_file: Path, cwd: Path, env: dict[str, s
     return proc.pid
 
 
-AUTOGROUP_TRIES = 10   # the kernel takes one autogroup priority change per 100 ms from a process without CAP_SYS_ADMIN
-
-
-def lower_session_priority(pid: int, nice: int) -> None:
-    """Serve the session `pid` leads after the others, by `nice` (0-19).
-
-    spawn() starts every service in a session of its own, and a kernel that groups tasks by session
-    (sched_autogroup_enabled) shares the CPU between those groups by each group's nice: a thread's own nice
-    then only orders it among the threads of its group. Measured on one core: two busy loops at nice 0 and 10,
-    each in a session of its own, got the same CPU; in one session, ten times less for the niced one. Where the
-    kernel has no autogroups (no /proc/<pid>/autogroup) the threads' own nice does it (`nice -n` at exec)."""
-    path = Path(f"/proc/{pid}/autogroup")
-    for _ in range(AUTOGROUP_TRIES):
-        try:
-            path.write_text(f"{nice}\n")
-            return
-        except FileNotFoundError:
-            return
-        except BlockingIOError:
-            time.sleep(0.11)
-        except OSError as exc:
-            raise StackError(f"could not lower the CPU priority of process {pid} ({path}): {exc.strerror}") from None
-    raise StackError(f"could not lower the CPU priority of process {pid}: {path} kept refusing the change")
-
-
 # Popen objects of the children this process started, kept so that they can be reaped (no zombies)
 _detached: dict[int, subprocess.Popen] = {}
 

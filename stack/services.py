@@ -13,9 +13,7 @@ from stack import connect, kafka, mariadb, redis_server
 from stack.base import Service
 from stack.config import StackConfig
 from stack.install import install, installed
-from stack.java import java_nice
-from stack.process import (StackError, lower_session_priority, port_in_use, remove, rss_bytes, running_pid, spawn,
-                           stop_pid, wait_ready)
+from stack.process import StackError, port_in_use, remove, rss_bytes, running_pid, spawn, stop_pid, wait_ready
 
 SERVICES: tuple[Service, ...] = (mariadb.SERVICE, redis_server.SERVICE, kafka.SERVICE, connect.SERVICE)
 TARGET = mariadb.TARGET_SERVICE   # started only when asked for (`stack up --target-server`, or by name)
@@ -130,8 +128,6 @@ def _start_one(config: StackConfig, service: Service) -> StartResult:
     pid = spawn(service.command(config), config.log_file(service.name), config.pid_file(service.name),
                 cwd=config.run_dir)
     try:
-        if service.name in JAVA_SERVICES:
-            lower_session_priority(pid, java_nice(config))
         wait_ready(service.name, pid, lambda: service.probe(config), config.ready_timeout,
                    config.log_file(service.name))
     except BaseException:

@@ -19,8 +19,7 @@ from core.db import connect, query, scalar
 from core.endpoints import MySQLAddress, parse_mysql_dsn
 from stack import services
 from stack.config import PORT_ENV, StackConfig
-from stack.java import java_nice
-from stack.process import free_ports, proc_stat, running_pid, start_time
+from stack.process import free_ports, running_pid, start_time
 
 pytestmark = pytest.mark.integration
 
@@ -133,44 +132,6 @@ def test_target_server_answers_as_osc_target_at_the_printed_dsn(stack_config, en
         assert parse_mysql_dsn(dsn).port == stack_config.target_mysql_port
         assert endpoints.target_dsn == dsn
     answers_as_osc_target(endpoints.target())
-
-
-def thread_priorities(pid: int) -> set[int]:
-    """The nice values of every thread of a live process (/proc/<pid>/task/<tid>/stat, field 19)."""
-    found = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            found.add(int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]))
-        except (OSError, IndexError):   # a thread that ended meanwhile
-            continue
-    return found
-
-
-def session_priority(pid: int) -> int | None:
-    """The nice of the autogroup (the session's CPU share) `pid` is in; None on a kernel without autogroups."""
-    try:
-        return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
-    except FileNotFoundError:
-        return None
-
-
-def test_broker_and_connect_are_served_after_the_database(stack_config):
-    """On a machine they share, the database gets the CPU first: the JVMs' sessions (which the kernel weighs against
-    each other when it groups tasks by session) and each of their threads, those made after start included
-    (weighed where it does not) run java_nice lower than the database."""
-    if stack_config is None:
-        pytest.skip("endpoints come from STREAM_OSC_* variables, not the embedded stack")
-    nice = java_nice(stack_config)
-    if nice == 0:
-        pytest.skip("STREAM_OSC_STACK_JAVA_NICE=0: the JVMs run at the database's priority")
-    running = pids(stack_config.run_dir)
-    database = int(proc_stat(running["mariadb"])[18])
-    restart = "a stack started before this setting: restart it (stream-osc stack down; stream-osc stack up)"
-    for name in ("kafka", "connect"):
-        assert thread_priorities(running[name]) == {min(19, database + nice)}, (name, restart)
-        database_session = session_priority(running["mariadb"])
-        if database_session is not None:
-            assert session_priority(running[name]) == min(19, database_session + nice), (name, restart)
 
 
 def test_env_is_parseable_and_matches_the_config(stack_config):

@@ -135,10 +135,3 @@ def test_target_server_is_another_mariadb_account_the_tool_points_at():
     assert (dsn.host, dsn.port, dsn.user, dsn.password) == ("mariadb-target", 3306, env["MARIADB_USER"],
                                                             env["MARIADB_PASSWORD"])
     assert "mariadb-target" in SERVICES["stream-osc"]["depends_on"]
-
-
-def test_broker_and_connect_weigh_less_than_the_databases_for_the_cpu():
-    """As the embedded stack nices them: on one host, the database and its application are served first."""
-    for pipeline in ("kafka", "connect"):
-        for database in ("mysql", "mariadb-target"):
-            assert SERVICES[pipeline]["cpu_shares"] < SERVICES[database].get("cpu_shares", 1024), (pipeline, database)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from connectors.config import WORKER_SETTINGS
-from stack import connect, install, java, kafka, mariadb, process, services
+from stack import connect, install, java, kafka, mariadb, services
 from stack.cli import format_status, sh_quote
 from stack.config import PORT_ENV, REPO_ROOT, StackConfig
 from stack.process import (StackError, free_ports, port_in_use, running_pid, spawn, start_time, stop_pid,
@@ -188,58 +188,9 @@ def test_stack_prepares_an_owner_only_secrets_folder(clean_env, tmp_path):
 
 def test_java_command_uses_the_jar_folder_and_heap(clean_env, tmp_path):
     cmd = java.java_command(StackConfig(), "kafka.Kafka", tmp_path / "log4j2.properties", "server.properties")
-    assert cmd[0].endswith("/nice") and cmd[1:4] == ["-n", "10", java.java_binary()]
     assert "-Xmx1g" in cmd and f"-Dlog4j2.configurationFile={tmp_path / 'log4j2.properties'}" in cmd
     assert cmd[cmd.index("-cp") + 1] == f"{REPO_ROOT / '.cache/jars/kafka'}/*"
     assert cmd[-2:] == ["kafka.Kafka", "server.properties"]
-
-
-def test_java_services_priority_moves_with_its_variable(clean_env, tmp_path):
-    clean_env.setenv("STREAM_OSC_STACK_JAVA_NICE", "0")
-    cmd = java.java_command(StackConfig(), "kafka.Kafka", tmp_path / "log4j2.properties", "server.properties")
-    assert cmd[1:3] == ["-n", "0"]
-
-
-@pytest.mark.parametrize("value", ["abc", "-5", "20", "1.5", ""])
-def test_a_malformed_java_priority_is_one_clear_line_before_anything_starts(clean_env, value):
-    clean_env.setenv("STREAM_OSC_STACK_JAVA_NICE", value)
-    for preflight in (kafka.preflight, connect.preflight):
-        with pytest.raises(StackError, match="STREAM_OSC_STACK_JAVA_NICE must be a whole number from 0 to 19"):
-            preflight(StackConfig())
-
-
-def test_missing_nice_says_how_to_install_it(monkeypatch, tmp_path):
-    (tmp_path / "java").write_text("#!/bin/sh\n")
-    (tmp_path / "java").chmod(0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.delenv("JAVA_HOME", raising=False)
-    with pytest.raises(StackError, match=r"nice is missing .*apt-get install coreutils"):
-        java.java_preflight(StackConfig())
-
-
-def test_a_session_priority_change_refused_for_now_is_tried_again(monkeypatch):
-    answers = [BlockingIOError(11, "Resource temporarily unavailable"), None]
-    written = []
-
-    def write_text(path, text):
-        answer = answers.pop(0)
-        if answer is not None:
-            raise answer
-        written.append((str(path), text))
-
-    monkeypatch.setattr(process.Path, "write_text", write_text)
-    monkeypatch.setattr(process.time, "sleep", lambda s: None)
-    process.lower_session_priority(1234, 10)
-    assert written == [("/proc/1234/autogroup", "10\n")]
-
-
-def test_a_session_priority_change_refused_outright_is_one_clear_line(monkeypatch):
-    def write_text(path, text):
-        raise PermissionError(1, "Operation not permitted")
-
-    monkeypatch.setattr(process.Path, "write_text", write_text)
-    with pytest.raises(StackError, match="could not lower the CPU priority of process 1234 .*Operation not permitted"):
-        process.lower_session_priority(1234, 10)
 
 
 def test_missing_java_is_one_clear_line(monkeypatch, tmp_path):
