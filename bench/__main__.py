@@ -14,7 +14,7 @@ import migration
 from bench.config import BenchConfig, parse_args
 from bench.plot import scaling_plot, timeline_plot
 from bench.report import read_previous, summarise, write_json, write_markdown
-from bench.run import Schedule, will_warm_up
+from bench.run import Schedule, warm_up_tool
 from bench.sysbench import BenchError
 from core.db import connect, scalar
 from core.endpoints import ENV_KEYS, Endpoints
@@ -55,7 +55,7 @@ def _meta(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
             "light_rate": config.light_rate, "heavy_rate": config.heavy_rate, "load_threads": config.load_threads,
             "baseline_s": config.baseline_s, "time_limit_s": config.limit_for(max(config.sizes)),
             "gh_ost": config.gh_ost, "stream_osc_source": code_source() + _variant(config),
-            "fit_buffer_pool": config.fit_buffer_pool, "warm_up": will_warm_up(config)}
+            "fit_buffer_pool": config.fit_buffer_pool, "warm_up": warm_up_tool(config) is not None}
 
 
 def _variant(config: BenchConfig) -> str:

@@ -25,14 +25,13 @@ WARMUP_S = 3.0
 UNRECORDED_REP = -1   # the repetition number of the warm-up run, which is not recorded
 
 
-def warm_up_tool(tools: tuple[str, ...]) -> str | None:
-    """The tool of the warm-up run: stream-osc as it runs by default when chosen, else a variant of it, else none."""
+def warm_up_tool(config: BenchConfig) -> str | None:
+    """The tool of the warm-up run: stream-osc as it runs by default when chosen, else a variant of it; None when
+    no warm-up runs (--no-warm-up, or no stream-osc among the tools)."""
+    if not config.warm_up:
+        return None
+    tools = config.tools
     return "stream-osc" if "stream-osc" in tools else next((t for t in tools if t.startswith("stream-osc")), None)
-
-
-def will_warm_up(config: BenchConfig) -> bool:
-    """Whether a warm-up run goes first (and the report says so)."""
-    return config.warm_up and warm_up_tool(config.tools) is not None
 
 
 def rotated(tools: tuple[str, ...], by: int) -> list[str]:
@@ -50,7 +49,7 @@ class Schedule:
         self.buffer_pool_mb: int | None = None
 
     def run(self) -> None:
-        warm_up_with = warm_up_tool(self.config.tools) if self.config.warm_up else None
+        warm_up_with = warm_up_tool(self.config)
         for rows in self.config.sizes:
             table = BenchTable(self.endpoints.mysql, self.config.database, self.config.table, rows)
             self.say(f"preparing {rows:,} rows (sysbench prepare, kept as template {table.template})")

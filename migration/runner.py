@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from functools import partial
 from typing import Callable
@@ -47,7 +49,7 @@ from monitor.metrics import MigrationMetrics
 from monitor.progress import Progress, copy_fraction
 from core import redis_keys
 from streams.closing import close_within
-from streams.topics import TopicNames, consumer_lag, group_lag, group_reader
+from streams.topics import TopicNames, consumer_lag, group_reader
 
 log = logging.getLogger("stream_osc.runner")
 
@@ -491,25 +493,29 @@ class Runner:
             if errors:
                 raise errors[0]
 
-    def _lag(self, ctx: RunContext) -> int:
-        names = TopicNames(ctx.migration.prefix, self.spec.database, self.spec.table)
-        return group_lag(self.endpoints.kafka, ctx.migration.group_id, names.changes, self.spec.partitions)
+    @contextmanager
+    def _lag_reader(self, ctx: RunContext) -> Iterator[Callable[[], int]]:
+        """Reads of the applier group's lag for one wait, through one reader (not a consumer per read)."""
+        topic = TopicNames(ctx.migration.prefix, self.spec.database, self.spec.table).changes
+        reader = group_reader(self.endpoints.kafka, ctx.migration.group_id)
+        try:
+            yield lambda: consumer_lag(reader, topic, self.spec.partitions)
+        finally:
+            close_within(reader, "lag")
 
     def _wait_for_lag(self, ctx: RunContext, limit: int, look_for_blockers: bool = False) -> int:
         """Apply until the group's lag is at most `limit` events. With `look_for_blockers` (right before a lock
         is wanted), sessions holding the table are looked for meanwhile, so that the --force-kill-blockers-after
         clock starts when one appears, not when the lag allows the next look."""
         stats = ApplyStats(ctx.redis(), ctx.migration.id)
-        topic = TopicNames(ctx.migration.prefix, self.spec.database, self.spec.table).changes
-        reader = group_reader(self.endpoints.kafka, ctx.migration.group_id)
         first: tuple[float, int] | None = None
         looked_for_blockers = float("-inf")
-        try:
+        with self._lag_reader(ctx) as read_lag:
             while True:   # a pause does not hold this wait (the appliers hold themselves): the stage may move on
                 self._raise_if_helpers_failed(ctx)
                 self._check_health(ctx)
                 self._show_throttle(ctx)
-                lag = consumer_lag(reader, topic, self.spec.partitions)
+                lag = read_lag()
                 applied = stats.read().get("events", 0)
                 now = time.monotonic()
                 first = first or (now, applied)
@@ -524,8 +530,6 @@ class Runner:
                 if lag <= limit:
                     return lag
                 time.sleep(LAG_POLL_S)
-        finally:
-            close_within(reader, "lag")
 
     def _validate(self, ctx: RunContext, cutover: Cutover) -> None:
         snapshots = self._consistent_snapshots(ctx, cutover)
@@ -693,20 +697,21 @@ class Runner:
         every WAITING_NOTE_S. With `waiting_status`, the status is put back to `waiting` after a pause."""
         stats = ApplyStats(ctx.redis(), ctx.migration.id)
         noted = lag_read = 0.0
-        while not ready():
-            self._tick(ctx)
-            if waiting_status:   # back to waiting after a pause (never over a pause or abort written meanwhile)
-                self.store.set_status(ctx.migration.id, Status.WAITING, only_from=(Status.RUNNING,))
-            now = time.monotonic()
-            if now - lag_read >= LAG_SHOW_S:
-                lag, lag_read = self._lag(ctx), now
-                applied = stats.read().get("events", 0)
-                self.progress.apply(lag, applied, None)
-                self.metrics.apply(lag, applied, None)
-                if now - noted >= WAITING_NOTE_S:
-                    log_event(log, event, table=self.spec.qualified_name, apply_lag_events=lag, **fields)
-                    noted = now
-            time.sleep(1.0)
+        with self._lag_reader(ctx) as read_lag:
+            while not ready():
+                self._tick(ctx)
+                if waiting_status:   # back to waiting after a pause (never over a pause or abort written meanwhile)
+                    self.store.set_status(ctx.migration.id, Status.WAITING, only_from=(Status.RUNNING,))
+                now = time.monotonic()
+                if now - lag_read >= LAG_SHOW_S:
+                    lag, lag_read = read_lag(), now
+                    applied = stats.read().get("events", 0)
+                    self.progress.apply(lag, applied, None)
+                    self.metrics.apply(lag, applied, None)
+                    if now - noted >= WAITING_NOTE_S:
+                        log_event(log, event, table=self.spec.qualified_name, apply_lag_events=lag, **fields)
+                        noted = now
+                time.sleep(1.0)
 
     def _wait_for_blockers(self, ctx: RunContext, stage: str) -> None:
         """Wait, with the appliers applying and no lock requested, while sessions hold the table

@@ -8,7 +8,7 @@ import pytest
 from bench import run as bench_run
 from bench.config import parse_args
 from bench.report import _warm_up_line
-from bench.run import UNRECORDED_REP, Schedule, warm_up_tool, will_warm_up
+from bench.run import UNRECORDED_REP, Schedule, warm_up_tool
 
 
 class FakeTable:
@@ -59,9 +59,11 @@ def test_the_report_says_when_a_warm_up_went_first():
 
 
 def test_the_warm_up_prefers_stream_osc_as_it_runs_by_default_and_is_recorded_only_when_it_ran():
-    assert warm_up_tool(("stream-osc-ahead", "stream-osc")) == "stream-osc"
-    assert warm_up_tool(("pt-osc", "stream-osc-ahead")) == "stream-osc-ahead"
-    assert warm_up_tool(("pt-osc", "server-copy")) is None
-    configs = [parse_args(argv, "python -m bench") for argv in
-               (["--tools", "stream-osc"], ["--tools", "pt-osc"], ["--tools", "stream-osc", "--no-warm-up"])]
-    assert [will_warm_up(c) for c in configs] == [True, False, False]
+    def tool(*argv: str) -> str | None:
+        return warm_up_tool(parse_args(list(argv), "python -m bench"))
+
+    assert tool("--tools", "stream-osc-ahead,stream-osc") == "stream-osc"
+    assert tool("--tools", "pt-osc,stream-osc-ahead") == "stream-osc-ahead"
+    assert tool("--tools", "pt-osc,server-copy") is None
+    assert [tool("--tools", "stream-osc"), tool("--tools", "pt-osc"), tool("--tools", "stream-osc", "--no-warm-up")] \
+        == ["stream-osc", None, None]
