@@ -19,6 +19,7 @@ from core.db import qualified, query, scalar
 from core.keys import Key, show_key
 from core.logs import log_event
 from core.source_check import check_source_unchanged
+from core.swap_preconditions import check_swap_settings
 from cutover.swap import Cutover, CutoverAborted, CutoverResult, _Renamer, drop_sentry, rename_queues_on_original, \
     SENTRY_COMMENT
 from cutover.validate import row_hasher
@@ -48,6 +49,7 @@ class MoveCutover(Cutover):
         renamer: _Renamer | None = None
         locked_at = 0.0
         try:
+            check_swap_settings(lock_conn, self.is_mariadb)   # global variables: they may have changed since init
             self._refuse_if_held(lock_conn)
             tables = [source, self.fence_table]
             if self.is_mariadb:

@@ -27,6 +27,7 @@ from core.db import DatabaseUnreachable, kill_connection, qualified, query, scal
 from core.keys import Key
 from core.logs import log_event
 from core.source_check import check_source_unchanged
+from core.swap_preconditions import check_swap_settings
 from cutover.queued_ddl import TABLE_MDL_WAIT, queued_statements
 from cutover.blockers import Blocker, find_blockers
 from cutover.short_lock import LockNotTaken, lock_tables_briefly
@@ -322,6 +323,7 @@ class Cutover:
         renamer: _Renamer | None = None
         locked_at = 0.0
         try:
+            check_swap_settings(lock_conn, self.is_mariadb)   # global variables: they may have changed since init
             self._refuse_if_held(lock_conn)
             tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
             if self.is_mariadb:

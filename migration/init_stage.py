@@ -21,8 +21,8 @@ from connectors.rest import POLL_S, ConnectClient, ConnectError, connect_client
 from connectors.secrets import (kafka_jaas_reference, password_reference, require_connector_secret,
                                 write_connector_secret)
 from migration.checks import (PreflightError, check_blocker_privileges, check_load_thresholds, check_privileges,
-                              check_server, check_services, check_session_binlog_formats, check_table,
-                              check_target)
+                              check_server, check_services, check_session_binlog_formats, check_swap_settings_now,
+                              check_table, check_target)
 from migration.index_stage import defer_indexes, indexes_to_defer
 from migration.teardown import Metadata, tear_down
 from core.db import ServerInfo, qualified, query
@@ -47,6 +47,7 @@ def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
               info: ServerInfo, target: pymysql.connections.Connection | None = None) -> PrimaryKey:
     """All checks that need no change; returns the primary key."""
     check_server(info)
+    check_swap_settings_now(conn, info)
     pk = check_table(conn, spec)
     if target is not None:
         check_target(conn, target, spec)

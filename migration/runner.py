@@ -40,6 +40,7 @@ from core.load import throttle_change
 from core.logs import bind_fields, log_event
 from core.spec import TARGET_OPTIONS, MigrationSpec, with_overrides
 from core.source_check import SourceChanged, check_source_unchanged
+from core.swap_preconditions import UnsafeServerSetting
 from core.state import WORKING_STAGES, Migration, Stage, StateStore, Status
 from migration.transient import MAX_TRANSIENT_FAILURES, is_transient, retrying_transient
 from migration.workers import WorkerGroup
@@ -619,6 +620,10 @@ class Runner:
                 result = cutover.attempt(self.spec.cutover_window_s, self.lease.owner)
             except CoordinatorReplaced as exc:
                 raise MigrationStopped(f"{exc}; that process continues the migration") from None
+            except UnsafeServerSetting as exc:
+                raise MigrationStopped(f"cutover refused: {exc}; the original table is untouched and the new one "
+                                       f"kept: continue with `stream-osc resume --table {self.spec.qualified_name}` "
+                                       "once it is changed") from None
             self.metrics.cutover_attempt(result.swapped, result.blocked_ms)
             if result.swapped:
                 self._enter_stage(ctx.migration.id, Stage.CLEANUP, cutover_blocked_ms=int(result.blocked_ms),

@@ -1,0 +1,78 @@
+"""A server whose settings would let the application's writes run before the cutover's RENAME is refused: before
+anything is made, and again before the swap when the setting is lowered while the migration runs. The oracle is
+the writers' own record of acknowledged writes (tests/integration/ledger.py).
+
+With `max_write_lock_count = 1` and no check, the repeated-swaps test (test_acknowledged_writes.py) lost acknowledged
+increments on MariaDB 10.11: the server granted the waiting writes before the waiting RENAME at the unlock.
+"""
+from __future__ import annotations
+
+import pytest
+
+from core.db import query
+from tests.integration.helpers import cli, latest_migration_id, leftovers, migration_row, waiting_for_cutover
+from tests.integration.ledger import Ledger, create_ledger_table
+
+pytestmark = pytest.mark.integration
+
+DB = "swap_settings"
+
+
+@pytest.fixture
+def lowered(conn):
+    """A function lowering the server's max_write_lock_count; the default is set back after the test."""
+    if not query(conn, "SELECT VERSION() LIKE '%MariaDB%'")[0][0]:
+        pytest.skip("MySQL renames inside the lock session: max_write_lock_count does not decide the swap there")
+    yield lambda value: query(conn, "SET GLOBAL max_write_lock_count = %s", (value,))
+    query(conn, "SET GLOBAL max_write_lock_count = DEFAULT")
+
+
+def columns(conn, table: str) -> list[str]:
+    return [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
+                                      "AND TABLE_NAME=%s", (DB, table))]
+
+
+def test_a_server_letting_writes_pass_the_rename_is_refused_before_anything_is_made(endpoints, conn, lowered):
+    table = "refused"
+    cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
+    query(conn, f"DROP TABLE IF EXISTS {DB}.{table}_osc_old")
+    create_ledger_table(conn, DB, table, rows=1_000, writers=2)
+    before = latest_migration_id(conn, DB, table)
+    lowered(1)
+    result = cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note INT NULL")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "max_write_lock_count is 1" in result.stderr
+    assert latest_migration_id(conn, DB, table) == before
+    assert leftovers(endpoints, DB, table) == []
+    assert "note" not in columns(conn, table)
+
+
+def test_a_setting_lowered_during_the_migration_stops_it_before_the_swap_and_loses_no_write(endpoints, conn, lowered,
+                                                                                             cli_log):
+    table = "lowered_later"
+    cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
+    query(conn, f"DROP TABLE IF EXISTS {DB}.{table}_osc_old")
+    create_ledger_table(conn, DB, table, rows=5_000, writers=8)
+    with Ledger(endpoints.mysql, DB, table, writers=8, seed=7) as ledger:
+        proc = waiting_for_cutover(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
+                                   log=cli_log)
+        try:
+            ledger.wait_for_writes(200)
+            lowered(1)
+            refused = cli("cutover", "--table", f"{DB}.{table}")
+            assert proc.wait(120) == 3, cli_log.read_text()[-3000:]
+        finally:
+            proc.kill()
+            proc.wait(30)
+        assert refused.returncode == 3, refused.stderr[-3000:]
+        assert "max_write_lock_count is 1" in refused.stderr
+        assert "note" not in columns(conn, table)   # not swapped: the original is in place
+        ledger.wait_for_writes(200)
+        query(conn, "SET GLOBAL max_write_lock_count = DEFAULT")
+        done = cli("cutover", "--table", f"{DB}.{table}")
+        assert done.returncode == 0, done.stderr[-3000:]
+        ledger.wait_for_writes(200)   # writes after the swap count as much as any other
+    assert ledger.errors() == []
+    assert ledger.missing(conn) == []
+    assert "note" in columns(conn, table)
+    assert migration_row(conn, DB, table).stage == "done"
