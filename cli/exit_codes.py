@@ -5,6 +5,7 @@ from enum import IntEnum, unique
 
 from core.load import CriticalLoad
 from core.source_check import SourceChanged
+from core.swap_preconditions import UnsafeServerSetting
 from cutover.validate import ValidationFailed
 from migration.runner import MigrationStopped
 
@@ -46,6 +47,8 @@ def exit_code_for(exc: BaseException) -> ExitCode:
         return ExitCode.STOPPED if exc.resumable else ExitCode.FAILED
     if isinstance(exc, SourceChanged):
         return ExitCode.FAILED    # the new table no longer means the ALTER of the table as it is now
+    if isinstance(exc, UnsafeServerSetting):
+        return ExitCode.STOPPED   # met at a cutover attempt (init refuses with PreflightError): nothing swapped
     if isinstance(exc, ValidationFailed):
         return ExitCode.STOPPED   # rows kept differing: resume validates again
     return ExitCode.REFUSED   # incl. a constraint the data breaks: fails as the ALTER would, nothing left

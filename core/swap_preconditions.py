@@ -1,22 +1,23 @@
-"""Server settings the swap's proof rests on, checked at preflight and again before every cutover attempt
-(they are global variables an operator can change while a migration runs).
+"""Server settings the swap's proof rests on, checked at preflight and again at every cutover attempt: at its
+start, and on MariaDB once more inside the lock just before the RENAME is queued (they are global variables an
+operator can change while a migration runs).
 
-- **One node takes writes** (`wsrep_on`). The proof holds the application off the table with `LOCK TABLES`, which
-  a Galera node takes for itself only: a write through another node of the cluster commits during the lock and
-  the drain, and is left behind in the original table. A Galera cluster (MariaDB Galera, Percona XtraDB
-  Cluster) is refused.
+- **One node takes writes.** The proof holds the application off the table with `LOCK TABLES`, which a node of
+  a multi-writer cluster takes for itself only: a write through another node commits during the lock and the
+  drain, and is left behind in the original table. Refused: a Galera node (a `wsrep_provider` loaded, or
+  `wsrep_on`: MariaDB Galera, Percona XtraDB Cluster) and MySQL Group Replication in multi-primary mode.
 - **The RENAME is granted before the writes waiting with it** (`max_write_lock_count`, MariaDB). The RENAME runs
   in a session of its own and queues on the original table behind the lock session (cutover/README.md). At the
   unlock the server grants a waiting exclusive request before waiting writes only until it has granted
-  `max_write_lock_count` strong locks on the table in a row while writes waited; from then on it lets the writes
-  go first, and they commit to the original table an instant before it is renamed away. The lock session's own
-  `LOCK TABLES`, granted while the application's writes queue behind it, is one of those. Measured on MariaDB
-  10.11 with eight unthrottled writers through three swaps (the repeated-swaps test of
-  tests/integration/test_acknowledged_writes.py, this check lowered): at 1, acknowledged writes were missing from
-  the final table in both runs (13 and 20 of the writers' records); at 2, none in three runs. Each strong lock
-  another session takes on the table while writes wait counts as well, so a value below MIN_WRITE_LOCK_COUNT is
-  refused; the server's default is the largest its type holds. MySQL 8 renames inside the lock session, before
-  any write is let in: not affected.
+  `max_write_lock_count` strong locks on the table in a row from its wait queue while writes waited; from then on
+  it lets the writes go first, and they commit to the original table an instant before it is renamed away. The
+  lock session's own `LOCK TABLES`, when it had to queue behind the application's writes, is one of those.
+  Measured on MariaDB 10.11 with eight unthrottled writers through three swaps (the repeated-swaps test of
+  tests/integration/test_acknowledged_writes.py, run with MIN_WRITE_LOCK_COUNT set to 1): at 1, acknowledged
+  writes were missing from the final table in both runs (13 and 20 of the writers' records); at 2, none in
+  three runs. Each strong lock another session takes on the table while writes wait counts as well, so values
+  below MIN_WRITE_LOCK_COUNT, a margin over those few, are refused; the server's default is the largest its type
+  holds. MySQL 8 renames inside the lock session, before any write is let in: not affected.
 """
 from __future__ import annotations
 
@@ -35,10 +36,15 @@ class UnsafeServerSetting(Exception):
 
 def swap_setting_problem(variables: dict[str, str], is_mariadb: bool) -> str | None:
     """Why the swap would be unsafe on a server with these global variables; None when it is safe."""
-    if variables.get("wsrep_on", "OFF").upper() in ("ON", "1"):
-        return ("wsrep_on is ON (a Galera cluster): LOCK TABLES holds writes off on this node only, so a write "
-                "through another node during the cutover would be lost. Run the migration on a server that is not "
-                "a Galera node")
+    provider = variables.get("wsrep_provider", "none").strip().lower()
+    if provider not in ("", "none") or variables.get("wsrep_on", "OFF").upper() in ("ON", "1"):
+        return ("this server is a Galera node (wsrep_provider/wsrep_on): LOCK TABLES holds writes off on this node "
+                "only, so a write through another node during the cutover would be lost. Run the migration on a "
+                "server that is not part of a multi-writer cluster")
+    if variables.get("group_replication_single_primary_mode", "ON").upper() in ("OFF", "0"):
+        return ("Group Replication runs in multi-primary mode (group_replication_single_primary_mode=OFF): LOCK "
+                "TABLES holds writes off on this member only, so a write through another member during the cutover "
+                "would be lost")
     count = variables.get("max_write_lock_count")
     if is_mariadb and count is not None and int(count) < MIN_WRITE_LOCK_COUNT:
         return (f"max_write_lock_count is {count}: below {MIN_WRITE_LOCK_COUNT:,} the server may let writes waiting "
@@ -49,9 +55,11 @@ def swap_setting_problem(variables: dict[str, str], is_mariadb: bool) -> str | N
 
 
 def read_swap_settings(conn: pymysql.connections.Connection) -> dict[str, str]:
-    """The global variables swap_setting_problem judges (a server without Galera support has no wsrep_on)."""
+    """The global variables swap_setting_problem judges (a server without Galera or Group Replication has not
+    their variables)."""
     return {str(name).lower(): str(value) for name, value in
-            query(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'max_write_lock_count')")}
+            query(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_provider', "
+                        "'group_replication_single_primary_mode', 'max_write_lock_count')")}
 
 
 def check_swap_settings(conn: pymysql.connections.Connection, is_mariadb: bool) -> None:

@@ -49,7 +49,7 @@ class MoveCutover(Cutover):
         renamer: _Renamer | None = None
         locked_at = 0.0
         try:
-            check_swap_settings(lock_conn, self.is_mariadb)   # global variables: they may have changed since init
+            check_swap_settings(lock_conn, self.is_mariadb)   # changed since init? Refused before anything is made
             self._refuse_if_held(lock_conn)
             tables = [source, self.fence_table]
             if self.is_mariadb:
@@ -74,6 +74,7 @@ class MoveCutover(Cutover):
             self._carry_auto_increment_to(lock_conn, target)
             self._prove_lease(lock_conn, coordinator)
             if renamer is not None:
+                check_swap_settings(lock_conn, self.is_mariadb)   # again, as close to the unlock as it can be
                 self._queue_rename(renamer, deadline)
                 query(lock_conn, f"DROP TABLE {old}")
                 query(lock_conn, "UNLOCK TABLES")

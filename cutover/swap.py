@@ -314,8 +314,6 @@ class Cutover:
     def attempt(self, window_s: float, coordinator: str) -> CutoverResult:
         """One bounded attempt by `coordinator`, renaming only while it holds the lease; the applier group must be
         stopped (its committed offsets are the start)."""
-        if self.ctx.pair.remote:
-            return self._attempt_move(window_s, coordinator)
         spec, ctx = self.ctx.spec, self.ctx
         db = spec.database
         consumer, reader = self._fence_reader()
@@ -323,7 +321,7 @@ class Cutover:
         renamer: _Renamer | None = None
         locked_at = 0.0
         try:
-            check_swap_settings(lock_conn, self.is_mariadb)   # global variables: they may have changed since init
+            check_swap_settings(lock_conn, self.is_mariadb)   # changed since init? Refused before anything is made
             self._refuse_if_held(lock_conn)
             tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
             if self.is_mariadb:
@@ -353,6 +351,7 @@ class Cutover:
             drained_at = time.monotonic()
             self._prove_lease(lock_conn, coordinator)   # decisive: no takeover can commit until the unlock
             if renamer is not None:
+                check_swap_settings(lock_conn, self.is_mariadb)   # again, as close to the unlock as it can be
                 self._queue_rename(renamer, deadline)
                 query(lock_conn, f"DROP TABLE {qualified(db, spec.old_table)}")
                 query(lock_conn, "UNLOCK TABLES")

@@ -14,7 +14,7 @@ from core.keys import SUPPORTED_TYPES, UNSUPPORTED_TYPES, PrimaryKey, primary_ke
 from core.endpoints import Endpoints, redis_where
 from core.logs import log_event
 from core.spec import MigrationSpec
-from core.swap_preconditions import read_swap_settings, swap_setting_problem
+from core.swap_preconditions import UnsafeServerSetting, check_swap_settings
 from core.load import over, read_status
 from streams.topics import check_reachable
 
@@ -57,9 +57,10 @@ def check_server(info: ServerInfo) -> None:
 def check_swap_settings_now(conn: pymysql.connections.Connection, info: ServerInfo) -> None:
     """The server settings the swap's proof rests on (core/swap_preconditions.py), before anything is made: a
     migration the cutover would refuse is not started."""
-    problem = swap_setting_problem(read_swap_settings(conn), info.is_mariadb)
-    if problem is not None:
-        raise PreflightError(problem)
+    try:
+        check_swap_settings(conn, info.is_mariadb)
+    except UnsafeServerSetting as exc:
+        raise PreflightError(str(exc)) from None
 
 
 def check_session_binlog_formats(conn: pymysql.connections.Connection, info: ServerInfo) -> None:

@@ -40,7 +40,7 @@ from core.load import throttle_change
 from core.logs import bind_fields, log_event
 from core.spec import TARGET_OPTIONS, MigrationSpec, with_overrides
 from core.source_check import SourceChanged, check_source_unchanged
-from core.swap_preconditions import UnsafeServerSetting
+from core.swap_preconditions import UnsafeServerSetting, read_swap_settings, swap_setting_problem
 from core.state import WORKING_STAGES, Migration, Stage, StateStore, Status
 from migration.transient import MAX_TRANSIENT_FAILURES, is_transient, retrying_transient
 from migration.workers import WorkerGroup
@@ -184,6 +184,14 @@ class Runner:
                 self.store.update(migration.id, status=Status.RUNNING, error=None)
         return self._run_stages_retrying(migration.id)
 
+    def _warn_if_cutover_would_refuse(self) -> None:
+        """Say now, not hours later at the cutover, that the server's settings would stop it (a resumed migration
+        has no preflight; core/swap_preconditions.py)."""
+        problem = swap_setting_problem(read_swap_settings(self.conn), self.info.is_mariadb)
+        if problem is not None:
+            log_event(log, "the cutover will refuse on this server's settings", logging.WARNING, reason=problem)
+            self.progress.say(f"warning: the cutover will refuse unless this changes first: {problem}")
+
     def _resumed_spec(self, migration: Migration) -> MigrationSpec:
         """The spec a resumed migration runs with: its stored RESUMABLE_OPTIONS always; its stored LOCK_OPTIONS
         unless given to this command, in which case the given value wins and is stored for later resumes.
@@ -325,6 +333,7 @@ class Runner:
                 migration = self.store.get(migration.id)
             if migration.stage in WORKING_STAGES:
                 check_source_unchanged(self.conn, migration)   # resumed: still the table init captured?
+                self._warn_if_cutover_would_refuse()
                 watch = LagWatch(self.endpoints, self.spec.metadata_schema, migration, self.spec.partitions,
                                  self.metrics).start()
                 ctx = self._context(migration)
