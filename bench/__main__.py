@@ -32,9 +32,9 @@ def code_source(root: Path | None = None) -> str:
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, check=True).stdout.strip()
-        # the report's own files and prose do not change what is measured
+        # the report's own files, prose and the tests (the benchmark runs none) do not change what is measured
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
-                                ".", ":(exclude)docs", ":(exclude)*.md"],
+                                ".", ":(exclude)docs", ":(exclude)*.md", ":(exclude)tests"],
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return f"{root} (not a git checkout)"

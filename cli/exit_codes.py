@@ -48,7 +48,7 @@ def exit_code_for(exc: BaseException) -> ExitCode:
     if isinstance(exc, SourceChanged):
         return ExitCode.FAILED    # the new table no longer means the ALTER of the table as it is now
     if isinstance(exc, UnsafeServerSetting):
-        return ExitCode.STOPPED   # met at a cutover attempt (init refuses with PreflightError): nothing swapped
+        return ExitCode.STOPPED   # the runner says this as MigrationStopped, init as PreflightError: should one escape
     if isinstance(exc, ValidationFailed):
         return ExitCode.STOPPED   # rows kept differing: resume validates again
     return ExitCode.REFUSED   # incl. a constraint the data breaks: fails as the ALTER would, nothing left

@@ -5,7 +5,9 @@ operator can change while a migration runs).
 - **One node takes writes.** The proof holds the application off the table with `LOCK TABLES`, which a node of
   a multi-writer cluster takes for itself only: a write through another node commits during the lock and the
   drain, and is left behind in the original table. Refused: a Galera node (a `wsrep_provider` loaded, or
-  `wsrep_on`: MariaDB Galera, Percona XtraDB Cluster) and MySQL Group Replication in multi-primary mode.
+  `wsrep_on`: MariaDB Galera, Percona XtraDB Cluster) and MySQL Group Replication in multi-primary mode. Both
+  tests lean to refusing: a standalone Percona XtraDB Cluster server (`wsrep_on` ON, no provider) and a server
+  with the Group Replication plugin configured for multi-primary but not running are refused too.
 - **The RENAME is granted before the writes waiting with it** (`max_write_lock_count`, MariaDB). The RENAME runs
   in a session of its own and queues on the original table behind the lock session (cutover/README.md). At the
   unlock the server grants a waiting exclusive request before waiting writes only until it has granted

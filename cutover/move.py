@@ -74,7 +74,7 @@ class MoveCutover(Cutover):
             self._carry_auto_increment_to(lock_conn, target)
             self._prove_lease(lock_conn, coordinator)
             if renamer is not None:
-                check_swap_settings(lock_conn, self.is_mariadb)   # again, as close to the unlock as it can be
+                check_swap_settings(lock_conn, self.is_mariadb)   # once more, before the RENAME is queued
                 self._queue_rename(renamer, deadline)
                 query(lock_conn, f"DROP TABLE {old}")
                 query(lock_conn, "UNLOCK TABLES")

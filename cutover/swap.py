@@ -351,7 +351,7 @@ class Cutover:
             drained_at = time.monotonic()
             self._prove_lease(lock_conn, coordinator)   # decisive: no takeover can commit until the unlock
             if renamer is not None:
-                check_swap_settings(lock_conn, self.is_mariadb)   # again, as close to the unlock as it can be
+                check_swap_settings(lock_conn, self.is_mariadb)   # once more, before the RENAME is queued
                 self._queue_rename(renamer, deadline)
                 query(lock_conn, f"DROP TABLE {qualified(db, spec.old_table)}")
                 query(lock_conn, "UNLOCK TABLES")

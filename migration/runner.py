@@ -185,9 +185,14 @@ class Runner:
         return self._run_stages_retrying(migration.id)
 
     def _warn_if_cutover_would_refuse(self) -> None:
-        """Say now, not hours later at the cutover, that the server's settings would stop it (a resumed migration
-        has no preflight; core/swap_preconditions.py)."""
-        problem = swap_setting_problem(read_swap_settings(self.conn), self.info.is_mariadb)
+        """Say before the work starts, not hours later at the cutover, that the server's settings would stop it: a
+        resumed migration has had no preflight (a new one has just passed it, and hears nothing). Advisory only:
+        a failed read says nothing; the cutover checks again (core/swap_preconditions.py)."""
+        try:
+            variables = read_swap_settings(self.conn)
+        except pymysql.err.Error:
+            return
+        problem = swap_setting_problem(variables, self.info.is_mariadb)
         if problem is not None:
             log_event(log, "the cutover will refuse on this server's settings", logging.WARNING, reason=problem)
             self.progress.say(f"warning: the cutover will refuse unless this changes first: {problem}")

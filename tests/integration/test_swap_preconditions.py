@@ -13,7 +13,7 @@ from cutover import move as move_module
 from cutover import swap as swap_module
 from core.db import connect, query
 from core.spec import MigrationSpec
-from core.swap_preconditions import check_swap_settings
+from core.swap_preconditions import MIN_WRITE_LOCK_COUNT, check_swap_settings
 from migration.runner import MigrationStopped, Runner
 from monitor.progress import Progress
 from tests.integration.helpers import cli, latest_migration_id, leftovers, migration_row, waiting_for_cutover
@@ -31,9 +31,12 @@ def lowered(conn):
     the test runs); the value it had is set back after the test."""
     if not query(conn, "SELECT VERSION() LIKE '%MariaDB%'")[0][0]:
         pytest.skip("MySQL renames inside the lock session: max_write_lock_count does not decide the swap there")
-    original = query(conn, "SELECT @@GLOBAL.max_write_lock_count")[0][0]
+    original = int(query(conn, "SELECT @@GLOBAL.max_write_lock_count")[0][0])
     yield lambda value: query(conn, "SET GLOBAL max_write_lock_count = %s", (value,))
-    query(conn, "SET GLOBAL max_write_lock_count = %s", (original,))
+    if original >= MIN_WRITE_LOCK_COUNT:
+        query(conn, "SET GLOBAL max_write_lock_count = %s", (original,))
+    else:   # a low value left by an interrupted run of this module: every migration would be refused
+        query(conn, "SET GLOBAL max_write_lock_count = DEFAULT")
 
 
 def columns(conn, table: str) -> list[str]:
@@ -96,46 +99,58 @@ def test_a_setting_lowered_after_the_attempt_began_is_caught_inside_the_lock_bef
     cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
     query(conn, f"DROP TABLE IF EXISTS {DB}.{table}_osc_old")
     create_ledger_table(conn, DB, table, rows=5_000, writers=4)
-    target = None
-    if move:
-        monkeypatch.setenv("STREAM_OSC_TARGET_DSN", endpoints.target_dsn)
-        target = connect(endpoints.target())
-        query(target, f"DROP DATABASE IF EXISTS {MOVED_DB}")
-        query(target, f"CREATE DATABASE {MOVED_DB}")
-    checks = []
+    module, cutover_class = (move_module, move_module.MoveCutover) if move else (swap_module, swap_module.Cutover)
+    calls: list[str] = []   # every check, and every attempt
+    check_now, attempt_now = check_swap_settings, cutover_class.attempt
 
     def check_then_lower(lock_conn, is_mariadb):
-        check_swap_settings(lock_conn, is_mariadb)
-        checks.append(is_mariadb)
-        if len(checks) == 1:
+        calls.append("check")
+        check_now(lock_conn, is_mariadb)
+        if calls.count("check") == 1:
             lowered(1)
 
-    monkeypatch.setattr(swap_module if not move else move_module, "check_swap_settings", check_then_lower)
+    def counted_attempt(self, *args):
+        calls.append("attempt")
+        return attempt_now(self, *args)
+
+    monkeypatch.setattr(module, "check_swap_settings", check_then_lower)
+    monkeypatch.setattr(cutover_class, "attempt", counted_attempt)
+    if move:
+        monkeypatch.setenv("STREAM_OSC_TARGET_DSN", endpoints.target_dsn)
     spec = MigrationSpec(database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2, apply_workers=2,
                          chunk_size=5_000, partitions=4, max_lag_events=200, target_server=move,
                          target_table=f"{MOVED_DB}.{table}" if move else "").validate()
-    with Ledger(endpoints.mysql, DB, table, writers=4, seed=11) as ledger:
-        ledger.wait_for_writes(200)
-        with pytest.raises(MigrationStopped, match="max_write_lock_count is 1"):
-            Runner(endpoints, spec, Progress(quiet=True)).run()
-        assert len(checks) == 1   # the first check passed; the one inside the lock refused
-        assert "note" not in columns(conn, table) and not columns(conn, f"{table}_osc_old")   # nothing renamed
-        monkeypatch.undo()
-        if move:
-            monkeypatch.setenv("STREAM_OSC_TARGET_DSN", endpoints.target_dsn)
-        warned = cli("resume", "--table", f"{DB}.{table}")   # said at once, and refused again at the cutover
-        assert warned.returncode == 3, warned.stderr[-3000:]
-        assert "warning: the cutover will refuse unless this changes first: max_write_lock_count is 1" in \
-            warned.stdout + warned.stderr
-        query(conn, "SET GLOBAL max_write_lock_count = DEFAULT")
-        done = cli("resume", "--table", f"{DB}.{table}")
-        assert done.returncode == 0, done.stderr[-3000:]
-        if not move:   # a moved table's source is renamed away: later writes to it fail, as they must
-            ledger.wait_for_writes(200)   # writes after the swap count as much as any other
-    if move:
-        assert ledger.missing(target, where=(MOVED_DB, table)) == []
-        target.close()
-    else:
-        assert ledger.errors() == []
-        assert ledger.missing(conn) == []
-        assert "note" in columns(conn, table)
+    target = connect(endpoints.target()) if move else None
+    try:
+        if target is not None:
+            query(target, f"DROP DATABASE IF EXISTS {MOVED_DB}")
+            query(target, f"CREATE DATABASE {MOVED_DB}")
+        with Ledger(endpoints.mysql, DB, table, writers=4, seed=11) as ledger:
+            ledger.wait_for_writes(200)
+            with pytest.raises(MigrationStopped, match="max_write_lock_count is 1"):
+                Runner(endpoints, spec, Progress(quiet=True)).run()
+            # one attempt: its first check passed, the one inside the lock refused (not a later attempt's first)
+            assert calls == ["attempt", "check", "check"]
+            assert columns(conn, table) and "note" not in columns(conn, table)   # the original, in place
+            assert not columns(conn, f"{table}_osc_old")   # nothing renamed
+            monkeypatch.undo()
+            if move:
+                monkeypatch.setenv("STREAM_OSC_TARGET_DSN", endpoints.target_dsn)
+            warned = cli("resume", "--table", f"{DB}.{table}")   # said at once, and refused again at the cutover
+            assert warned.returncode == 3, warned.stderr[-3000:]
+            assert "warning: the cutover will refuse unless this changes first: max_write_lock_count is 1" in \
+                warned.stdout + warned.stderr
+            query(conn, "SET GLOBAL max_write_lock_count = DEFAULT")
+            done = cli("resume", "--table", f"{DB}.{table}")
+            assert done.returncode == 0, done.stderr[-3000:]
+            if not move:   # a moved table's source is renamed away: later writes to it fail, as they must
+                ledger.wait_for_writes(200)   # writes after the swap count as much as any other
+        if target is not None:
+            assert ledger.missing(target, where=(MOVED_DB, table)) == []
+        else:
+            assert ledger.errors() == []
+            assert ledger.missing(conn) == []
+            assert "note" in columns(conn, table)
+    finally:
+        if target is not None:
+            target.close()

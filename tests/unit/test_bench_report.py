@@ -47,13 +47,15 @@ def test_the_measured_code_is_named_by_its_commit_and_only_code_changes_mark_it(
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     (tmp_path / "docs").mkdir()
-    for name in ("docs/benchmarks.md", "README.md", "tool.py"):
+    (tmp_path / "tests").mkdir()
+    for name in ("docs/benchmarks.md", "README.md", "tests/test_tool.py", "tool.py"):
         (tmp_path / name).write_text("a\n")
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-qm", "c"], check=True)
     commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     (tmp_path / "docs/benchmarks.md").write_text("the report, rewritten by the benchmark\n")
     (tmp_path / "README.md").write_text("prose\n")
+    (tmp_path / "tests/test_tool.py").write_text("a test the benchmark does not run\n")
     assert code_source(tmp_path) == commit
     (tmp_path / "tool.py").write_text("changed code\n")
     assert code_source(tmp_path) == f"{commit} with uncommitted changes"

@@ -35,7 +35,8 @@ def test_mysql_renames_in_the_lock_session_so_its_max_write_lock_count_does_not_
     assert swap_setting_problem({**DEFAULTS, "max_write_lock_count": "1"}, is_mariadb=False) is None
 
 
-@pytest.mark.parametrize("variables", [DEFAULTS, {"max_write_lock_count": str(MIN_WRITE_LOCK_COUNT)},
+@pytest.mark.parametrize("variables", [DEFAULTS, {**DEFAULTS, "wsrep_provider": ""},
+                                       {"max_write_lock_count": str(MIN_WRITE_LOCK_COUNT)},
                                        {"max_write_lock_count": "18446744073709551615"}, {}])
 def test_the_defaults_and_a_server_without_cluster_support_pass(variables):
     assert swap_setting_problem(variables, is_mariadb=True) is None
