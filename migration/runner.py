@@ -180,14 +180,16 @@ class Runner:
             self.yielding.configure(self.spec.copy_workers, self.spec.app_latency_target())
             self.progress.say(f"resuming migration {migration.id} of {self.spec.qualified_name} "
                               f"at stage {migration.stage}")
+            if migration.stage in WORKING_STAGES:
+                self._warn_if_cutover_would_refuse()
             if migration.status != Status.RUNNING:
                 self.store.update(migration.id, status=Status.RUNNING, error=None)
         return self._run_stages_retrying(migration.id)
 
     def _warn_if_cutover_would_refuse(self) -> None:
-        """Say before the work starts, not hours later at the cutover, that the server's settings would stop it: a
-        resumed migration has had no preflight (a new one has just passed it, and hears nothing). Advisory only:
-        a failed read says nothing; the cutover checks again (core/swap_preconditions.py)."""
+        """Say as a migration resumes, not hours later at its cutover, that the server's settings would stop it (a
+        new migration has just passed preflight, which refuses them). Advisory only: a failed read says nothing;
+        the cutover checks again (core/swap_preconditions.py)."""
         try:
             variables = read_swap_settings(self.conn)
         except pymysql.err.Error:
@@ -338,7 +340,6 @@ class Runner:
                 migration = self.store.get(migration.id)
             if migration.stage in WORKING_STAGES:
                 check_source_unchanged(self.conn, migration)   # resumed: still the table init captured?
-                self._warn_if_cutover_would_refuse()
                 watch = LagWatch(self.endpoints, self.spec.metadata_schema, migration, self.spec.partitions,
                                  self.metrics).start()
                 ctx = self._context(migration)
