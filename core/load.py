@@ -55,6 +55,12 @@ class CriticalLoad(Exception):
     user_facing = True
 
 
+def critical_load_reached(critical: str) -> CriticalLoad:
+    """The error that stops the migration at `critical` (e.g. `Threads_running=31 >= 25`)."""
+    return CriticalLoad(f"critical load reached ({critical}, --critical-load): the migration stopped; the original "
+                        "table is untouched. Continue later with `stream-osc resume`")
+
+
 def parse_thresholds(text: str, option: str) -> dict[str, int]:
     """`Threads_running=25,Innodb_row_lock_current_waits=10` -> {name: limit}; ConfigError if malformed."""
     return {name: int(limit) for name, limit in _pairs(text, option, THRESHOLD,
@@ -105,15 +111,18 @@ class LoadThrottle:
     """Shared by the workers of one process; reads the counters at most once a second.
 
     `more` are other sources of reasons to hold back (CloudWatch, replicas), asked in turn when the
-    counters allow work.
+    counters allow work; `more_critical` are other servers' critical checks (a move's target), asked by
+    stop_if_critical.
     """
 
     def __init__(self, max_load: dict[str, int], critical_load: dict[str, int],
-                 more: Sequence[Callable[[], str | None]] = (), closers: Sequence[Callable[[], None]] = ()) -> None:
+                 more: Sequence[Callable[[], str | None]] = (), closers: Sequence[Callable[[], None]] = (),
+                 more_critical: Sequence[Callable[[], None]] = ()) -> None:
         self.max_load, self.critical_load = max_load, critical_load
         self.names = sorted({*max_load, *critical_load})
         self.more = more
         self.closers = closers
+        self.more_critical = more_critical
         self._lock = threading.Lock()
         self._read_at = 0.0
         self._reason: str | None = None
@@ -128,6 +137,20 @@ class LoadThrottle:
         threshold."""
         return self._server_reason(conn) or next((r for r in (source() for source in self.more) if r), None)
 
+    def stop_if_critical(self, conn: pymysql.connections.Connection) -> None:
+        """Raise CriticalLoad if a --critical-load threshold is reached now, read afresh.
+
+        Asked right before a lock that holds the application's writes back: the workers read the load only
+        between their batches, and none runs then (the appliers are stopped for a swap), so a load that rose
+        since their last read would otherwise meet the lock unseen.
+        """
+        if self.critical_load:
+            critical = over(read_status(conn, sorted(self.critical_load)), self.critical_load)
+            if critical is not None:
+                raise critical_load_reached(critical)
+        for check in self.more_critical:
+            check()
+
     def _server_reason(self, conn: pymysql.connections.Connection) -> str | None:
         if not self.names:
             return None
@@ -137,9 +160,7 @@ class LoadThrottle:
                 self._read_at = time.monotonic()
                 critical = over(values, self.critical_load)
                 if critical is not None:
-                    raise CriticalLoad(f"critical load reached ({critical}, --critical-load): the migration "
-                                       "stopped; the original table is untouched. Continue later with "
-                                       "`stream-osc resume`")
+                    raise critical_load_reached(critical)
                 reached = over(values, self.max_load)
                 self._reason = f"{reached} (--max-load)" if reached else None
             return self._reason

@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 import pymysql
 
 from core.db import connect
 from core.endpoints import MySQLAddress
 from core.load import CriticalLoad, LoadThrottle
+
+T = TypeVar("T")
 
 
 class TargetLoad:
@@ -21,18 +25,26 @@ class TargetLoad:
 
     def reason(self) -> str | None:
         """Why work must hold back for the target's sake (None: go ahead); CriticalLoad at a critical threshold."""
+        reason = self._read(self.throttle.reason)
+        return f"target server {self.address.where()}: {reason}" if reason else None
+
+    def stop_if_critical(self) -> None:
+        """Raise CriticalLoad if a critical threshold is reached on the target now (read afresh)."""
+        self._read(self.throttle.stop_if_critical)
+
+    def _read(self, read: Callable[[pymysql.connections.Connection], T]) -> T:
+        """`read` through the target session, naming the target in a CriticalLoad."""
         with self._lock:
             if self._conn is None:
                 self._conn = connect(self.address)
             try:
-                reason = self.throttle.reason(self._conn)
+                return read(self._conn)
             except CriticalLoad as exc:
                 raise CriticalLoad(f"on the target server {self.address.where()}: {exc}") from None
             except pymysql.err.Error:
                 self._conn.close()   # a session cut by the network: the next read opens another
                 self._conn = None
                 raise
-        return f"target server {self.address.where()}: {reason}" if reason else None
 
     def close(self) -> None:
         with self._lock:

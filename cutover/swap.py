@@ -214,6 +214,13 @@ class Cutover:
             previous_keys = keys
         return start
 
+    def _refuse_on_server_state(self, conn: pymysql.connections.Connection) -> None:
+        """Before anything is prepared: settings that would let writes pass the RENAME (changed since init?)
+        refuse the swap, and a --critical-load threshold reached now stops the migration (CriticalLoad)."""
+        check_swap_settings(conn, self.is_mariadb)
+        if self.ctx.throttle is not None:
+            self.ctx.throttle.stop_if_critical(conn)
+
     def _refuse_if_held(self, conn: pymysql.connections.Connection) -> None:
         """CutoverAborted naming the sessions that hold the table, if any: checked before anything is prepared
         (sentry, catch-up), so that an attempt a holder would stop costs nothing (cutover/blocker_wait.py)."""
@@ -321,7 +328,7 @@ class Cutover:
         renamer: _Renamer | None = None
         locked_at = 0.0
         try:
-            check_swap_settings(lock_conn, self.is_mariadb)   # changed since init? Refused before anything is made
+            self._refuse_on_server_state(lock_conn)
             self._refuse_if_held(lock_conn)
             tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
             if self.is_mariadb:

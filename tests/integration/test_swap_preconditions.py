@@ -99,7 +99,7 @@ def test_a_setting_lowered_after_the_attempt_began_is_caught_inside_the_lock_bef
     cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
     query(conn, f"DROP TABLE IF EXISTS {DB}.{table}_osc_old")
     create_ledger_table(conn, DB, table, rows=5_000, writers=4)
-    module, cutover_class = (move_module, move_module.MoveCutover) if move else (swap_module, swap_module.Cutover)
+    cutover_class = move_module.MoveCutover if move else swap_module.Cutover
     calls: list[str] = []   # every check, and every attempt
     check_now, attempt_now = check_swap_settings, cutover_class.attempt
 
@@ -113,7 +113,8 @@ def test_a_setting_lowered_after_the_attempt_began_is_caught_inside_the_lock_bef
         calls.append("attempt")
         return attempt_now(self, *args)
 
-    monkeypatch.setattr(module, "check_swap_settings", check_then_lower)
+    for module in (swap_module, move_module):   # a move's first check is the one it shares with the swap
+        monkeypatch.setattr(module, "check_swap_settings", check_then_lower)
     monkeypatch.setattr(cutover_class, "attempt", counted_attempt)
     if move:
         monkeypatch.setenv("STREAM_OSC_TARGET_DSN", endpoints.target_dsn)

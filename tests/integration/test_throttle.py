@@ -1,23 +1,33 @@
 """Load-based throttling against the real server: --max-load holds the work back while the server's
-own status counter is over the limit, --critical-load stops the migration (resumable), and a bad or
-already-reached threshold is refused before anything is made."""
+own status counter is over the limit, --critical-load stops the migration (resumable), also when the load
+rises just before the swap, and a bad or already-reached threshold is refused before anything is made."""
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
+from contextlib import ExitStack
 
 import pytest
 
+from cutover import move as move_module
+from cutover import swap as swap_module
 from cutover.compare import compare_tables
-from core.db import query
+from core.db import connect, query
+from core.endpoints import MySQLAddress
+from core.load import CriticalLoad
+from core.spec import MigrationSpec, helper_table_name
+from migration.runner import Runner
+from monitor.progress import Progress
 from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_table, latest_migration_id, leftovers,
                                        migration_row, new_migration_row, start_cli, status_doc, table_is_original,
                                        wait_for)
-from core.spec import helper_table_name
+from tests.integration.ledger import Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
 
 DB = "throttle"
+MOVED_DB = "throttle_moved"   # the schema on the target server
 ROWS = 60_000
 ALTER = "MODIFY k BIGINT NOT NULL DEFAULT 0"
 SLEEPERS = 30          # sessions in SELECT SLEEP count in Threads_running
@@ -25,11 +35,12 @@ LIMIT = "Threads_running=25"
 
 
 class Sleepers:
-    """SLEEPERS sessions each running SELECT SLEEP until stopped: Threads_running rises by that many."""
+    """SLEEPERS sessions of the server at `address`, each running SELECT SLEEP until stopped: its Threads_running
+    rises by that many."""
 
-    def __init__(self, endpoints) -> None:
-        self.endpoints = endpoints
-        self.conns = [db_conn(endpoints) for _ in range(SLEEPERS)]
+    def __init__(self, address: MySQLAddress) -> None:
+        self.address = address
+        self.conns = [connect(address) for _ in range(SLEEPERS)]
         self.threads = [threading.Thread(target=self._sleep, args=(c,), daemon=True) for c in self.conns]
 
     @staticmethod
@@ -42,14 +53,14 @@ class Sleepers:
     def __enter__(self) -> "Sleepers":
         for thread in self.threads:
             thread.start()
-        killer = db_conn(self.endpoints)
+        killer = connect(self.address)
         wait_for(lambda: int(query(killer, "SHOW GLOBAL STATUS LIKE 'Threads_running'")[0][1]) > SLEEPERS,
                  30, "the sleeping sessions to run")
         killer.close()
         return self
 
     def __exit__(self, *exc) -> None:
-        killer = db_conn(self.endpoints)
+        killer = connect(self.address)
         for conn in self.conns:
             query(killer, f"KILL QUERY {conn.thread_id()}")
         for thread in self.threads:
@@ -64,7 +75,7 @@ def test_max_load_holds_the_copy_back_until_the_load_drops(endpoints, cli_log):
     conn = db_conn(endpoints)
     fresh_table(conn, DB, table, rows=ROWS, seed=21)
     earlier = latest_migration_id(conn, DB, table)
-    with Sleepers(endpoints):
+    with Sleepers(endpoints.mysql):
         proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--max-load", LIMIT,
                          "--copy-workers", "2", "--chunk-size", "10000", "--batch-size", "1000",
                          "--target-batch-time", "0", log=cli_log)
@@ -100,9 +111,9 @@ def test_critical_load_stops_the_migration_and_resume_finishes_it(endpoints, cli
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
         wait_for(lambda: chunk_progress(conn, migration.id)[0] > 0, 60, "the copy to start")
         assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
-        with Sleepers(endpoints):
+        with Sleepers(endpoints.mysql):
             assert cli("resume", "--table", f"{DB}.{table}").returncode == 0
-            assert proc.wait(120) == 4   # stopped by --critical-load, resumable
+            assert exit_code(proc, cli_log) == 4   # stopped by --critical-load, resumable
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -117,6 +128,77 @@ def test_critical_load_stops_the_migration_and_resume_finishes_it(endpoints, cli
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert migration_row(conn, DB, table).status == "done"
     assert compare_tables(conn, DB, helper_table_name(table, "old"), table).equal
+
+
+def columns(conn, db: str, table: str) -> list[str]:
+    return [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
+                                      "AND TABLE_NAME=%s", (db, table))]
+
+
+def exit_code(proc: subprocess.Popen, log, timeout: float = 120) -> int:
+    """The process's exit code; a failure showing the end of its log if it has not exited within `timeout`."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running after {timeout:.0f} s; its log ends:\n{log.read_text()[-3000:]}")
+
+
+@pytest.mark.parametrize("move", [False, True], ids=["same_server", "on_the_target_server"])
+def test_critical_load_reached_after_the_appliers_stopped_for_the_swap_stops_it_unswapped(endpoints, conn,
+                                                                                          monkeypatch, move):
+    """Workers read the load between their batches, and none runs while a swap is attempted (the appliers are
+    stopped for it): a load that rises then must still stop the migration before its lock, and the migration,
+    resumed once the load is gone, must lose no acknowledged write."""
+    table = f"critical_at_swap_{int(move)}"
+    cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
+    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")
+    create_ledger_table(conn, DB, table, rows=5_000, writers=4)
+    cutover_class = move_module.MoveCutover if move else swap_module.Cutover
+    load = ExitStack()
+    attempts: list[str] = []
+    attempt_now = cutover_class.attempt
+
+    def attempt_under_load(self, *args):
+        attempts.append("attempt")
+        if len(attempts) == 1:
+            load.enter_context(Sleepers(endpoints.target() if move else endpoints.mysql))
+        return attempt_now(self, *args)
+
+    monkeypatch.setattr(cutover_class, "attempt", attempt_under_load)
+    if move:
+        monkeypatch.setenv("STREAM_OSC_TARGET_DSN", endpoints.target_dsn)
+    spec = MigrationSpec(database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2, apply_workers=2,
+                         chunk_size=2_500, partitions=4, critical_load=LIMIT, target_server=move,
+                         target_table=f"{MOVED_DB}.{table}" if move else "").validate()
+    target = connect(endpoints.target()) if move else None
+    try:
+        if target is not None:
+            query(target, f"DROP DATABASE IF EXISTS {MOVED_DB}")
+            query(target, f"CREATE DATABASE {MOVED_DB}")
+        with Ledger(endpoints.mysql, DB, table, writers=4, seed=13) as ledger:
+            ledger.wait_for_writes(200)
+            with load, pytest.raises(CriticalLoad, match="critical load reached \\(Threads_running="):
+                Runner(endpoints, spec, Progress(quiet=True)).run()
+            assert attempts == ["attempt"]
+            assert "note" not in columns(conn, DB, table)   # the original, in place
+            assert not columns(conn, DB, helper_table_name(table, "old"))   # nothing renamed
+            assert migration_row(conn, DB, table).status not in ("done", "failed")
+            monkeypatch.undo()
+            if move:
+                monkeypatch.setenv("STREAM_OSC_TARGET_DSN", endpoints.target_dsn)
+            done = cli("resume", "--table", f"{DB}.{table}")
+            assert done.returncode == 0, done.stderr[-3000:]
+            if not move:   # a moved table's source is renamed away: later writes to it fail, as they must
+                ledger.wait_for_writes(200)   # writes after the swap count as much as any other
+        if target is not None:
+            assert ledger.missing(target, where=(MOVED_DB, table)) == []
+        else:
+            assert ledger.errors() == []
+            assert ledger.missing(conn) == []
+        assert migration_row(conn, DB, table).status == "done"
+    finally:
+        if target is not None:
+            target.close()
 
 
 @pytest.mark.parametrize("option, value, message", [
