@@ -156,7 +156,7 @@ def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> Mig
 
 def given_options(args: argparse.Namespace) -> frozenset[str]:
     """Spec fields set for this run, on the command line or in the config file: on `resume` they replace the
-    values stored with the migration where that is allowed (migration/runner.py, LOCK_OPTIONS)."""
+    values stored with the migration where that is allowed (migration/runner.py, KEPT_UNLESS_GIVEN)."""
     file_keys = set(load_migration_file(args.config)) if getattr(args, "config", None) else set()
     return frozenset(file_keys | {name for name in SPEC_FIELDS if getattr(args, name, None) is not None})
 

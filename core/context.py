@@ -24,10 +24,11 @@ from core.yielding import Yielding, never_yielding
 
 def throttle_for(spec: MigrationSpec, endpoints: Endpoints) -> LoadThrottle:
     """The server's status counters, and what else may hold the work back: CloudWatch, the target server of a
-    move, replicas (whose sessions the throttle closes when it is replaced or the run ends)."""
+    move (whose critical thresholds are read before a lock too), replicas (whose sessions the throttle closes
+    when it is replaced or the run ends)."""
     sources: list[Callable[[], str | None]] = []
     closers: list[Callable[[], None]] = []
-    critical: list[Callable[[], None]] = []
+    more_critical: list[Callable[[], None]] = []
     if spec.cloudwatch_limits():
         sources.append(CloudWatchLoad(spec.rds_instance, spec.cloudwatch_limits()).reason)
     max_load, critical_load = spec.load_limits()
@@ -35,12 +36,12 @@ def throttle_for(spec: MigrationSpec, endpoints: Endpoints) -> LoadThrottle:
         target = TargetLoad(endpoints.target(spec.target_dsn), max_load, critical_load)
         sources.append(target.reason)
         closers.append(target.close)
-        critical.append(target.stop_if_critical)
+        more_critical.append(target.stop_if_critical)
     if spec.replicas():
         replicas = ReplicaLag(endpoints.mysql, spec.replicas(), spec.max_replica_lag)
         sources.append(replicas.reason)
         closers.append(replicas.close)
-    return LoadThrottle(*spec.load_limits(), sources, closers, critical)
+    return LoadThrottle(*spec.load_limits(), sources, closers, more_critical)
 
 
 def target_connection(endpoints: Endpoints, spec: MigrationSpec) -> pymysql.connections.Connection | None:

@@ -138,12 +138,10 @@ class LoadThrottle:
         return self._server_reason(conn) or next((r for r in (source() for source in self.more) if r), None)
 
     def stop_if_critical(self, conn: pymysql.connections.Connection) -> None:
-        """Raise CriticalLoad if a --critical-load threshold is reached now, read afresh.
-
-        Asked right before a lock that holds the application's writes back: the workers read the load only
-        between their batches, and none runs then (the appliers are stopped for a swap), so a load that rose
-        since their last read would otherwise meet the lock unseen.
-        """
+        """Raise CriticalLoad if a --critical-load threshold is reached now, read afresh (here and through
+        `more_critical`). Asked right before a lock that holds the application's writes back: the workers read
+        the load only between their batches, and none may have run lately (the appliers are stopped for a
+        swap), so a load that rose since their last read would otherwise meet the lock unseen."""
         if self.critical_load:
             critical = over(read_status(conn, sorted(self.critical_load)), self.critical_load)
             if critical is not None:

@@ -30,7 +30,8 @@ class TargetLoad:
 
     def stop_if_critical(self) -> None:
         """Raise CriticalLoad if a critical threshold is reached on the target now (read afresh)."""
-        self._read(self.throttle.stop_if_critical)
+        if self.throttle.critical_load:
+            self._read(self.throttle.stop_if_critical)
 
     def _read(self, read: Callable[[pymysql.connections.Connection], T]) -> T:
         """`read` through the target session, naming the target in a CriticalLoad."""

@@ -49,7 +49,7 @@ class MoveCutover(Cutover):
         renamer: _Renamer | None = None
         locked_at = 0.0
         try:
-            self._refuse_on_server_state(lock_conn)
+            check_swap_settings(lock_conn, self.is_mariadb)   # changed since init? Refused before anything is made
             self._refuse_if_held(lock_conn)
             tables = [source, self.fence_table]
             if self.is_mariadb:

@@ -214,13 +214,6 @@ class Cutover:
             previous_keys = keys
         return start
 
-    def _refuse_on_server_state(self, conn: pymysql.connections.Connection) -> None:
-        """Before anything is prepared: settings that would let writes pass the RENAME (changed since init?)
-        refuse the swap, and a --critical-load threshold reached now stops the migration (CriticalLoad)."""
-        check_swap_settings(conn, self.is_mariadb)
-        if self.ctx.throttle is not None:
-            self.ctx.throttle.stop_if_critical(conn)
-
     def _refuse_if_held(self, conn: pymysql.connections.Connection) -> None:
         """CutoverAborted naming the sessions that hold the table, if any: checked before anything is prepared
         (sentry, catch-up), so that an attempt a holder would stop costs nothing (cutover/blocker_wait.py)."""
@@ -233,8 +226,12 @@ class Cutover:
     def _lock(self, lock_conn: pymysql.connections.Connection, tables: list[str],
               read_tables: list[str] | None = None) -> None:
         """LOCK TABLES … WRITE (`read_tables` … READ), never requested while a session holds the table, each try
-        queueing only --lock-wait-timeout in front of the application (cutover/short_lock.py)."""
+        queueing only --lock-wait-timeout in front of the application (cutover/short_lock.py); never requested
+        at a --critical-load threshold either (CriticalLoad: the migration stops), read afresh here because no
+        worker may have read the load lately (a swap's appliers are stopped, as are a move's for its snapshot)."""
         spec = self.ctx.spec
+        if self.ctx.throttle is not None:
+            self.ctx.throttle.stop_if_critical(lock_conn)
         try:
             lock_tables_briefly(lock_conn, tables, self.is_mariadb, spec.lock_wait_s, spec.lock_tries,
                                 lambda: find_blockers(lock_conn, spec.database, spec.table, self.is_mariadb),
@@ -328,7 +325,7 @@ class Cutover:
         renamer: _Renamer | None = None
         locked_at = 0.0
         try:
-            self._refuse_on_server_state(lock_conn)
+            check_swap_settings(lock_conn, self.is_mariadb)   # changed since init? Refused before anything is made
             self._refuse_if_held(lock_conn)
             tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
             if self.is_mariadb:

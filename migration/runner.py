@@ -56,8 +56,13 @@ log = logging.getLogger("stream_osc.runner")
 
 RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", "cutover", "cutover_window_schedule",
                      "cutover_timezone", "defer_indexes", *TARGET_OPTIONS)
-# kept with the migration too, but a value given to `resume`/`cutover` replaces the stored one (and is kept)
+# kept with the migration too, but a value given to `resume`/`cutover` replaces the stored one (and is kept):
+# how the cutover may lock, and what holds the work back or stops it (a migration stopped at --critical-load,
+# resumed as its message says, must not go on without that limit)
 LOCK_OPTIONS = ("lock_wait_s", "lock_tries", "force_kill_blockers_after_s", "force_kill_max_rows")
+THROTTLE_OPTIONS = ("max_load", "critical_load", "cloudwatch_max_load", "rds_instance", "throttle_replicas",
+                    "max_replica_lag", "max_app_latency")
+KEPT_UNLESS_GIVEN = (*LOCK_OPTIONS, *THROTTLE_OPTIONS)
 BASELINE_WAIT_S = 5.0              # longest wait for the application latency baseline before the copy
 MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coordinator before it stops
 CONNECTOR_RESTART_WAIT_S = 10.0    # how long a restart may take to show (the task leaving FAILED)
@@ -82,8 +87,8 @@ def close_sessions(sessions: list[Sessions]) -> None:
 
 def resumed_values(options: dict[str, object], given: frozenset[str]) -> dict[str, object]:
     """The values a resumed migration takes back from its stored `options`: every RESUMABLE_OPTIONS one, and
-    the LOCK_OPTIONS ones not `given` to the resuming command."""
-    return {k: options[k] for k in (*RESUMABLE_OPTIONS, *LOCK_OPTIONS)
+    the KEPT_UNLESS_GIVEN ones not `given` to the resuming command."""
+    return {k: options[k] for k in (*RESUMABLE_OPTIONS, *KEPT_UNLESS_GIVEN)
             if k in options and (k in RESUMABLE_OPTIONS or k not in given)}
 
 
@@ -200,16 +205,16 @@ class Runner:
             self.progress.say(f"warning: the cutover will refuse unless this changes first: {problem}")
 
     def _resumed_spec(self, migration: Migration) -> MigrationSpec:
-        """The spec a resumed migration runs with: its stored RESUMABLE_OPTIONS always; its stored LOCK_OPTIONS
+        """The spec a resumed migration runs with: its stored RESUMABLE_OPTIONS always; its stored KEPT_UNLESS_GIVEN
         unless given to this command, in which case the given value wins and is stored for later resumes.
         Refused (nothing changed) when the user may not do what the lock options ask (e.g. kill blockers)."""
         spec = with_overrides(self.spec, **resumed_values(migration.options, self.given))
         check_blocker_privileges(self.conn, spec)
-        replaced = {k: getattr(spec, k) for k in LOCK_OPTIONS
+        replaced = {k: getattr(spec, k) for k in KEPT_UNLESS_GIVEN
                     if k in self.given and migration.options.get(k) != getattr(spec, k)}
         if replaced:
             self.store.update(migration.id, options={**migration.options, **replaced})
-            log_event(log, "lock options replaced", **replaced)
+            log_event(log, "stored options replaced", **replaced)
         return spec
 
     def _created(self, migration: Migration) -> None:

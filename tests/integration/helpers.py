@@ -110,6 +110,12 @@ def new_migration_row(conn, db: str, table: str, after_id: int) -> Migration | N
     return latest if latest is not None and latest.id > after_id else None
 
 
+def table_columns(conn, db: str, table: str) -> list[str]:
+    """db.table's column names in order ([] when there is no such table)."""
+    return [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
+                                      "AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION", (db, table))]
+
+
 def table_is_original(conn, db: str, table: str) -> bool:
     """db.table is still the original (schema unchanged) and no real table holds the _<table>_old name."""
     types = dict(query(conn, "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "

@@ -15,7 +15,7 @@ from core.keys import primary_key
 from core.spec import MigrationSpec
 from core.state import Stage, StateStore, Status
 from streams.topics import TopicNames, existing_topics
-from tests.integration.helpers import leftovers, migration_row, recorded_migration
+from tests.integration.helpers import table_columns, leftovers, migration_row, recorded_migration
 
 pytestmark = pytest.mark.integration
 
@@ -30,11 +30,6 @@ def sample_table(conn, table: str) -> None:
     query(conn, f"CREATE TABLE {DB}.{table} (id INT PRIMARY KEY, v INT)")
     query(conn, f"INSERT INTO {DB}.{table} VALUES " + ", ".join(["(%s, %s)"] * len(SAMPLE_ROWS)),
           tuple(v for row in SAMPLE_ROWS for v in row))
-
-
-def columns(conn, table: str) -> list[str]:
-    return [c for (c,) in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
-                                      "AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION", (DB, table))]
 
 
 def test_abort_after_a_swap_the_metadata_missed_says_so_and_finishes_the_cleanup(endpoints, conn, capsys):
@@ -55,7 +50,7 @@ def test_abort_after_a_swap_the_metadata_missed_says_so_and_finishes_the_cleanup
         assert code == 6, out
         assert "already been swapped" in out and f"{DB}.items_osc_old" in out
         assert "is the original table" not in out and "untouched" not in out
-        assert columns(conn, "items") == ["id", "v", "x"]
+        assert table_columns(conn, DB, "items") == ["id", "v", "x"]
         assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.items") == 4, "the new table and its writes stay in place"
         assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.items_osc_old") == 3, "the original is kept, not dropped"
         row = migration_row(conn, DB, "items")
@@ -85,7 +80,7 @@ def killed_after_new_table(endpoints, conn, monkeypatch):
         init_stage.run_init(conn, endpoints, spec, ServerInfo.read(conn), f"{socket.gethostname()}:{gone.pid}:dead00")
     monkeypatch.undo()
     assert recorded_first == [True], "the migration row must exist before the new table"
-    assert columns(conn, "orders_osc_new") == ["id", "v", "x"]
+    assert table_columns(conn, DB, "orders_osc_new") == ["id", "v", "x"]
     row = migration_row(conn, DB, "orders")
     assert (row.stage, row.status) == (Stage.INIT, Status.RUNNING)
     yield spec
@@ -99,7 +94,7 @@ def test_a_kill_between_new_table_and_capture_leaves_what_abort_removes(endpoint
     assert code == 0, out
     assert "is the original table" in out
     assert leftovers(endpoints, DB, "orders") == []
-    assert columns(conn, "orders") == ["id", "v"]
+    assert table_columns(conn, DB, "orders") == ["id", "v"]
     assert migration_row(conn, DB, "orders").status == Status.ABORTED
 
 
@@ -107,7 +102,7 @@ def test_a_kill_between_new_table_and_capture_leaves_what_migrate_starts_over_fr
                                                                                     killed_after_new_table):
     code = main(["migrate", "--table", f"{DB}.orders", "--alter", "ADD COLUMN x INT", "--quiet"])
     assert code == 0, capsys.readouterr().err
-    assert columns(conn, "orders") == ["id", "v", "x"]
+    assert table_columns(conn, DB, "orders") == ["id", "v", "x"]
     assert sorted(query(conn, f"SELECT id, v FROM {DB}.orders")) == [(1, 10), (2, 20), (3, 30)]
     assert leftovers(endpoints, DB, "orders") == [f"table {DB}.orders_osc_old"]   # kept by default
     assert migration_row(conn, DB, "orders").status == Status.DONE

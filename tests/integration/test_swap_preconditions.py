@@ -16,7 +16,8 @@ from core.spec import MigrationSpec
 from core.swap_preconditions import MIN_WRITE_LOCK_COUNT, check_swap_settings
 from migration.runner import MigrationStopped, Runner
 from monitor.progress import Progress
-from tests.integration.helpers import cli, latest_migration_id, leftovers, migration_row, waiting_for_cutover
+from tests.integration.helpers import (cli, latest_migration_id, leftovers, migration_row, table_columns,
+                                       waiting_for_cutover)
 from tests.integration.ledger import Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
@@ -39,11 +40,6 @@ def lowered(conn):
         query(conn, "SET GLOBAL max_write_lock_count = DEFAULT")
 
 
-def columns(conn, table: str) -> list[str]:
-    return [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
-                                      "AND TABLE_NAME=%s", (DB, table))]
-
-
 def test_a_server_letting_writes_pass_the_rename_is_refused_before_anything_is_made(endpoints, conn, lowered):
     table = "refused"
     cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
@@ -56,7 +52,7 @@ def test_a_server_letting_writes_pass_the_rename_is_refused_before_anything_is_m
     assert "max_write_lock_count is 1" in result.stderr
     assert latest_migration_id(conn, DB, table) == before
     assert leftovers(endpoints, DB, table) == []
-    assert "note" not in columns(conn, table)
+    assert "note" not in table_columns(conn, DB, table)
 
 
 def test_a_setting_lowered_during_the_migration_stops_it_before_the_swap_and_loses_no_write(endpoints, conn, lowered,
@@ -78,7 +74,7 @@ def test_a_setting_lowered_during_the_migration_stops_it_before_the_swap_and_los
             proc.wait(30)
         assert refused.returncode == 3, refused.stderr[-3000:]
         assert "max_write_lock_count is 1" in refused.stderr
-        assert "note" not in columns(conn, table)   # not swapped: the original is in place
+        assert "note" not in table_columns(conn, DB, table)   # not swapped: the original is in place
         ledger.wait_for_writes(200)
         query(conn, "SET GLOBAL max_write_lock_count = DEFAULT")
         done = cli("cutover", "--table", f"{DB}.{table}")
@@ -86,7 +82,7 @@ def test_a_setting_lowered_during_the_migration_stops_it_before_the_swap_and_los
         ledger.wait_for_writes(200)   # writes after the swap count as much as any other
     assert ledger.errors() == []
     assert ledger.missing(conn) == []
-    assert "note" in columns(conn, table)
+    assert "note" in table_columns(conn, DB, table)
     assert migration_row(conn, DB, table).stage == "done"
 
 
@@ -132,8 +128,9 @@ def test_a_setting_lowered_after_the_attempt_began_is_caught_inside_the_lock_bef
                 Runner(endpoints, spec, Progress(quiet=True)).run()
             # one attempt: its first check passed, the one inside the lock refused (not a later attempt's first)
             assert calls == ["attempt", "check", "check"]
-            assert columns(conn, table) and "note" not in columns(conn, table)   # the original, in place
-            assert not columns(conn, f"{table}_osc_old")   # nothing renamed
+            original = table_columns(conn, DB, table)
+            assert original and "note" not in original   # the original, in place
+            assert not table_columns(conn, DB, f"{table}_osc_old")   # nothing renamed
             monkeypatch.undo()
             if move:
                 monkeypatch.setenv("STREAM_OSC_TARGET_DSN", endpoints.target_dsn)
@@ -152,7 +149,7 @@ def test_a_setting_lowered_after_the_attempt_began_is_caught_inside_the_lock_bef
         else:
             assert ledger.errors() == []
             assert ledger.missing(conn) == []
-            assert "note" in columns(conn, table)
+            assert "note" in table_columns(conn, DB, table)
     finally:
         if target is not None:
             target.close()

@@ -20,8 +20,8 @@ from core.spec import MigrationSpec, helper_table_name
 from migration.runner import Runner
 from monitor.progress import Progress
 from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_table, latest_migration_id, leftovers,
-                                       migration_row, new_migration_row, start_cli, status_doc, table_is_original,
-                                       wait_for)
+                                       migration_row, new_migration_row, start_cli, status_doc, table_columns,
+                                       table_is_original, wait_for)
 from tests.integration.ledger import Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
@@ -114,6 +114,8 @@ def test_critical_load_stops_the_migration_and_resume_finishes_it(endpoints, cli
         with Sleepers(endpoints.mysql):
             assert cli("resume", "--table", f"{DB}.{table}").returncode == 0
             assert exit_code(proc, cli_log) == 4   # stopped by --critical-load, resumable
+            again = cli("resume", "--table", f"{DB}.{table}", "--quiet")   # the limit is kept with the migration
+            assert again.returncode == 4 and "critical load reached" in again.stderr, again.stderr[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -130,11 +132,6 @@ def test_critical_load_stops_the_migration_and_resume_finishes_it(endpoints, cli
     assert compare_tables(conn, DB, helper_table_name(table, "old"), table).equal
 
 
-def columns(conn, db: str, table: str) -> list[str]:
-    return [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
-                                      "AND TABLE_NAME=%s", (db, table))]
-
-
 def exit_code(proc: subprocess.Popen, log, timeout: float = 120) -> int:
     """The process's exit code; a failure showing the end of its log if it has not exited within `timeout`."""
     try:
@@ -143,12 +140,13 @@ def exit_code(proc: subprocess.Popen, log, timeout: float = 120) -> int:
         pytest.fail(f"still running after {timeout:.0f} s; its log ends:\n{log.read_text()[-3000:]}")
 
 
-@pytest.mark.parametrize("move", [False, True], ids=["same_server", "on_the_target_server"])
-def test_critical_load_reached_after_the_appliers_stopped_for_the_swap_stops_it_unswapped(endpoints, conn,
-                                                                                          monkeypatch, move):
+@pytest.mark.parametrize("move", [False, True], ids=["swap", "move_loaded_on_the_target_server"])
+def test_critical_load_reached_while_no_worker_reads_it_stops_the_migration_before_the_lock(endpoints, conn,
+                                                                                            monkeypatch, move):
     """Workers read the load between their batches, and none runs while a swap is attempted (the appliers are
-    stopped for it): a load that rises then must still stop the migration before its lock, and the migration,
-    resumed once the load is gone, must lose no acknowledged write."""
+    stopped for it): a load that rises then must still stop the migration before the lock, and the migration,
+    resumed once the load is gone, must lose no acknowledged write. (The validation snapshot's lock goes
+    through the same `Cutover._lock`.)"""
     table = f"critical_at_swap_{int(move)}"
     cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
     query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")
@@ -160,7 +158,7 @@ def test_critical_load_reached_after_the_appliers_stopped_for_the_swap_stops_it_
 
     def attempt_under_load(self, *args):
         attempts.append("attempt")
-        if len(attempts) == 1:
+        if len(attempts) == 1:   # the appliers are stopped by now: only the attempt itself can see the load
             load.enter_context(Sleepers(endpoints.target() if move else endpoints.mysql))
         return attempt_now(self, *args)
 
@@ -180,9 +178,12 @@ def test_critical_load_reached_after_the_appliers_stopped_for_the_swap_stops_it_
             with load, pytest.raises(CriticalLoad, match="critical load reached \\(Threads_running="):
                 Runner(endpoints, spec, Progress(quiet=True)).run()
             assert attempts == ["attempt"]
-            assert "note" not in columns(conn, DB, table)   # the original, in place
-            assert not columns(conn, DB, helper_table_name(table, "old"))   # nothing renamed
-            assert migration_row(conn, DB, table).status not in ("done", "failed")
+            original = table_columns(conn, DB, table)
+            assert original and "note" not in original   # the original, in place
+            assert not table_columns(conn, DB, helper_table_name(table, "old"))   # nothing renamed
+            stopped = migration_row(conn, DB, table)
+            assert stopped.status == "running" and "critical load reached" in (stopped.error or "")
+            assert stopped.stage == "cutover"
             monkeypatch.undo()
             if move:
                 monkeypatch.setenv("STREAM_OSC_TARGET_DSN", endpoints.target_dsn)
