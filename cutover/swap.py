@@ -226,9 +226,9 @@ class Cutover:
     def _lock(self, lock_conn: pymysql.connections.Connection, tables: list[str],
               read_tables: list[str] | None = None) -> None:
         """LOCK TABLES … WRITE (`read_tables` … READ), never requested while a session holds the table, each try
-        queueing only --lock-wait-timeout in front of the application (cutover/short_lock.py); never requested
-        at a --critical-load threshold either (CriticalLoad: the migration stops), read afresh here because no
-        worker may have read the load lately (a swap's appliers are stopped, as are a move's for its snapshot)."""
+        queueing only --lock-wait-timeout in front of the application (cutover/short_lock.py). The --critical-load
+        thresholds are read afresh first (CriticalLoad: the migration stops): no worker may have read the load
+        lately (a swap's appliers are stopped, as are a move's for its snapshot)."""
         spec = self.ctx.spec
         if self.ctx.throttle is not None:
             self.ctx.throttle.stop_if_critical(lock_conn)

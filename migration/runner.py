@@ -33,7 +33,7 @@ from core.db import ServerInfo, connect
 from core.endpoints import Endpoints
 from migration.index_stage import build_deferred_indexes, deferred
 from migration.init_stage import run_init
-from migration.settings import settings_of, with_settings
+from migration.settings import SETTINGS_OPTION, settings_of, with_settings
 from migration.teardown import Metadata, tables_swapped, tear_down
 from migration.lease import CoordinatorLease, live_coordinator, owner_name
 from core.load import throttle_change
@@ -166,6 +166,7 @@ class Runner:
                           metadata=Metadata.ALL, best_effort=True)
                 # with the options the killed init was given (`resume` has no --defer-indexes, --drop-old, ...)
                 self.spec = with_overrides(self.spec, **resumed_values(migration.options, self.given))
+                self.yielding.configure(self.spec.copy_workers, self.spec.app_latency_target())
                 migration = None
         if migration is None:
             self.metrics.stage(Stage.INIT)
@@ -180,6 +181,7 @@ class Runner:
         else:
             self._created(migration)
             self.spec = self._resumed_spec(migration)
+            migration = self.store.get(migration.id)   # with the options and settings stored just now
             self.settings = settings_of(migration)
             self.spec = with_settings(self.spec, migration)
             self.yielding.configure(self.spec.copy_workers, self.spec.app_latency_target())
@@ -206,14 +208,17 @@ class Runner:
 
     def _resumed_spec(self, migration: Migration) -> MigrationSpec:
         """The spec a resumed migration runs with: its stored RESUMABLE_OPTIONS always; its stored KEPT_UNLESS_GIVEN
-        unless given to this command, in which case the given value wins and is stored for later resumes.
-        Refused (nothing changed) when the user may not do what the lock options ask (e.g. kill blockers)."""
+        unless given to this command, in which case the given value wins, over a `stream-osc set` one too, and is
+        stored for later resumes. Refused (nothing changed) when the user may not do what the lock options ask
+        (e.g. kill blockers)."""
         spec = with_overrides(self.spec, **resumed_values(migration.options, self.given))
         check_blocker_privileges(self.conn, spec)
-        replaced = {k: getattr(spec, k) for k in KEPT_UNLESS_GIVEN
-                    if k in self.given and migration.options.get(k) != getattr(spec, k)}
+        given = [k for k in KEPT_UNLESS_GIVEN if k in self.given]
+        settings = settings_of(migration)
+        replaced = {k: getattr(spec, k) for k in given if migration.options.get(k) != getattr(spec, k) or k in settings}
         if replaced:
-            self.store.update(migration.id, options={**migration.options, **replaced})
+            kept = {k: v for k, v in settings.items() if k not in replaced}
+            self.store.update(migration.id, options={**migration.options, **replaced, SETTINGS_OPTION: kept})
             log_event(log, "stored options replaced", **replaced)
         return spec
 

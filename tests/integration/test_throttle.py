@@ -99,7 +99,7 @@ def test_max_load_holds_the_copy_back_until_the_load_drops(endpoints, cli_log):
     assert compare_tables(conn, DB, helper_table_name(table, "old"), table).equal
 
 
-def test_critical_load_stops_the_migration_and_resume_finishes_it(endpoints, cli_log):
+def test_critical_load_stops_the_migration_and_resume_keeps_the_limit_unless_given_another(endpoints, cli_log):
     table = "critical"
     conn = db_conn(endpoints)
     fresh_table(conn, DB, table, rows=ROWS, seed=22)
@@ -126,7 +126,9 @@ def test_critical_load_stops_the_migration_and_resume_finishes_it(endpoints, cli
     # stops the migration in validation or in cutover, before its lock
     assert stopped.id == migration.id and stopped.stage in ("copy", "apply", "validate", "cutover")
 
-    resumed = cli("resume", "--table", f"{DB}.{table}", "--quiet")
+    assert cli("set", "--table", f"{DB}.{table}", "critical-load=Threads_running=26").returncode == 0
+    with Sleepers(endpoints.mysql):   # over the stored limit and the set one: only the limit given now lets it finish
+        resumed = cli("resume", "--table", f"{DB}.{table}", "--critical-load", "Threads_running=1000", "--quiet")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert migration_row(conn, DB, table).status == "done"
     assert compare_tables(conn, DB, helper_table_name(table, "old"), table).equal
