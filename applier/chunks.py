@@ -8,6 +8,7 @@ import redis
 
 from core.db import query
 from core.keys import Key, PrimaryKey
+from core.process_owner import is_dead_here, owner_name
 from core import redis_keys
 
 
@@ -37,13 +38,21 @@ def key_ranges(conn: pymysql.connections.Connection, table: str, pk: PrimaryKey,
 
 
 class ChunkQueue:
-    """Pending chunks of one migration in a Redis sorted set; a worker owns a chunk while its lease lives."""
+    """Pending chunks of one migration in a Redis sorted set; a worker owns a chunk while its lease lives.
+
+    The lease names its worker's process (core/process_owner.py): one held by a process that died on this host
+    is taken over at once rather than waited out, so a migration resumed after a crash copies on without a
+    pause. The lease only spares work: a batch publishes its range in the chunk's row and holds that row locked
+    until it commits its rows and progress together, guarded on the position (applier/README.md), so two workers
+    on one chunk, as after any expired lease, neither skip nor double a range; a statement of the dead process
+    still running holds that row, and the new holder waits for it.
+    """
 
     def __init__(self, client: redis.Redis, migration_id: int, lease_ms: int = 15_000) -> None:
         self.r = client
         self.migration_id = migration_id
         self.lease_ms = lease_ms
-        self.owner = uuid.uuid4().hex
+        self.owner = f"{owner_name()}:{uuid.uuid4().hex[:8]}"   # one per worker, several per process
 
     def seed(self, pending: list[int]) -> None:
         """(Re)build the queue from the durable list of unfinished chunks."""
@@ -58,12 +67,28 @@ class ChunkQueue:
         return bool(self.r.exists(redis_keys.queue_seeded(self.migration_id)))
 
     def claim(self) -> int | None:
-        """Lease the first pending chunk nobody holds; None when none is free."""
+        """Lease the first pending chunk nobody living holds; None when none is free."""
         for member in self.r.zrange(redis_keys.pending_chunks(self.migration_id), 0, -1):
-            if self.r.set(redis_keys.chunk_lease(self.migration_id, int(member)), self.owner,
-                          nx=True, px=self.lease_ms):
+            lease = redis_keys.chunk_lease(self.migration_id, int(member))
+            if self.r.set(lease, self.owner, nx=True, px=self.lease_ms) or self._take_from_the_dead(lease):
                 return int(member)
         return None
+
+    def _take_from_the_dead(self, lease: str) -> bool:
+        """Take `lease` over if its holder died on this host; False if it lives, is elsewhere, or another worker
+        took the lease first."""
+        with self.r.pipeline() as pipe:
+            try:
+                pipe.watch(lease)
+                holder = pipe.get(lease)
+                if holder is None or not is_dead_here(holder.decode()):
+                    return False
+                pipe.multi()
+                pipe.set(lease, self.owner, px=self.lease_ms)
+                pipe.execute()
+                return True
+            except redis.WatchError:
+                return False
 
     def renew(self, chunk_no: int) -> bool:
         """Extend our lease; False if we lost it (then stop working on the chunk)."""

@@ -2,40 +2,18 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
-import uuid
 
 import pymysql
 
 from core.db import connect
 from core.endpoints import MySQLAddress
 from core.logs import log_event
+from core.process_owner import is_dead_here
 from core.state import HEARTBEAT_S, STALE_S, StateStore
 
 log = logging.getLogger("stream_osc.lease")
 
-
-
-def owner_name() -> str:
-    """host:pid:random, unique per process start, readable in `status`."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-def is_dead_here(owner: str) -> bool:
-    """True when `owner` ran on this host and its process is gone (no need to wait for its heartbeat to age)."""
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 def live_coordinator(store: StateStore, migration_id: int) -> tuple[str, float] | None:

@@ -35,7 +35,8 @@ from migration.index_stage import build_deferred_indexes, deferred
 from migration.init_stage import run_init
 from migration.settings import SETTINGS_OPTION, settings_of, with_settings
 from migration.teardown import Metadata, tables_swapped, tear_down
-from migration.lease import CoordinatorLease, live_coordinator, owner_name
+from migration.lease import CoordinatorLease, live_coordinator
+from core.process_owner import owner_name
 from core.load import throttle_change
 from core.logs import bind_fields, log_event
 from core.spec import TARGET_OPTIONS, MigrationSpec, with_overrides
@@ -220,6 +221,8 @@ class Runner:
             kept = {k: v for k, v in settings.items() if k not in replaced}
             self.store.update(migration.id, options={**migration.options, **replaced, SETTINGS_OPTION: kept})
             log_event(log, "stored options replaced", **replaced)
+            self.progress.say("resume: " + ", ".join(f"{k}={v!r}" for k, v in replaced.items()) + " as given "
+                              "(on the command line or in the config file), replacing the migration's own values")
         return spec
 
     def _created(self, migration: Migration) -> None:

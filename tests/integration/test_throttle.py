@@ -128,8 +128,9 @@ def test_critical_load_stops_the_migration_and_resume_keeps_the_limit_unless_giv
 
     assert cli("set", "--table", f"{DB}.{table}", "critical-load=Threads_running=26").returncode == 0
     with Sleepers(endpoints.mysql):   # over the stored limit and the set one: only the limit given now lets it finish
-        resumed = cli("resume", "--table", f"{DB}.{table}", "--critical-load", "Threads_running=1000", "--quiet")
+        resumed = cli("resume", "--table", f"{DB}.{table}", "--critical-load", "Threads_running=1000")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "critical_load='Threads_running=1000' as given" in resumed.stdout + resumed.stderr
     assert migration_row(conn, DB, table).status == "done"
     assert compare_tables(conn, DB, helper_table_name(table, "old"), table).equal
 
