@@ -110,6 +110,22 @@ def new_migration_row(conn, db: str, table: str, after_id: int) -> Migration | N
     return latest if latest is not None and latest.id > after_id else None
 
 
+@contextmanager
+def target_schema(endpoints: Endpoints, move: bool, db: str) -> Iterator[object | None]:
+    """For a move, a session of the target server in which the schema `db` was just made afresh (closed after);
+    None on the same server."""
+    if not move:
+        yield None
+        return
+    target = connect(endpoints.target())
+    try:
+        query(target, f"DROP DATABASE IF EXISTS {db}")
+        query(target, f"CREATE DATABASE {db}")
+        yield target
+    finally:
+        target.close()
+
+
 def table_columns(conn, db: str, table: str) -> list[str]:
     """db.table's column names in order ([] when there is no such table)."""
     return [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "

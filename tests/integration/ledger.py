@@ -230,3 +230,14 @@ class Ledger:
 
     def errors(self) -> list[str]:
         return [e for w in self.writers for e in w.errors]
+
+    def assert_kept(self, conn: pymysql.connections.Connection,
+                    moved: tuple[pymysql.connections.Connection, tuple[str, str]] | None = None) -> None:
+        """Every acknowledged write is in the final table: the source table, with no write refused, or for a move
+        `moved` = (target session, (db, table)) the target's table (the source, renamed away, refuses late writes
+        by design)."""
+        if moved is not None:
+            assert self.missing(moved[0], where=moved[1]) == []
+        else:
+            assert self.errors() == []
+            assert self.missing(conn) == []

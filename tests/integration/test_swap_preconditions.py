@@ -11,13 +11,13 @@ import pytest
 
 from cutover import move as move_module
 from cutover import swap as swap_module
-from core.db import connect, query
+from core.db import query
 from core.spec import MigrationSpec
 from core.swap_preconditions import MIN_WRITE_LOCK_COUNT, check_swap_settings
 from migration.runner import MigrationStopped, Runner
 from monitor.progress import Progress
 from tests.integration.helpers import (cli, latest_migration_id, leftovers, migration_row, table_columns,
-                                       waiting_for_cutover)
+                                       target_schema, waiting_for_cutover)
 from tests.integration.ledger import Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
@@ -117,11 +117,7 @@ def test_a_setting_lowered_after_the_attempt_began_is_caught_inside_the_lock_bef
     spec = MigrationSpec(database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2, apply_workers=2,
                          chunk_size=5_000, partitions=4, max_lag_events=200, target_server=move,
                          target_table=f"{MOVED_DB}.{table}" if move else "").validate()
-    target = connect(endpoints.target()) if move else None
-    try:
-        if target is not None:
-            query(target, f"DROP DATABASE IF EXISTS {MOVED_DB}")
-            query(target, f"CREATE DATABASE {MOVED_DB}")
+    with target_schema(endpoints, move, MOVED_DB) as target:
         with Ledger(endpoints.mysql, DB, table, writers=4, seed=11) as ledger:
             ledger.wait_for_writes(200)
             with pytest.raises(MigrationStopped, match="max_write_lock_count is 1"):
@@ -144,12 +140,6 @@ def test_a_setting_lowered_after_the_attempt_began_is_caught_inside_the_lock_bef
             assert done.returncode == 0, done.stderr[-3000:]
             if not move:   # a moved table's source is renamed away: later writes to it fail, as they must
                 ledger.wait_for_writes(200)   # writes after the swap count as much as any other
-        if target is not None:
-            assert ledger.missing(target, where=(MOVED_DB, table)) == []
-        else:
-            assert ledger.errors() == []
-            assert ledger.missing(conn) == []
+        ledger.assert_kept(conn, (target, (MOVED_DB, table)) if target is not None else None)
+        if target is None:
             assert "note" in table_columns(conn, DB, table)
-    finally:
-        if target is not None:
-            target.close()
