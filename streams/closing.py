@@ -18,6 +18,12 @@ took 9.1-9.8 s in 3 of 5 small migrations; in 8 of 12 stops of two members of a 
 and the cutover's stop took under 0.1 s in 5 of 5 migrations. The unsubscribe may not be bounded as the close is (it
 waits for librdkafka's main thread and may hold the interpreter meanwhile); it comes before the close, while that
 thread still serves requests, and the hangs above are in the close's termination.
+
+Not covered: a close that serves a rebalance event can hang inside confluent-kafka's rebalance handling, in
+`rd_kafka_assign` (librdkafka issues 4527 and 4884), and that handling holds the interpreter, so every thread of the
+process stops, the bounded wait here included (seen once, in a test, as a move stopped its appliers before the
+validation snapshot). Serving the revoke by polling between the unsubscribe and the close was tried: the old members
+then stayed in the group until their sessions timed out, and every resume waited about 10 s.
 """
 from __future__ import annotations
 

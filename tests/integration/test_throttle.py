@@ -143,7 +143,11 @@ def exit_code(proc: subprocess.Popen, log, timeout: float = 120) -> int:
         pytest.fail(f"still running after {timeout:.0f} s; its log ends:\n{log.read_text()[-3000:]}")
 
 
-@pytest.mark.parametrize("move", [False, True], ids=["swap", "move_loaded_on_the_target_server"])
+# The move variant runs with the slow set: an in-process migration whose applier close meets librdkafka's close
+# hang (streams/closing.py) freezes the whole test process, and with it `make test`, where a CLI subprocess would
+# only fail its test; seen once here, in this variant.
+@pytest.mark.parametrize("move", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["swap", "move_loaded_on_the_target_server"])
 def test_critical_load_reached_while_no_worker_reads_it_stops_the_migration_before_the_lock(endpoints, conn,
                                                                                             monkeypatch, move):
     """Workers read the load between their batches, and none runs while a swap is attempted (the appliers are
