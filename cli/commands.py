@@ -87,8 +87,9 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-lag", dest="max_lag_events", type=int,
                         help="apply lag (events) under which validation and cutover start "
                              f"(default {DEFAULTS.max_lag_events})")
-    parser.add_argument("--max-load", help="hold copy, apply and validation back while a global status "
-                                           "variable is at or above a limit, e.g. Threads_running=25 (comma-separated)")
+    parser.add_argument("--max-load", help="hold copy, apply, validation and the cutover's locks back while a global "
+                                           "status variable is at or above a limit, e.g. Threads_running=25 "
+                                           "(comma-separated)")
     parser.add_argument("--critical-load", help="stop the migration (resumable) when a global status variable "
                                                 "reaches a limit, e.g. Threads_running=100")
     parser.add_argument("--cloudwatch-max-load",

@@ -136,6 +136,14 @@ class RunContext:
         except redis.RedisError:
             pass
 
+    def throttle_reason(self, conn: pymysql.connections.Connection) -> str | None:
+        """Why work must hold back now (None: go ahead), told to `status` as the workers' reasons are; raises
+        CriticalLoad at a critical threshold."""
+        reason = self.throttle.reason(conn)
+        if reason is not None:
+            self._note_throttle(reason)
+        return reason
+
     def wait_while_paused_or_throttled(self, conn: pymysql.connections.Connection) -> bool:
         """Block while paused or over --max-load; False when the worker should stop instead.
 

@@ -76,6 +76,7 @@ LAG_POLL_S = 0.1                   # the applier group's lag is read this often 
 #                                    (one reader for the whole wait: two requests a read); the stage moves on this
 #                                    much after the lag allows; sessions holding the table are looked for as often
 #                                    as the cutover's own wait for them does (BLOCKER_POLL_S)
+THROTTLE_POLL_S = 0.5              # a lock postponed while throttled looks at the load again this often
 
 
 def close_sessions(sessions: list[Sessions]) -> None:
@@ -599,6 +600,8 @@ class Runner:
             self._wait_for_lag(ctx, self.spec.max_lag_events)
             self._wait_for_blockers(ctx, "validate")
             self._hold_while_paused(ctx)   # a pause set during the waits above is kept before any lock
+            if self._hold_while_throttled(ctx, "validate"):
+                continue   # the appliers were held back too: caught up again before the lock
             if stop_appliers:
                 self._stop_appliers()
             sessions = [(ctx.db(), ctx.target_db() if ctx.pair.remote else None)
@@ -643,6 +646,8 @@ class Runner:
             if not self._window_open(ctx):   # it closed while sessions held the table
                 continue
             self._hold_while_paused(ctx)   # a pause set during the waits above is kept before any lock
+            if self._hold_while_throttled(ctx, "cutover"):
+                continue   # the appliers were held back too: caught up again before the lock
             self._stop_appliers()
             try:
                 result = cutover.attempt(self.spec.cutover_window_s, self.lease.owner)
@@ -795,6 +800,24 @@ class Runner:
             time.sleep(0.5)
         if announced:
             self.progress.say("resumed")
+
+    def _hold_while_throttled(self, ctx: RunContext, stage: str) -> bool:
+        """Wait, locking nothing, while --max-load (or CloudWatch, a replica's lag, a move's target) holds the
+        work back; True if it did. A lock requested then queues the application's writes behind a busy server,
+        and the appliers, held back by the same limits, fall behind meanwhile; gh-ost's throttle postpones its
+        cut-over likewise. A --critical-load threshold raises CriticalLoad here as anywhere."""
+        reason = ctx.throttle_reason(self.conn)
+        if reason is None:
+            return False
+        held = time.monotonic()
+        self.progress.say(f"{stage}: held while throttled ({reason}); no lock is requested until the load drops")
+        log_event(log, "lock postponed while throttled", stage=stage, reason=reason)
+        while reason is not None:
+            self._check_health(ctx)
+            time.sleep(THROTTLE_POLL_S)
+            reason = ctx.throttle_reason(self.conn)
+        self.progress.say(f"{stage}: throttle released after {time.monotonic() - held:.0f} s")
+        return True
 
     def _check_health(self, ctx: RunContext) -> None:
         """Stop when the connector failed, the migration was aborted or the source table was altered

@@ -1,6 +1,7 @@
 """Load-based throttling against the real server: --max-load holds the work back while the server's
-own status counter is over the limit, --critical-load stops the migration (resumable), also when the load
-rises just before the swap, and a bad or already-reached threshold is refused before anything is made."""
+own status counter is over the limit and postpones the cutover's locks, --critical-load stops the migration
+(resumable), also when the load rises just before the swap, and a bad or already-reached threshold is refused
+before anything is made."""
 from __future__ import annotations
 
 import subprocess
@@ -21,7 +22,7 @@ from migration.runner import Runner
 from monitor.progress import Progress
 from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_table, latest_migration_id, leftovers,
                                        migration_row, new_migration_row, start_cli, status_doc, table_columns,
-                                       table_is_original, target_schema, wait_for)
+                                       table_is_original, target_schema, wait_for, waiting_for_cutover)
 from tests.integration.ledger import Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
@@ -97,6 +98,44 @@ def test_max_load_holds_the_copy_back_until_the_load_drops(endpoints, cli_log):
     assert "throttled: Threads_running=" in log and "throttle released" in log
     assert migration_row(conn, DB, table).status == "done"
     assert compare_tables(conn, DB, helper_table_name(table, "old"), table).equal
+
+
+def test_max_load_postpones_the_cutover_until_the_load_drops(endpoints, conn, cli_log, tmp_path):
+    """A cutover asked for while the server is over --max-load waits, locking nothing, and swaps once the load
+    drops (as gh-ost's throttle postpones its cut-over): its locks would queue the application's writes behind a
+    busy server, and the appliers, held back by the same limit, fall behind meanwhile. Writers run throughout;
+    every acknowledged write must be in the final table."""
+    table = "held_cutover"
+    cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
+    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")
+    create_ledger_table(conn, DB, table, rows=5_000, writers=4)
+    asked_log = tmp_path / "cutover.log"
+    with Ledger(endpoints.mysql, DB, table, writers=4, seed=14) as ledger:
+        ledger.wait_for_writes(200)
+        coordinator = waiting_for_cutover(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
+                                          "--chunk-size", "2500", "--max-load", LIMIT,
+                                          # a lag the held appliers cannot reach: only the throttle holds the lock
+                                          "--max-lag", "1000000", log=cli_log)
+        asked = None
+        try:
+            with Sleepers(endpoints.mysql):
+                asked = start_cli("cutover", "--table", f"{DB}.{table}", log=asked_log)
+                wait_for(lambda: "cutover: held while throttled (Threads_running=" in cli_log.read_text()
+                         or coordinator.poll() is not None, 120, "the cutover to be held back")
+                assert coordinator.poll() is None, cli_log.read_text()[-3000:]
+                ledger.wait_for_writes(100)   # writes go on while it is held
+                assert "note" not in table_columns(conn, DB, table)   # not swapped while over the limit
+                assert asked.poll() is None and migration_row(conn, DB, table).stage == "cutover"
+            assert exit_code(asked, asked_log) == 0
+            assert exit_code(coordinator, cli_log) == 0
+        finally:
+            for proc in (coordinator, asked):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+        ledger.wait_for_writes(200)   # writes after the swap count as much as any other
+    ledger.assert_kept(conn)
+    assert "cutover: throttle released" in cli_log.read_text()
+    assert "note" in table_columns(conn, DB, table) and migration_row(conn, DB, table).status == "done"
 
 
 def test_critical_load_stops_the_migration_and_resume_keeps_the_limit_unless_given_another(endpoints, cli_log):
