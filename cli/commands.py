@@ -93,12 +93,14 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--critical-load", help="stop the migration (resumable) when a global status variable "
                                                 "reaches a limit, e.g. Threads_running=100")
     parser.add_argument("--cloudwatch-max-load",
-                        help="hold copy, apply and validation back while an AWS/RDS CloudWatch metric of "
-                             "--rds-instance is at or above a limit, e.g. CPUUtilization=80,WriteIOPS=5000")
+                        help="hold copy, apply, validation and the cutover's locks back while an AWS/RDS "
+                             "CloudWatch metric of --rds-instance is at or above a limit, e.g. "
+                             "CPUUtilization=80,WriteIOPS=5000")
     parser.add_argument("--rds-instance", help="DB instance identifier whose CloudWatch metrics --cloudwatch-max-load "
                                                "reads (the writer)")
     parser.add_argument("--throttle-replicas", help="HOST[:PORT],… replicas (reached with the source's credentials) "
-                                                    "whose replication lag holds copy, apply and validation back")
+                                                    "whose replication lag holds copy, apply, validation and the "
+                                                    "cutover's locks back")
     parser.add_argument("--max-replica-lag", type=int, help="seconds behind at which a --throttle-replicas replica "
                                                             f"holds the work back (default {DEFAULTS.max_replica_lag})")
     parser.add_argument("--lock-wait-timeout", dest="lock_wait_s", type=float,

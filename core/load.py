@@ -55,10 +55,19 @@ class CriticalLoad(Exception):
     user_facing = True
 
 
+CRITICAL_LOAD_REACHED = "critical load reached ("
+
+
 def critical_load_reached(critical: str) -> CriticalLoad:
     """The error that stops the migration at `critical` (e.g. `Threads_running=31 >= 25`)."""
-    return CriticalLoad(f"critical load reached ({critical}, --critical-load): the migration stopped; the original "
+    return CriticalLoad(f"{CRITICAL_LOAD_REACHED}{critical}, --critical-load): the migration stopped; the original "
                         "table is untouched. Continue later with `stream-osc resume`")
+
+
+def is_critical_load_error(stored: str) -> bool:
+    """Whether a migration's stored error is critical_load_reached's, also as a move's target server names it
+    (only the message is stored)."""
+    return CRITICAL_LOAD_REACHED in stored
 
 
 def parse_thresholds(text: str, option: str) -> dict[str, int]:

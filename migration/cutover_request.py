@@ -4,7 +4,8 @@ A coordinator waiting for its cutover (`--cutover manual`, or outside its `--cut
 keeps its appliers applying, so it is the process that can swap in seconds: it holds the lease, the
 appliers are warm and the lag is near zero. The request is a timestamp in the row (as `pause` is a
 status), read by the coordinator about once a second; it stands until a coordinator takes it up, so a
-coordinator resumed after a crash honours it too. Interrupting the asking command withdraws it.
+coordinator resumed after a crash honours it too. Interrupting the asking command withdraws it until a
+coordinator takes it up; after that the coordinator swaps as soon as it can, also after a hold for --max-load.
 """
 from __future__ import annotations
 
@@ -27,12 +28,19 @@ class CutoverAnswer:
     error: str | None = None
 
 
-def ask_coordinator(store: StateStore, migration_id: int, say: Callable[[str], None]) -> CutoverAnswer:
-    """Request the cutover of a migration whose coordinator is alive; return once it swapped or went away."""
+def ask_coordinator(store: StateStore, migration_id: int, say: Callable[[str], None],
+                    throttle_note: Callable[[], str | None] = lambda: None) -> CutoverAnswer:
+    """Request the cutover of a migration whose coordinator is alive; return once it swapped or went away.
+    `throttle_note` reads why the coordinator holds the work back (a throttle also postpones the swap's lock)."""
     store.request_cutover(migration_id)
     paused_said = False
+    throttle_said: str | None = None
     try:
         while True:
+            throttled = throttle_note()
+            if throttled and throttled != throttle_said:
+                say(f"throttled ({throttled}): the swap waits until the load drops")
+            throttle_said = throttled
             migration = store.find(migration_id)
             if migration is None:   # discarded: the ALTER cannot succeed on this data (its coordinator said why)
                 return CutoverAnswer(False, f"migration {migration_id} was discarded by its coordinator")

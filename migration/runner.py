@@ -37,7 +37,7 @@ from migration.settings import SETTINGS_OPTION, settings_of, with_settings
 from migration.teardown import Metadata, tables_swapped, tear_down
 from migration.lease import CoordinatorLease, live_coordinator
 from core.process_owner import owner_name
-from core.load import throttle_change
+from core.load import CriticalLoad, is_critical_load_error, throttle_change
 from core.logs import bind_fields, log_event
 from core.spec import TARGET_OPTIONS, MigrationSpec, with_overrides
 from core.source_check import SourceChanged, check_source_unchanged
@@ -103,6 +103,23 @@ class MigrationStopped(Exception):
     def __init__(self, message: str, resumable: bool = True) -> None:
         super().__init__(message)
         self.resumable = resumable
+
+
+def stopped_coordinator_error(error: str) -> Exception:
+    """The error a coordinator asked to cut over stopped with, as the asking command reports it: with the
+    coordinator's own exit code where the stored message tells it (--critical-load: 4), else a resumable stop."""
+    if is_critical_load_error(error):
+        return CriticalLoad(error)
+    return MigrationStopped(f"the coordinator stopped before the swap: {error}")
+
+
+def throttle_note(client: redis.Redis, migration_id: int) -> str | None:
+    """Why the migration's work holds back now, as `status` shows it (None: it does not, or Redis failed)."""
+    try:
+        note = client.get(redis_keys.throttle_note(migration_id))
+    except redis.RedisError:
+        return None   # a display only
+    return note.decode() if note else None
 
 
 class Runner:
@@ -314,12 +331,17 @@ class Runner:
         self.progress.say(f"asking {owner}, which runs migration {migration.id}, to cut over "
                           f"{self.spec.qualified_name} now (its own options apply)")
         log_event(log, "cutover requested", migration=migration.id, coordinator=owner)
-        answer = ask_coordinator(self.store, migration.id, self.progress.say)
+        notes = redis.Redis.from_url(self.endpoints.redis_url, socket_timeout=5)
+        try:
+            answer = ask_coordinator(self.store, migration.id, self.progress.say,
+                                     partial(throttle_note, notes, migration.id))
+        finally:
+            notes.close()
         if answer.swapped:
             self.progress.say(f"cutover: {owner} swapped {self.spec.qualified_name}")
             return True
         if answer.error:
-            raise MigrationStopped(f"the coordinator stopped before the swap: {answer.error}")
+            raise stopped_coordinator_error(answer.error)
         self.progress.say(f"{owner} stopped before the swap; cutting over in this process")
         return False
 
@@ -376,7 +398,7 @@ class Runner:
             raise
         except BaseException as exc:
             self._stop_checker(raise_error=False)
-            self._stop_appliers()
+            self._stop_appliers(raise_error=False)   # their error (often this one again) must not hide this one
             if getattr(exc, "user_facing", False):
                 self.store.update(migration.id, error=str(exc)[:2000])
             raise
@@ -516,12 +538,16 @@ class Runner:
             self.checker_retry_at = None
             self._start_checker(ctx)
 
-    def _stop_appliers(self) -> None:
+    def _stop_appliers(self, raise_error: bool = True) -> None:
+        """Stop this process's appliers; the first error one of them met is raised, or with `raise_error` False
+        (the run already stops for its own error) logged."""
         if self.appliers is not None:
             self.appliers.stop()
             errors, self.appliers = self.appliers.errors, None
-            if errors:
+            if errors and raise_error:
                 raise errors[0]
+            if errors:
+                log_event(log, "applier stopped with an error", logging.WARNING, error=str(errors[0]))
 
     @contextmanager
     def _lag_reader(self, ctx: RunContext) -> Iterator[Callable[[], int]]:
@@ -813,7 +839,9 @@ class Runner:
         self.progress.say(f"{stage}: held while throttled ({reason}); no lock is requested until the load drops")
         log_event(log, "lock postponed while throttled", stage=stage, reason=reason)
         while reason is not None:
+            self._raise_if_helpers_failed(ctx)   # an applier may be the one that met the critical load
             self._check_health(ctx)
+            self._show_throttle(ctx)
             time.sleep(THROTTLE_POLL_S)
             reason = ctx.throttle_reason(self.conn)
         self.progress.say(f"{stage}: throttle released after {time.monotonic() - held:.0f} s")

@@ -114,7 +114,7 @@ def test_max_load_postpones_the_cutover_until_the_load_drops(endpoints, conn, cl
         ledger.wait_for_writes(200)
         coordinator = waiting_for_cutover(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
                                           "--chunk-size", "2500", "--max-load", LIMIT,
-                                          # a lag the held appliers cannot reach: only the throttle holds the lock
+                                          # no wait for the lag: only the throttle may hold the lock back
                                           "--max-lag", "1000000", log=cli_log)
         asked = None
         try:
@@ -128,14 +128,46 @@ def test_max_load_postpones_the_cutover_until_the_load_drops(endpoints, conn, cl
                 assert asked.poll() is None and migration_row(conn, DB, table).stage == "cutover"
             assert exit_code(asked, asked_log) == 0
             assert exit_code(coordinator, cli_log) == 0
+            assert "throttled (Threads_running=" in asked_log.read_text()   # the asking command says why it waits
         finally:
-            for proc in (coordinator, asked):
-                if proc is not None and proc.poll() is None:
-                    proc.kill()
+            stop_all(coordinator, asked)
         ledger.wait_for_writes(200)   # writes after the swap count as much as any other
     ledger.assert_kept(conn)
     assert "cutover: throttle released" in cli_log.read_text()
     assert "note" in table_columns(conn, DB, table) and migration_row(conn, DB, table).status == "done"
+
+
+def test_cutover_asked_of_a_coordinator_that_meets_the_critical_load_exits_as_it_does(endpoints, conn, cli_log,
+                                                                                      tmp_path):
+    """`stream-osc cutover` asks the waiting coordinator; held back by --max-load, the coordinator then reaches its
+    --critical-load and stops unswapped. The asking command must say so with the same exit code (4: resumable
+    once the load is gone), not as any other stop, and the original table must be untouched."""
+    table = "asked_critical"
+    cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
+    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")
+    create_ledger_table(conn, DB, table, rows=2_000, writers=2)
+    asked_log = tmp_path / "cutover.log"
+    coordinator = waiting_for_cutover(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
+                                      "--max-load", LIMIT, "--critical-load", f"Threads_running={2 * SLEEPERS}",
+                                      log=cli_log)
+    asked = None
+    try:
+        with Sleepers(endpoints.mysql):
+            asked = start_cli("cutover", "--table", f"{DB}.{table}", log=asked_log)
+            wait_for(lambda: "cutover: held while throttled" in cli_log.read_text() or coordinator.poll() is not None,
+                     120, "the cutover to be held back")
+            with Sleepers(endpoints.mysql):
+                assert exit_code(coordinator, cli_log) == 4
+                assert exit_code(asked, asked_log) == 4, asked_log.read_text()[-3000:]
+    finally:
+        stop_all(coordinator, asked)
+    said = asked_log.read_text()
+    assert "critical load reached (Threads_running=" in said
+    assert "cutting over in this process" not in said   # the coordinator's stop is its answer: no second try here
+    assert "note" not in table_columns(conn, DB, table)
+    assert not table_columns(conn, DB, helper_table_name(table, "old"))
+    assert migration_row(conn, DB, table).stage == "cutover"
+    assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
 
 
 def test_critical_load_stops_the_migration_and_resume_keeps_the_limit_unless_given_another(endpoints, cli_log):
@@ -172,6 +204,14 @@ def test_critical_load_stops_the_migration_and_resume_keeps_the_limit_unless_giv
     assert "critical_load='Threads_running=1000' as given" in resumed.stdout + resumed.stderr
     assert migration_row(conn, DB, table).status == "done"
     assert compare_tables(conn, DB, helper_table_name(table, "old"), table).equal
+
+
+def stop_all(*procs: subprocess.Popen | None) -> None:
+    """Kill whichever of `procs` still runs, and reap it."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
 
 
 def exit_code(proc: subprocess.Popen, log, timeout: float = 120) -> int:
