@@ -308,7 +308,7 @@ def cmd_set(args: argparse.Namespace) -> int:
     migration = store.active(db, tbl)
     if migration is None:
         raise PreflightError(f"no unfinished migration of {args.table}")
-    store.update(migration.id, options=options_with(migration, spec_of(migration, None, None), values))
+    store.change_options(migration.id, lambda current: options_with(current, spec_of(current, None, None), values))
     log_event(log, "settings changed", migration=migration.id, **values)
     print(f"migration {migration.id} of {args.table}: " + ", ".join(f"{k}={v}" for k, v in values.items()) +
           "; its coordinator takes them up within seconds")

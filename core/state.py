@@ -6,6 +6,7 @@ import functools
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -170,6 +171,7 @@ STALE_S = 15.0
 _CHUNK_COLUMNS = "chunk_no, start_key, end_key, next_key, rows_copied, done"
 _COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, COALESCE(pk_columns, JSON_ARRAY(pk_column)), error, "
             "validation_diffs, cutover_blocked_ms, cutover_at, options, protocol")
+OPTIONS_COLUMN = 12   # its place in _COLUMNS
 
 
 class StateStore:
@@ -375,6 +377,23 @@ class StateStore:
             values["active_key"] = None
         sets = ", ".join(f"{quote_ident(k)}=%s" for k in values)
         query(self.conn, f"UPDATE {self.t('migrations')} SET {sets} WHERE id=%s", (*values.values(), migration_id))
+
+    def change_options(self, migration_id: int, change: Callable[[Migration], dict[str, Any]]) -> dict[str, Any]:
+        """Store `change(migration)` as the migration's options, computed from the row as it is when written, and
+        return them. `set`, a resume and init each rewrite the whole options document; the write is a
+        compare-and-set on the stored text, computed again from the new row when another wrote meanwhile, so
+        that neither change is lost."""
+        while True:
+            rows = query(self.conn, f"SELECT {_COLUMNS} FROM {self.t('migrations')} WHERE id=%s", (migration_id,))
+            if not rows:
+                raise LookupError(f"migration {migration_id} is not recorded in {self.schema}.migrations")
+            stored = rows[0][OPTIONS_COLUMN]
+            options = change(self._row(rows[0]))
+            text = json.dumps(options)
+            if text == stored or query_count(
+                    self.conn, f"UPDATE {self.t('migrations')} SET options=%s WHERE id=%s "
+                               "AND CAST(options AS BINARY) = CAST(%s AS BINARY)", (text, migration_id, stored)):
+                return options
 
     def enter_stage(self, migration_id: int, stage: Stage, **values: Any) -> None:
         """The one way into a stage: recorded with `values` in one committed update, then logged."""

@@ -232,8 +232,9 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
                           f"{', '.join(c.ident + ' DESC' for c in pk.columns)} LIMIT 1")
         ranges = key_ranges(conn, source, pk, None, None, spec.chunk_size) if top else []
         store.add_chunks(migration.id, ranges)
-        options = {**store.get(migration.id).options, COPY_UNTIL_OPTION: dump_key(tuple(top[0])) if top else None}
-        store.enter_stage(migration.id, Stage.COPY, options=options)
+        copy_until = dump_key(tuple(top[0])) if top else None
+        store.change_options(migration.id, lambda current: {**current.options, COPY_UNTIL_OPTION: copy_until})
+        store.enter_stage(migration.id, Stage.COPY)   # (killed before this, init starts over)
         log_event(log, "capture running; copy planned", migration=migration.id, chunks=len(ranges))
         return store.get(migration.id)
     except BaseException:

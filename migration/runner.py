@@ -236,8 +236,9 @@ class Runner:
         settings = settings_of(migration)
         replaced = {k: getattr(spec, k) for k in given if migration.options.get(k) != getattr(spec, k) or k in settings}
         if replaced:
-            kept = {k: v for k, v in settings.items() if k not in replaced}
-            self.store.update(migration.id, options={**migration.options, **replaced, SETTINGS_OPTION: kept})
+            self.store.change_options(migration.id, lambda current: {
+                **current.options, **replaced,
+                SETTINGS_OPTION: {k: v for k, v in settings_of(current).items() if k not in replaced}})
             log_event(log, "stored options replaced", **replaced)
             self.progress.say("resume: " + ", ".join(f"{k}={v!r}" for k, v in replaced.items()) + " as given "
                               "(on the command line or in the config file), replacing the migration's own values")

@@ -1,14 +1,16 @@
 """`stream-osc set` on a running migration: a copy held back by a --max-load the server is always over goes on
 once `set` clears the limit (the coordinator takes it up, logs it, `status` shows it); a bad value is refused
-and changes nothing."""
+and changes nothing; two commands changing the options at once both keep their change."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
-from tests.integration.helpers import (chunk_progress, cli, fresh_table, latest_migration_id, migration_row,
-                                       new_migration_row, start_cli, status_doc, wait_for)
+from core.db import query
+from core.state import StateStore
+from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_table, latest_migration_id,
+                                       migration_row, new_migration_row, start_cli, status_doc, wait_for)
 
 pytestmark = pytest.mark.integration
 
@@ -46,3 +48,30 @@ def test_set_releases_a_max_load_that_holds_a_running_copy_back(endpoints, conn,
     assert "settings changed: max_load=, batch_size=500" in log
     assert 'logger=stream_osc.runner msg="settings changed"' in log
     assert migration_row(conn, DB, table).status == "done"
+
+
+def test_options_changed_by_two_commands_at_once_keep_both_changes(endpoints, conn):
+    """`set`, a resume and init each rewrite the whole options document of the migration's row. A second command
+    writing between one's read and its write (as two `set`s, or a `set` and a resume, can) must not lose its
+    change: the first one's write must be computed again from the row as the second left it."""
+    store, other = StateStore(conn, "stream_osc"), StateStore(db_conn(endpoints), "stream_osc")
+    store.ensure_schema()
+    query(conn, "DELETE FROM stream_osc.migrations WHERE db = %s AND tbl = 'options_race'", (DB,))
+    migration = store.create(DB, "options_race", "ADD COLUMN flag INT NULL", "race", ("id",),
+                             {"settings": {"batch_size": 500}})
+    computed: list[dict] = []
+
+    def set_max_load(current):
+        computed.append(dict(current.options))
+        if len(computed) == 1:   # another command writes between this one's read and its write
+            other.change_options(migration.id, lambda row: {**row.options, "settings": {
+                **row.options["settings"], "copy_workers": 2}})
+        return {**current.options, "settings": {**current.options["settings"], "max_load": "Threads_running=40"}}
+
+    try:
+        store.change_options(migration.id, set_max_load)
+        assert len(computed) == 2   # computed again from the row the other command left
+        assert store.get(migration.id).options["settings"] == {"batch_size": 500, "copy_workers": 2,
+                                                               "max_load": "Threads_running=40"}
+    finally:
+        store.delete(migration.id)
