@@ -12,8 +12,33 @@ TOOL_COLOURS = {"stream-osc": "tab:blue", "server-copy": "tab:gray", "pt-osc": "
                 "gh-ost": "tab:green"}
 
 
+STAGE_COLOURS = ("#dbe9f6", "#fde2c8", "#d9f0d3", "#ead9f0", "#f6d8d8", "#f0ecd0", "#d8eff0")
+LABEL_LEVELS = 3   # rows a stage strip staggers the labels of stages too short to hold their own
+
+
 def tool_colour(tool: str) -> str:
     return TOOL_COLOURS.get(tool, "tab:brown")
+
+
+def stage_spans(stage_start_s: dict[str, float], end_s: float) -> list[tuple[str, float, float]]:
+    """(stage, start, end) in time order; a stage ends where the next starts, the last at `end_s`."""
+    starts = sorted(stage_start_s.items(), key=lambda item: item[1])
+    return [(stage, start, starts[i + 1][1] if i + 1 < len(starts) else max(end_s, start))
+            for i, (stage, start) in enumerate(starts)]
+
+
+def label_levels(spans: list[tuple[str, float, float]], seconds_per_char: float) -> list[int]:
+    """The row of each span's label in the stage strip: 0 (centred in its span) when the label fits the span,
+    else 1, 2, … in turn, so that neighbouring short stages (validate, cutover, cleanup often take a second
+    each) never print over one another."""
+    levels, turn = [], 0
+    for stage, start, end in spans:
+        if end - start >= (len(stage) + 2) * seconds_per_char:
+            levels.append(0)
+        else:
+            levels.append(1 + turn % (LABEL_LEVELS - 1))
+            turn += 1
+    return levels
 
 
 def _pyplot():
@@ -45,17 +70,19 @@ def timeline_plot(out_dir: Path, runs: list[dict[str, Any]], invocations: list[d
         return [0.0] + [max(values[i] - values[i - 1], 0) / max(t[i] - t[i - 1], 1e-3) for i in range(1, len(values))]
 
     app = run.get("app_timeline") or []
-    fig, axes = plt.subplots(3 if app else 2, 1, sharex=True, figsize=(9, 8 if app else 6))
+    fig, all_axes = plt.subplots(4 if app else 3, 1, sharex=True, figsize=(11, 9 if app else 7),
+                                 gridspec_kw={"height_ratios": [0.55] + [3] * (3 if app else 2)})
+    strip, axes = all_axes[0], all_axes[1:]
     top, bottom = axes[0], axes[1]
     top.plot(t, rate(copied), color=tool_colour("stream-osc"), label="copy rows/s")
     top.plot(t, rate(applied), color="tab:cyan", label="apply events/s")
     if run.get("binlog_row_events_per_s"):
         top.axhline(run["binlog_row_events_per_s"], color="grey", linestyle="--", label="load's binlog row events/s")
     top.set_ylabel("per second")
-    top.legend(loc="upper right")
+    top.legend(**OUTSIDE)
     bottom.plot([p[0] for p in lag_points], [p[1] for p in lag_points], color="tab:red", label="apply lag (events)")
     bottom.set_ylabel("events")
-    bottom.legend(loc="upper right")
+    bottom.legend(**OUTSIDE)
     if app:
         axes[2].plot([a[0] for a in app], [a[2] for a in app], color="tab:purple",
                      label="application p99 ms (per second)")
@@ -63,14 +90,9 @@ def timeline_plot(out_dir: Path, runs: list[dict[str, Any]], invocations: list[d
             axes[2].axhline(run["baseline_app_p99_ms"], color="grey", linestyle="--", label="baseline p99")
         axes[2].set_yscale("log")
         axes[2].set_ylabel("ms")
-        axes[2].legend(loc="upper right")
+        axes[2].legend(**OUTSIDE)
     axes[-1].set_xlabel("seconds since start")
-    for stage, start in (run.get("stage_start_s") or {}).items():
-        for axis in axes:
-            axis.axvline(start, color="black", linewidth=0.5, linestyle=":")
-        top.annotate(stage, (start, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -4),
-                     textcoords="offset points", rotation=90, va="top", fontsize=9,
-                     bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+    draw_stages(strip, axes, stage_spans(run.get("stage_start_s") or {}, max(t)), max(t))
     fig.suptitle(f"stream-osc at {source or '?'}, {run['rows']:,} rows, {run['scenario']} "
                  f"load ({run['load_tx_per_s']} tx/s)")
     name = "benchmarks-stream-osc-timeline.png"
@@ -78,6 +100,28 @@ def timeline_plot(out_dir: Path, runs: list[dict[str, Any]], invocations: list[d
     fig.savefig(out_dir / name, dpi=100)
     plt.close(fig)
     return name
+
+
+OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, "fontsize": 9}
+
+
+def draw_stages(strip, axes, spans: list[tuple[str, float, float]], end_s: float) -> None:
+    """The stages as coloured spans in a strip of their own above the plots, each named horizontally (short
+    ones staggered beneath), with their boundaries drawn through every plot."""
+    strip.set_ylim(LABEL_LEVELS, 0)
+    strip.set_yticks([])
+    strip.set_ylabel("stage", rotation=0, ha="right", va="center")
+    for side in ("top", "right", "left"):
+        strip.spines[side].set_visible(False)
+    seconds_per_char = max(end_s, 1.0) / 150   # about 150 characters of 8-point text across the strip
+    for i, ((stage, start, end), level) in enumerate(zip(spans, label_levels(spans, seconds_per_char))):
+        strip.axvspan(start, end, ymin=0, ymax=1, color=STAGE_COLOURS[i % len(STAGE_COLOURS)])
+        if level == 0:
+            strip.text((start + end) / 2, 0.5, stage, ha="center", va="center", fontsize=8)
+        else:
+            strip.text(start, level + 0.5, f"{stage} ({end - start:.1f} s)", ha="left", va="center", fontsize=8)
+        for axis in (strip, *axes):
+            axis.axvline(start, color="black", linewidth=0.5, linestyle=":")
 
 
 def scaling_plot(out_dir: Path, results: list[dict[str, Any]]) -> str | None:
@@ -94,6 +138,9 @@ def scaling_plot(out_dir: Path, results: list[dict[str, Any]]) -> str | None:
     for tool in sorted({r["tool"] for r in idle}):
         points = sorted((r["rows"], r["seconds_median"]) for r in idle if r["tool"] == tool)
         left.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=tool_colour(tool), label=tool)
+    sizes = sorted({r["rows"] for r in idle})
+    for axis in (left, right):
+        axis.set_xticks(sizes, [row_label(n) for n in sizes])
     left.set_xlabel("rows")
     left.set_ylabel("seconds (idle, median)")
     left.set_ylim(bottom=0)
@@ -102,10 +149,19 @@ def scaling_plot(out_dir: Path, results: list[dict[str, Any]]) -> str | None:
     right.plot([p[0] for p in rss], [p[1] for p in rss], marker="o", color=tool_colour("stream-osc"))
     right.set_xlabel("rows")
     right.set_ylabel("stream-osc peak RSS (MB)")
-    right.set_ylim(bottom=0)
+    right.set_ylim(0, max((p[1] for p in rss), default=1) * 1.2)
     fig.suptitle(f"idle, stream-osc at {sources[0]}")
     name = "benchmarks-scaling.png"
     fig.tight_layout()
     fig.savefig(out_dir / name, dpi=100)
     plt.close(fig)
     return name
+
+
+def row_label(rows: int) -> str:
+    """1000000 -> 1M, 250000 -> 250k."""
+    if rows >= 1_000_000 and rows % 1_000_000 == 0:
+        return f"{rows // 1_000_000}M"
+    if rows >= 1_000 and rows % 1_000 == 0:
+        return f"{rows // 1_000}k"
+    return f"{rows:,}"
