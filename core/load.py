@@ -56,6 +56,7 @@ class CriticalLoad(Exception):
 
 
 CRITICAL_LOAD_REACHED = "critical load reached ("
+TARGET_SERVER_PREFIX = "on the target server "   # how core/target_load.py names the server a critical load is on
 
 
 def critical_load_reached(critical: str) -> CriticalLoad:
@@ -66,8 +67,9 @@ def critical_load_reached(critical: str) -> CriticalLoad:
 
 def is_critical_load_error(stored: str) -> bool:
     """Whether a migration's stored error is critical_load_reached's, also as a move's target server names it
-    (only the message is stored)."""
-    return CRITICAL_LOAD_REACHED in stored
+    (`on the target server HOST:PORT: critical load reached (…`; only the message is stored)."""
+    return stored.startswith(CRITICAL_LOAD_REACHED) or (
+        stored.startswith(TARGET_SERVER_PREFIX) and f": {CRITICAL_LOAD_REACHED}" in stored)
 
 
 def parse_thresholds(text: str, option: str) -> dict[str, int]:
@@ -141,10 +143,10 @@ class LoadThrottle:
         for close in self.closers:
             close()
 
-    def reason(self, conn: pymysql.connections.Connection) -> str | None:
+    def reason(self, conn: pymysql.connections.Connection, fresh: bool = False) -> str | None:
         """Why work must hold back now, naming the option (None: go ahead); raises CriticalLoad at a critical
-        threshold."""
-        return self._server_reason(conn) or next((r for r in (source() for source in self.more) if r), None)
+        threshold. The counters are read at most once a second, or now if `fresh` (right before a lock)."""
+        return self._server_reason(conn, fresh) or next((r for r in (source() for source in self.more) if r), None)
 
     def stop_if_critical(self, conn: pymysql.connections.Connection) -> None:
         """Raise CriticalLoad if a --critical-load threshold is reached now, read afresh (here and through
@@ -158,11 +160,11 @@ class LoadThrottle:
         for check in self.more_critical:
             check()
 
-    def _server_reason(self, conn: pymysql.connections.Connection) -> str | None:
+    def _server_reason(self, conn: pymysql.connections.Connection, fresh: bool = False) -> str | None:
         if not self.names:
             return None
         with self._lock:
-            if time.monotonic() - self._read_at >= READ_EVERY_S:
+            if fresh or time.monotonic() - self._read_at >= READ_EVERY_S:
                 values = read_status(conn, self.names)
                 self._read_at = time.monotonic()
                 critical = over(values, self.critical_load)

@@ -172,6 +172,7 @@ _CHUNK_COLUMNS = "chunk_no, start_key, end_key, next_key, rows_copied, done"
 _COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, COALESCE(pk_columns, JSON_ARRAY(pk_column)), error, "
             "validation_diffs, cutover_blocked_ms, cutover_at, options, protocol")
 OPTIONS_COLUMN = 12   # its place in _COLUMNS
+OPTIONS_WRITE_TRIES = 50   # compare-and-set writes of the options before giving up (each lost to another writer)
 
 
 class StateStore:
@@ -383,7 +384,7 @@ class StateStore:
         return them. `set`, a resume and init each rewrite the whole options document; the write is a
         compare-and-set on the stored text, computed again from the new row when another wrote meanwhile, so
         that neither change is lost."""
-        while True:
+        for _ in range(OPTIONS_WRITE_TRIES):
             rows = query(self.conn, f"SELECT {_COLUMNS} FROM {self.t('migrations')} WHERE id=%s", (migration_id,))
             if not rows:
                 raise LookupError(f"migration {migration_id} is not recorded in {self.schema}.migrations")
@@ -394,6 +395,8 @@ class StateStore:
                     self.conn, f"UPDATE {self.t('migrations')} SET options=%s WHERE id=%s "
                                "AND CAST(options AS BINARY) = CAST(%s AS BINARY)", (text, migration_id, stored)):
                 return options
+        raise RuntimeError(f"the options of migration {migration_id} kept changing under {OPTIONS_WRITE_TRIES} "
+                           "writes in a row (or the stored text never compares equal to what was read)")
 
     def enter_stage(self, migration_id: int, stage: Stage, **values: Any) -> None:
         """The one way into a stage: recorded with `values` in one committed update, then logged."""

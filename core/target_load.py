@@ -9,7 +9,7 @@ import pymysql
 
 from core.db import connect
 from core.endpoints import MySQLAddress
-from core.load import CriticalLoad, LoadThrottle
+from core.load import TARGET_SERVER_PREFIX, CriticalLoad, LoadThrottle
 
 T = TypeVar("T")
 
@@ -41,7 +41,7 @@ class TargetLoad:
             try:
                 return read(self._conn)
             except CriticalLoad as exc:
-                raise CriticalLoad(f"on the target server {self.address.where()}: {exc}") from None
+                raise CriticalLoad(f"{TARGET_SERVER_PREFIX}{self.address.where()}: {exc}") from None
             except pymysql.err.Error:
                 self._conn.close()   # a session cut by the network: the next read opens another
                 self._conn = None

@@ -95,7 +95,7 @@ class MoveCutover(Cutover):
             self._roll_back(lock_conn, renamer)
             blocked = (time.monotonic() - locked_at) * 1000 if locked_at else 0.0
             log_event(log, "cutover attempt rolled back", logging.WARNING, reason=str(exc))
-            return CutoverResult(False, blocked, 0, str(exc), blockers=exc.blockers)
+            return CutoverResult(False, blocked, 0, str(exc), blockers=exc.blockers, throttled=exc.throttled)
         except BaseException:
             try:
                 self._roll_back(lock_conn, renamer)

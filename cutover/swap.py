@@ -50,12 +50,14 @@ PRE_DRAIN_MIN_SHRINK = 0.7    # a pass must leave at most this share of the prev
 class CutoverAborted(Exception):
     """This attempt ran out of its window or could not take the lock; the original table is in place.
 
-    `blockers` names the sessions that held the table when that was the reason (no lock was requested).
+    `blockers` names the sessions that held the table when that was the reason, `throttled` says a throttle
+    (--max-load, …) held the work back; in both cases no lock was requested.
     """
 
-    def __init__(self, message: str, blockers: tuple[Blocker, ...] = ()) -> None:
+    def __init__(self, message: str, blockers: tuple[Blocker, ...] = (), throttled: bool = False) -> None:
         super().__init__(message)
         self.blockers = blockers
+        self.throttled = throttled
 
 
 class CoordinatorReplaced(Exception):
@@ -74,6 +76,7 @@ class CutoverResult:
     reason: str = ""
     locked_at: float = 0.0       # wall clock when writes started to wait
     blockers: tuple[Blocker, ...] = ()   # sessions that held the table, when they stopped the attempt
+    throttled: bool = False              # a throttle held the work back right before the lock: none was requested
 
 
 class _Renamer(threading.Thread):
@@ -228,10 +231,16 @@ class Cutover:
         """LOCK TABLES … WRITE (`read_tables` … READ), never requested while a session holds the table, each try
         queueing only --lock-wait-timeout in front of the application (cutover/short_lock.py). The --critical-load
         thresholds are read afresh first (CriticalLoad: the migration stops): no worker may have read the load
-        lately (a swap's appliers are stopped, as are a move's for its snapshot)."""
+        lately (a swap's appliers are stopped, as are a move's for its snapshot). A throttle holding the work back
+        (--max-load, read afresh on this server; a move's target, CloudWatch and replicas as cached) postpones
+        the lock: CutoverAborted(throttled), not an attempt that counts; the attempt's catch-up may have taken
+        seconds since the coordinator looked."""
         spec = self.ctx.spec
         if self.ctx.throttle is not None:
             self.ctx.throttle.stop_if_critical(lock_conn)
+            held = self.ctx.throttle.reason(lock_conn, fresh=True)
+            if held is not None:
+                raise CutoverAborted(f"throttled ({held}): no lock requested", throttled=True)
         try:
             lock_tables_briefly(lock_conn, tables, self.is_mariadb, spec.lock_wait_s, spec.lock_tries,
                                 lambda: find_blockers(lock_conn, spec.database, spec.table, self.is_mariadb),
@@ -377,7 +386,7 @@ class Cutover:
             self._roll_back(lock_conn, renamer)
             blocked = (time.monotonic() - locked_at) * 1000 if locked_at else 0.0
             log_event(log, "cutover attempt rolled back", logging.WARNING, reason=str(exc))
-            return CutoverResult(False, blocked, 0, str(exc), blockers=exc.blockers)
+            return CutoverResult(False, blocked, 0, str(exc), blockers=exc.blockers, throttled=exc.throttled)
         except BaseException:
             # SourceChanged, a cut connection, anything else: no sentry may outlive the attempt
             # (a real original under the old name is never dropped: the sentry is known by its comment).

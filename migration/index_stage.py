@@ -39,8 +39,8 @@ def defer_indexes(conn: pymysql.connections.Connection, store: StateStore, migra
     a session of its server (recorded first: a table without them is never left without the record of what to
     add back)."""
     indexes = indexes_to_defer(conn, spec)
-    store.update(migration.id, options={**store.get(migration.id).options,
-                                        DEFERRED_INDEXES_OPTION: [i.as_json() for i in indexes]})
+    recorded = [i.as_json() for i in indexes]
+    store.change_options(migration.id, lambda current: {**current.options, DEFERRED_INDEXES_OPTION: recorded})
     drop_indexes(conn, spec.target_database, spec.new_table, indexes)
     log_event(log, "indexes deferred", migration=migration.id, table=spec.new_table,
               indexes=", ".join(i.name for i in indexes))

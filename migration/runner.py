@@ -646,6 +646,9 @@ class Runner:
                     self.blocker_clock.saw(exc.blockers, time.monotonic())
                     self.progress.say(f"validate: {exc}")
                     continue
+                if exc.throttled:   # no lock was requested: held before the next try
+                    self.progress.say(f"validate: {exc}")
+                    continue
                 log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc))
                 self.progress.say(f"validate: no consistent snapshot within the window ({exc})")
                 return None
@@ -692,6 +695,9 @@ class Runner:
                 return
             if result.blockers:   # no lock was requested: wait for them again, not counted as an attempt
                 self.blocker_clock.saw(result.blockers, time.monotonic())
+                self.progress.say(f"cutover: {result.reason}")
+                continue
+            if result.throttled:   # no lock was requested: held again before the next, not counted either
                 self.progress.say(f"cutover: {result.reason}")
                 continue
             attempt += 1

@@ -75,3 +75,4 @@ def test_options_changed_by_two_commands_at_once_keep_both_changes(endpoints, co
                                                                "max_load": "Threads_running=40"}
     finally:
         store.delete(migration.id)
+        other.conn.close()

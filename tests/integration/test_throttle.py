@@ -277,6 +277,48 @@ def test_critical_load_reached_while_no_worker_reads_it_stops_the_migration_befo
         assert migration_row(conn, DB, table).status == "done"
 
 
+# With the slow set (`make test-slow`): a load injected inside an attempt, in process, as the move variant above;
+# `make test` keeps the CLI test of the hold before an attempt within its time.
+@pytest.mark.slow
+def test_max_load_reached_during_the_attempts_catch_up_postpones_its_lock(endpoints, conn, monkeypatch):
+    """The coordinator looks at the throttle before an attempt, but the attempt then catches up for seconds with
+    the appliers stopped: a load that rises meanwhile must still keep its lock from being requested, without
+    counting as a failed attempt (one is allowed here), and the migration must swap once the load drops, losing
+    no acknowledged write."""
+    table = "max_load_at_swap"
+    cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
+    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")
+    create_ledger_table(conn, DB, table, rows=5_000, writers=4)
+    load = ExitStack()
+    results: list[swap_module.CutoverResult] = []
+    attempt_now = swap_module.Cutover.attempt
+
+    def attempt_under_load(self, *args):
+        if not results:   # the coordinator has just found the load below the limit
+            load.enter_context(Sleepers(endpoints.mysql))
+        result = attempt_now(self, *args)
+        results.append(result)
+        load.close()   # the load drops once the attempt has answered
+        return result
+
+    monkeypatch.setattr(swap_module.Cutover, "attempt", attempt_under_load)
+    spec = MigrationSpec(database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2, apply_workers=2,
+                         chunk_size=2_500, partitions=4, max_load=LIMIT, cutover_attempts=1).validate()
+    with Ledger(endpoints.mysql, DB, table, writers=4, seed=15) as ledger:
+        ledger.wait_for_writes(200)
+        try:
+            assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+        finally:
+            load.close()
+        ledger.wait_for_writes(200)   # writes after the swap count as much as any other
+    first = results[0]
+    assert first.throttled and not first.swapped and first.blocked_ms == 0, first   # no lock was requested
+    assert "Threads_running=" in first.reason
+    assert [r.swapped for r in results[1:]] == [True]
+    ledger.assert_kept(conn)
+    assert "note" in table_columns(conn, DB, table) and migration_row(conn, DB, table).status == "done"
+
+
 @pytest.mark.parametrize("option, value, message", [
     ("--max-load", "Threads_running", "is not STATUS_VARIABLE=NUMBER"),
     ("--max-load", "No_such_counter=5", "no numeric global status variable No_such_counter"),

@@ -21,3 +21,8 @@ def test_any_other_stop_of_the_coordinator_is_a_resumable_stop():
     error = stopped_coordinator_error("cutover did not fit the 2.0 s window in 5 attempts")
     assert exit_code_for(error) == ExitCode.STOPPED
     assert "the coordinator stopped before the swap: cutover did not fit" in str(error)
+
+
+def test_a_message_that_only_quotes_a_critical_load_is_not_taken_for_one():
+    error = stopped_coordinator_error("cannot connect: 'critical load reached (' is a table comment")
+    assert exit_code_for(error) == ExitCode.STOPPED
