@@ -94,7 +94,8 @@ class MoveCutover(Cutover):
         except CutoverAborted as exc:
             self._roll_back(lock_conn, renamer)
             blocked = (time.monotonic() - locked_at) * 1000 if locked_at else 0.0
-            log_event(log, "cutover attempt rolled back", logging.WARNING, reason=str(exc))
+            log_event(log, "cutover attempt postponed" if exc.throttled else "cutover attempt rolled back",
+                      logging.INFO if exc.throttled else logging.WARNING, reason=str(exc))
             return CutoverResult(False, blocked, 0, str(exc), blockers=exc.blockers, throttled=exc.throttled)
         except BaseException:
             try:

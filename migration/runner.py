@@ -623,6 +623,7 @@ class Runner:
         there they are stopped.
         """
         stop_appliers = ctx.pair.remote
+        postponed = 0
         while True:
             self._wait_for_lag(ctx, self.spec.max_lag_events)
             self._wait_for_blockers(ctx, "validate")
@@ -647,7 +648,8 @@ class Runner:
                     self.progress.say(f"validate: {exc}")
                     continue
                 if exc.throttled:   # no lock was requested: held before the next try
-                    self.progress.say(f"validate: {exc}")
+                    postponed += 1
+                    self._postpone(f"validate: {exc}", postponed)
                     continue
                 log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc))
                 self.progress.say(f"validate: no consistent snapshot within the window ({exc})")
@@ -662,7 +664,7 @@ class Runner:
         if self.cutover_now:   # `stream-osc cutover` cutting over itself: a request it left for a coordinator
             self.store.clear_cutover_request(ctx.migration.id)   # that died must not outlive this attempt
         analyzed = False
-        attempt = 0
+        attempt = postponed = 0
         while attempt < self.spec.cutover_attempts:
             self._hold_while_paused(ctx)
             if self.appliers is None:
@@ -687,6 +689,12 @@ class Runner:
                 raise MigrationStopped(f"cutover refused: {exc}; the original table is untouched and the new one "
                                        f"kept: continue with `stream-osc resume --table {self.spec.qualified_name}` "
                                        "once it is changed") from None
+            if result.throttled:   # no lock was requested: held again before the next, not counted either
+                postponed += 1
+                self._start_appliers(ctx)   # applying meanwhile
+                self._postpone(f"cutover: {result.reason}", postponed)
+                continue
+            postponed = 0
             self.metrics.cutover_attempt(result.swapped, result.blocked_ms)
             if result.swapped:
                 self._enter_stage(ctx.migration.id, Stage.CLEANUP, cutover_blocked_ms=int(result.blocked_ms),
@@ -695,9 +703,6 @@ class Runner:
                 return
             if result.blockers:   # no lock was requested: wait for them again, not counted as an attempt
                 self.blocker_clock.saw(result.blockers, time.monotonic())
-                self.progress.say(f"cutover: {result.reason}")
-                continue
-            if result.throttled:   # no lock was requested: held again before the next, not counted either
                 self.progress.say(f"cutover: {result.reason}")
                 continue
             attempt += 1
@@ -833,6 +838,14 @@ class Runner:
             time.sleep(0.5)
         if announced:
             self.progress.say("resumed")
+
+    def _postpone(self, why: str, times: int) -> None:
+        """After the `times`-th lock in a row given up to a throttle read right before it, wait longer each time
+        (up to 30 s): a load hovering at its limit, or one the attempt's own sessions and catch-up raise, must not
+        start an attempt (applier stop and start, catch-up, on MariaDB a sentry table) every few seconds."""
+        backoff = min(2 ** times, 30)
+        self.progress.say(f"{why}; next try in {backoff} s at the earliest")
+        time.sleep(backoff)
 
     def _hold_while_throttled(self, ctx: RunContext, stage: str) -> bool:
         """Wait, locking nothing, while --max-load (or CloudWatch, a replica's lag, a move's target) holds the
