@@ -649,7 +649,7 @@ class Runner:
                     continue
                 if exc.throttled:   # no lock was requested: held before the next try
                     postponed += 1
-                    self._postpone(f"validate: {exc}", postponed)
+                    self._postpone(ctx, f"validate: {exc}", postponed)
                     continue
                 log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc))
                 self.progress.say(f"validate: no consistent snapshot within the window ({exc})")
@@ -692,7 +692,7 @@ class Runner:
             if result.throttled:   # no lock was requested: held again before the next, not counted either
                 postponed += 1
                 self._start_appliers(ctx)   # applying meanwhile
-                self._postpone(f"cutover: {result.reason}", postponed)
+                self._postpone(ctx, f"cutover: {result.reason}", postponed)
                 continue
             postponed = 0
             self.metrics.cutover_attempt(result.swapped, result.blocked_ms)
@@ -839,13 +839,18 @@ class Runner:
         if announced:
             self.progress.say("resumed")
 
-    def _postpone(self, why: str, times: int) -> None:
+    def _postpone(self, ctx: RunContext, why: str, times: int) -> None:
         """After the `times`-th lock in a row given up to a throttle read right before it, wait longer each time
         (up to 30 s): a load hovering at its limit, or one the attempt's own sessions and catch-up raise, must not
-        start an attempt (applier stop and start, catch-up, on MariaDB a sentry table) every few seconds."""
+        start an attempt (applier stop and start, catch-up, on MariaDB a sentry table) every few seconds. An
+        abort, a failed applier or a lost lease ends the wait."""
         backoff = min(2 ** times, 30)
         self.progress.say(f"{why}; next try in {backoff} s at the earliest")
-        time.sleep(backoff)
+        until = time.monotonic() + backoff
+        while time.monotonic() < until:
+            self._raise_if_helpers_failed(ctx)
+            self._check_health(ctx)
+            time.sleep(min(THROTTLE_POLL_S, max(until - time.monotonic(), 0)))
 
     def _hold_while_throttled(self, ctx: RunContext, stage: str) -> bool:
         """Wait, locking nothing, while --max-load (or CloudWatch, a replica's lag, a move's target) holds the
