@@ -319,6 +319,47 @@ def test_max_load_reached_during_the_attempts_catch_up_postpones_its_lock(endpoi
     assert "note" in table_columns(conn, DB, table) and migration_row(conn, DB, table).status == "done"
 
 
+@pytest.mark.slow
+def test_max_load_reached_before_the_validation_snapshots_lock_postpones_it(endpoints, conn, monkeypatch):
+    """The validation snapshot takes a lock as a swap does, after a catch-up of its own: a load that rises during
+    it must keep that lock from being requested too. Validation must then take its snapshot once the load drops
+    (not fall back to comparing the live tables), and the migration finish losing no acknowledged write."""
+    table = "max_load_at_snapshot"
+    cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
+    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")
+    create_ledger_table(conn, DB, table, rows=5_000, writers=4)
+    load = ExitStack()
+    tries: list[str] = []
+    snapshots_now = swap_module.Cutover.consistent_snapshots
+
+    def snapshots_under_load(self, *args):
+        if not tries:   # the coordinator has just found the load below the limit
+            load.enter_context(Sleepers(endpoints.mysql))
+        try:
+            blocked = snapshots_now(self, *args)
+            tries.append("taken")
+            return blocked
+        except swap_module.CutoverAborted as exc:
+            tries.append("throttled" if exc.throttled else f"aborted: {exc}")
+            raise
+        finally:
+            load.close()   # the load drops once the try has answered
+
+    monkeypatch.setattr(swap_module.Cutover, "consistent_snapshots", snapshots_under_load)
+    spec = MigrationSpec(database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2, apply_workers=2,
+                         chunk_size=2_500, partitions=4, max_load=LIMIT).validate()
+    with Ledger(endpoints.mysql, DB, table, writers=4, seed=16) as ledger:
+        ledger.wait_for_writes(200)
+        try:
+            assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+        finally:
+            load.close()
+        ledger.wait_for_writes(200)   # writes after the swap count as much as any other
+    assert tries == ["throttled", "taken"]
+    ledger.assert_kept(conn)
+    assert "note" in table_columns(conn, DB, table) and migration_row(conn, DB, table).status == "done"
+
+
 @pytest.mark.parametrize("option, value, message", [
     ("--max-load", "Threads_running", "is not STATUS_VARIABLE=NUMBER"),
     ("--max-load", "No_such_counter=5", "no numeric global status variable No_such_counter"),
