@@ -15,6 +15,7 @@ import redis
 from connectors.health import describe_failure
 from connectors.rest import ConnectError, connect_client
 from core import redis_keys
+from core.context import read_throttle_note
 from core.db import query
 from cutover.blockers import Blocker
 from core.schedule import parse_schedule
@@ -159,9 +160,9 @@ def live_figures(endpoints: Endpoints, migration: Migration) -> dict[str, Any]:
             figures["apply_lag_error"] = str(exc)
     try:
         client = redis.Redis.from_url(endpoints.redis_url, socket_timeout=5)
-        note = client.get(redis_keys.throttle_note(migration.id))
+        note = read_throttle_note(client, migration.id)
         figures["throttled"] = bool(note)
-        figures["throttle_reason"] = note.decode() if note else None
+        figures["throttle_reason"] = note
         blockers = client.get(redis_keys.blockers_note(migration.id))
         figures["blockers"] = json.loads(blockers) if blockers else []
         figures.update(capture_figures(client.get(redis_keys.capture_note(migration.id)), migration.stage))

@@ -44,6 +44,12 @@ def throttle_for(spec: MigrationSpec, endpoints: Endpoints) -> LoadThrottle:
     return LoadThrottle(*spec.load_limits(), sources, closers, more_critical)
 
 
+def read_throttle_note(client: redis.Redis, migration_id: int) -> str | None:
+    """Why the migration's work holds back now, as its workers and coordinator noted it (None: it does not)."""
+    note = client.get(redis_keys.throttle_note(migration_id))
+    return note.decode() if note else None
+
+
 def target_connection(endpoints: Endpoints, spec: MigrationSpec) -> pymysql.connections.Connection | None:
     """A connection to the target server of a migration to another server; None on the same server."""
     return connect(endpoints.target(spec.target_dsn)) if spec.target_server else None

@@ -160,6 +160,14 @@ class LoadThrottle:
         for check in self.more_critical:
             check()
 
+    def before_lock(self, conn: pymysql.connections.Connection) -> str | None:
+        """Right before a lock that holds the application's writes back: CriticalLoad at a --critical-load
+        threshold, on this server (its counters read afresh, in one read with the --max-load ones) or on the
+        others (`more_critical`); else why the lock must wait (None: go ahead)."""
+        for check in self.more_critical:
+            check()
+        return self.reason(conn, fresh=True)
+
     def _server_reason(self, conn: pymysql.connections.Connection, fresh: bool = False) -> str | None:
         if not self.names:
             return None

@@ -171,7 +171,6 @@ STALE_S = 15.0
 _CHUNK_COLUMNS = "chunk_no, start_key, end_key, next_key, rows_copied, done"
 _COLUMNS = ("id, db, tbl, alter_sql, stage, status, prefix, COALESCE(pk_columns, JSON_ARRAY(pk_column)), error, "
             "validation_diffs, cutover_blocked_ms, cutover_at, options, protocol")
-OPTIONS_COLUMN = 12   # its place in _COLUMNS
 OPTIONS_WRITE_TRIES = 50   # compare-and-set writes of the options before giving up (each lost to another writer)
 
 
@@ -385,11 +384,12 @@ class StateStore:
         compare-and-set on the stored text, computed again from the new row when another wrote meanwhile, so
         that neither change is lost."""
         for _ in range(OPTIONS_WRITE_TRIES):
-            rows = query(self.conn, f"SELECT {_COLUMNS} FROM {self.t('migrations')} WHERE id=%s", (migration_id,))
+            rows = query(self.conn, f"SELECT {_COLUMNS}, options FROM {self.t('migrations')} WHERE id=%s",
+                         (migration_id,))
             if not rows:
                 raise LookupError(f"migration {migration_id} is not recorded in {self.schema}.migrations")
-            stored = rows[0][OPTIONS_COLUMN]
-            options = change(self._row(rows[0]))
+            stored = rows[0][-1]
+            options = change(self._row(rows[0][:-1]))
             text = json.dumps(options)
             if text == stored or query_count(
                     self.conn, f"UPDATE {self.t('migrations')} SET options=%s WHERE id=%s "

@@ -92,11 +92,7 @@ class MoveCutover(Cutover):
                       drained_keys=len(keys), renamed_to=spec.old_table)
             return CutoverResult(True, blocked, len(keys), locked_at=locked_wall)
         except CutoverAborted as exc:
-            self._roll_back(lock_conn, renamer)
-            blocked = (time.monotonic() - locked_at) * 1000 if locked_at else 0.0
-            log_event(log, "cutover attempt postponed" if exc.throttled else "cutover attempt rolled back",
-                      logging.INFO if exc.throttled else logging.WARNING, reason=str(exc))
-            return CutoverResult(False, blocked, 0, str(exc), blockers=exc.blockers, throttled=exc.throttled)
+            return self._aborted(exc, lock_conn, renamer, locked_at)
         except BaseException:
             try:
                 self._roll_back(lock_conn, renamer)

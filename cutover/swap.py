@@ -237,8 +237,7 @@ class Cutover:
         seconds since the coordinator looked."""
         spec = self.ctx.spec
         if self.ctx.throttle is not None:
-            self.ctx.throttle.stop_if_critical(lock_conn)
-            held = self.ctx.throttle.reason(lock_conn, fresh=True)
+            held = self.ctx.throttle.before_lock(lock_conn)
             if held is not None:
                 raise CutoverAborted(f"throttled ({held}): no lock requested", throttled=True)
         try:
@@ -383,11 +382,7 @@ class Cutover:
                       drain_ms=round((drained_at - locked_at) * 1000, 1))
             return CutoverResult(True, blocked, drained, locked_at=locked_wall)
         except CutoverAborted as exc:
-            self._roll_back(lock_conn, renamer)
-            blocked = (time.monotonic() - locked_at) * 1000 if locked_at else 0.0
-            log_event(log, "cutover attempt postponed" if exc.throttled else "cutover attempt rolled back",
-                      logging.INFO if exc.throttled else logging.WARNING, reason=str(exc))
-            return CutoverResult(False, blocked, 0, str(exc), blockers=exc.blockers, throttled=exc.throttled)
+            return self._aborted(exc, lock_conn, renamer, locked_at)
         except BaseException:
             # SourceChanged, a cut connection, anything else: no sentry may outlive the attempt
             # (a real original under the old name is never dropped: the sentry is known by its comment).
@@ -401,6 +396,15 @@ class Cutover:
             if renamer is not None:
                 renamer.close_unless_started()
             lock_conn.close()
+
+    def _aborted(self, exc: CutoverAborted, lock_conn: pymysql.connections.Connection, renamer: _Renamer | None,
+                 locked_at: float) -> CutoverResult:
+        """Roll an attempt back that did not fit (or gave way to a throttle) and say what it cost."""
+        self._roll_back(lock_conn, renamer)
+        blocked = (time.monotonic() - locked_at) * 1000 if locked_at else 0.0
+        log_event(log, "cutover attempt postponed" if exc.throttled else "cutover attempt rolled back",
+                  logging.INFO if exc.throttled else logging.WARNING, reason=str(exc))
+        return CutoverResult(False, blocked, 0, str(exc), blockers=exc.blockers, throttled=exc.throttled)
 
     def _withdraw(self, renamer: _Renamer, lock_conn: pymysql.connections.Connection) -> None:
         """End the RENAME's session (our own user's: no privilege needed) until its thread is gone, through the

@@ -28,7 +28,7 @@ from cutover.validate_ahead import reusable_checks, validate_ahead
 from migration.checks import PreflightError, check_blocker_privileges
 from migration.cutover_request import ask_coordinator
 from core.app_latency import LatencyProbe
-from core.context import RunContext, spec_pair, target_connection
+from core.context import RunContext, read_throttle_note, spec_pair, target_connection
 from core.db import ServerInfo, connect
 from core.endpoints import Endpoints
 from migration.index_stage import build_deferred_indexes, deferred
@@ -49,7 +49,6 @@ from core.yielding import Yielding
 from monitor.capture_lag import LagWatch
 from monitor.metrics import MigrationMetrics
 from monitor.progress import Progress, copy_fraction
-from core import redis_keys
 from streams.closing import close_within
 from streams.topics import TopicNames, consumer_lag, group_reader
 
@@ -114,12 +113,11 @@ def stopped_coordinator_error(error: str) -> Exception:
 
 
 def throttle_note(client: redis.Redis, migration_id: int) -> str | None:
-    """Why the migration's work holds back now, as `status` shows it (None: it does not, or Redis failed)."""
+    """read_throttle_note for a display: None when Redis fails."""
     try:
-        note = client.get(redis_keys.throttle_note(migration_id))
+        return read_throttle_note(client, migration_id)
     except redis.RedisError:
-        return None   # a display only
-    return note.decode() if note else None
+        return None
 
 
 class Runner:
@@ -489,10 +487,9 @@ class Runner:
     def _show_throttle(self, ctx: RunContext) -> None:
         """Say when the workers start or stop holding back for --max-load."""
         try:
-            note = ctx.shared_redis().get(redis_keys.throttle_note(ctx.migration.id))
+            reason = read_throttle_note(ctx.shared_redis(), ctx.migration.id)
         except redis.RedisError:
             return   # a display only: Redis failures are handled where the work needs Redis
-        reason = note.decode() if note else None
         self.metrics.throttle(reason)
         for line in throttle_change(self.throttle_shown, reason):
             self.progress.say(line)

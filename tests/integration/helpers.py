@@ -29,6 +29,7 @@ from migration.teardown import remove_capture
 from streams.events import decode_event
 from streams.fence import fence_ids_for
 from streams.topics import existing_topics
+from tests.integration.ledger import create_ledger_table
 
 
 def db_conn(endpoints: Endpoints):
@@ -147,6 +148,14 @@ def fresh_table(conn, db: str, table: str, rows: int, seed: int) -> None:
     cli("abort", "--table", f"{db}.{table}")
     query(conn, f"DROP TABLE IF EXISTS `{db}`.`{helper_table_name(table, 'old')}`")
     create_sample_table(conn, db, table, rows=rows, seed=seed)
+
+
+def fresh_ledger_table(conn, db: str, table: str, rows: int, writers: int) -> None:
+    """A new ledger table db.table (tests/integration/ledger.py), with whatever an earlier, interrupted run left of
+    its migration removed."""
+    cli("abort", "--table", f"{db}.{table}")
+    query(conn, f"DROP TABLE IF EXISTS `{db}`.`{helper_table_name(table, 'old')}`")
+    create_ledger_table(conn, db, table, rows=rows, writers=writers)
 
 
 def hold_apply_open(conn, blocker, db: str, table: str, migration_id: int) -> None:

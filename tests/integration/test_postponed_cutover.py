@@ -12,22 +12,15 @@ from confluent_kafka.admin import AdminClient
 
 from core.db import qualified, query, scalar
 from core.spec import MigrationSpec, helper_table_name
-from tests.integration.helpers import (table_columns, cli, leftovers, migration_row, start_cli, status_doc, wait_for,
-                                       waiting_for_cutover, waiting_without_coordinator)
-from tests.integration.ledger import Ledger, create_ledger_table
+from tests.integration.helpers import (cli, fresh_ledger_table, leftovers, migration_row, start_cli, status_doc,
+                                       table_columns, wait_for, waiting_for_cutover, waiting_without_coordinator)
+from tests.integration.ledger import Ledger
 
 pytestmark = pytest.mark.integration
 
 DB = "cut_window"
 WRITERS = 4
 WAITING = "waiting for the cutover window"
-
-
-def fresh(conn, table: str, rows: int, writers: int = 2) -> None:
-    """The ledger table, with whatever an earlier, interrupted run left of its migration removed."""
-    cli("abort", "--table", f"{DB}.{table}")
-    query(conn, f"DROP TABLE IF EXISTS {DB}.{table}_osc_old")
-    create_ledger_table(conn, DB, table, rows=rows, writers=writers)
 
 
 def closed_window() -> str:
@@ -38,7 +31,7 @@ def closed_window() -> str:
 
 def test_outside_its_window_a_migration_waits_in_sync_and_keeps_waiting_after_a_crash(endpoints, conn, cli_log):
     table = "scheduled"
-    fresh(conn, table, rows=5_000)
+    fresh_ledger_table(conn, DB, table, rows=5_000, writers=2)
     proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
                      "--chunk-size", "5000", "--cutover-window-schedule", closed_window(), log=cli_log)
     try:
@@ -117,7 +110,7 @@ def test_a_manual_cutover_waits_applying_in_its_own_process_through_pause_and_cr
     is carried out by the waiting coordinator; every acknowledged write is in the final table."""
     table = "manual"
     new_table = qualified(DB, helper_table_name(table, "new"))
-    fresh(conn, table, rows=10_000, writers=WRITERS)
+    fresh_ledger_table(conn, DB, table, rows=10_000, writers=WRITERS)
     with Ledger(endpoints.mysql, DB, table, writers=WRITERS, seed=12) as ledger:
         ledger.wait_for_writes(200)
         coordinator = waiting_for_cutover(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
@@ -182,7 +175,7 @@ def test_a_manual_cutover_waits_applying_in_its_own_process_through_pause_and_cr
 
 def test_a_joined_worker_stays_joined_and_applies_while_a_manual_cutover_waits(endpoints, conn, cli_log):
     table = "joined"
-    fresh(conn, table, rows=2_000)
+    fresh_ledger_table(conn, DB, table, rows=2_000, writers=2)
     waiting_without_coordinator(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--quiet")
     worker = start_cli("--log-level", "INFO", "worker", "--table", f"{DB}.{table}", log=cli_log)
     try:

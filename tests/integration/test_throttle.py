@@ -22,8 +22,9 @@ from migration.runner import Runner
 from monitor.progress import Progress
 from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_table, latest_migration_id, leftovers,
                                        migration_row, new_migration_row, start_cli, status_doc, table_columns,
-                                       table_is_original, target_schema, wait_for, waiting_for_cutover)
-from tests.integration.ledger import Ledger, create_ledger_table
+                                       table_is_original, target_schema, wait_for, waiting_for_cutover,
+                                       fresh_ledger_table)
+from tests.integration.ledger import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -106,9 +107,7 @@ def test_max_load_postpones_the_cutover_until_the_load_drops(endpoints, conn, cl
     busy server, and the appliers, held back by the same limit, fall behind meanwhile. Writers run throughout;
     every acknowledged write must be in the final table."""
     table = "held_cutover"
-    cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
-    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")
-    create_ledger_table(conn, DB, table, rows=5_000, writers=4)
+    fresh_ledger_table(conn, DB, table, rows=5_000, writers=4)
     asked_log = tmp_path / "cutover.log"
     with Ledger(endpoints.mysql, DB, table, writers=4, seed=14) as ledger:
         ledger.wait_for_writes(200)
@@ -143,9 +142,7 @@ def test_cutover_asked_of_a_coordinator_that_meets_the_critical_load_exits_as_it
     --critical-load and stops unswapped. The asking command must say so with the same exit code (4: resumable
     once the load is gone), not as any other stop, and the original table must be untouched."""
     table = "asked_critical"
-    cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
-    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")
-    create_ledger_table(conn, DB, table, rows=2_000, writers=2)
+    fresh_ledger_table(conn, DB, table, rows=2_000, writers=2)
     asked_log = tmp_path / "cutover.log"
     coordinator = waiting_for_cutover(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
                                       "--max-load", LIMIT, "--critical-load", f"Threads_running={2 * SLEEPERS}",
@@ -234,9 +231,7 @@ def test_critical_load_reached_while_no_worker_reads_it_stops_the_migration_befo
     resumed once the load is gone, must lose no acknowledged write. (The validation snapshot's lock goes
     through the same `Cutover._lock`.)"""
     table = f"critical_at_swap_{int(move)}"
-    cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
-    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")
-    create_ledger_table(conn, DB, table, rows=5_000, writers=4)
+    fresh_ledger_table(conn, DB, table, rows=5_000, writers=4)
     cutover_class = move_module.MoveCutover if move else swap_module.Cutover
     load = ExitStack()
     attempts: list[str] = []
@@ -277,6 +272,21 @@ def test_critical_load_reached_while_no_worker_reads_it_stops_the_migration_befo
         assert migration_row(conn, DB, table).status == "done"
 
 
+def migrate_under_writers(endpoints, conn, spec: MigrationSpec, load: ExitStack, seed: int) -> None:
+    """Run `spec` (ALTER adding `note`) to its end in this process under 4 unthrottled ledger writers, `load`
+    released however it ends; every acknowledged write, those after the swap included, must be in the final
+    table."""
+    with Ledger(endpoints.mysql, DB, spec.table, writers=4, seed=seed) as ledger:
+        ledger.wait_for_writes(200)
+        try:
+            assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+        finally:
+            load.close()
+        ledger.wait_for_writes(200)   # writes after the swap count as much as any other
+    ledger.assert_kept(conn)
+    assert "note" in table_columns(conn, DB, spec.table) and migration_row(conn, DB, spec.table).status == "done"
+
+
 # With the slow set (`make test-slow`): a load injected inside an attempt, in process, as the move variant above;
 # `make test` keeps the CLI test of the hold before an attempt within its time.
 @pytest.mark.slow
@@ -286,9 +296,7 @@ def test_max_load_reached_during_the_attempts_catch_up_postpones_its_lock(endpoi
     counting as a failed attempt (one is allowed here), and the migration must swap once the load drops, losing
     no acknowledged write."""
     table = "max_load_at_swap"
-    cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
-    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")
-    create_ledger_table(conn, DB, table, rows=5_000, writers=4)
+    fresh_ledger_table(conn, DB, table, rows=5_000, writers=4)
     load = ExitStack()
     results: list[swap_module.CutoverResult] = []
     attempt_now = swap_module.Cutover.attempt
@@ -304,19 +312,11 @@ def test_max_load_reached_during_the_attempts_catch_up_postpones_its_lock(endpoi
     monkeypatch.setattr(swap_module.Cutover, "attempt", attempt_under_load)
     spec = MigrationSpec(database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2, apply_workers=2,
                          chunk_size=2_500, partitions=4, max_load=LIMIT, cutover_attempts=1).validate()
-    with Ledger(endpoints.mysql, DB, table, writers=4, seed=15) as ledger:
-        ledger.wait_for_writes(200)
-        try:
-            assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
-        finally:
-            load.close()
-        ledger.wait_for_writes(200)   # writes after the swap count as much as any other
+    migrate_under_writers(endpoints, conn, spec, load, seed=15)
     first = results[0]
     assert first.throttled and not first.swapped and first.blocked_ms == 0, first   # no lock was requested
     assert "Threads_running=" in first.reason
     assert [r.swapped for r in results[1:]] == [True]
-    ledger.assert_kept(conn)
-    assert "note" in table_columns(conn, DB, table) and migration_row(conn, DB, table).status == "done"
 
 
 @pytest.mark.slow
@@ -325,9 +325,7 @@ def test_max_load_reached_before_the_validation_snapshots_lock_postpones_it(endp
     it must keep that lock from being requested too. Validation must then take its snapshot once the load drops
     (not fall back to comparing the live tables), and the migration finish losing no acknowledged write."""
     table = "max_load_at_snapshot"
-    cli("abort", "--table", f"{DB}.{table}")   # whatever an interrupted run left
-    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")
-    create_ledger_table(conn, DB, table, rows=5_000, writers=4)
+    fresh_ledger_table(conn, DB, table, rows=5_000, writers=4)
     load = ExitStack()
     tries: list[str] = []
     snapshots_now = swap_module.Cutover.consistent_snapshots
@@ -348,16 +346,8 @@ def test_max_load_reached_before_the_validation_snapshots_lock_postpones_it(endp
     monkeypatch.setattr(swap_module.Cutover, "consistent_snapshots", snapshots_under_load)
     spec = MigrationSpec(database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2, apply_workers=2,
                          chunk_size=2_500, partitions=4, max_load=LIMIT).validate()
-    with Ledger(endpoints.mysql, DB, table, writers=4, seed=16) as ledger:
-        ledger.wait_for_writes(200)
-        try:
-            assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
-        finally:
-            load.close()
-        ledger.wait_for_writes(200)   # writes after the swap count as much as any other
+    migrate_under_writers(endpoints, conn, spec, load, seed=16)
     assert tries == ["throttled", "taken"]
-    ledger.assert_kept(conn)
-    assert "note" in table_columns(conn, DB, table) and migration_row(conn, DB, table).status == "done"
 
 
 @pytest.mark.parametrize("option, value, message", [
