@@ -45,6 +45,7 @@ log = logging.getLogger("stream_osc.validate")
 ROUNDS = 5                 # re-copies a row may need before a difference that stays is a failure
 MAX_ROUNDS = 4 * ROUNDS    # repair rounds of one range (two rows that keep replacing each other take 2 per strike)
 KEYS_PER_COMPARISON = 1000  # changed keys compared in one statement per side
+UNMERGED = 18446744073709551615   # the largest LIMIT: no row left out, and the derived table is not merged
 
 _TEXTS = STRING_TYPES | {"enum", "set"}
 _BLOBS = BINARY_TYPES - {"binary"}
@@ -160,11 +161,15 @@ def side_filter(pair: TablePair, source: bool) -> str:
 def range_checksum(conn: pymysql.connections.Connection, hasher: RowHasher, source: bool, lo: Key | None,
                    hi: Key | None) -> tuple:
     """(row count, sum of the squares of the rows' hashes) of one side over the keys [lo, hi). Both factors
-    are the same CRC32 (unsigned, below 2^32): the square fits an unsigned BIGINT, the SUM is exact."""
+    are the same CRC32 (unsigned, below 2^32): the square fits an unsigned BIGINT, the SUM is exact.
+
+    Each row's hash is computed once, in a derived table that its LIMIT keeps from being merged into the
+    outer query: `SUM(h * h)` written out would evaluate the whole hash expression twice per row (a third
+    of the checksum's time on sysbench rows, docs/benchmarks.md)."""
     where, params = hasher.pair.pk.in_range(lo, hi)
-    row = hasher.row_sql(source)
-    return tuple(query(conn, f"SELECT COUNT(*), COALESCE(SUM({row} * {row}), 0) FROM {hasher.table(source)} "
-                             f"WHERE ({where}){side_filter(hasher.pair, source)}", params)[0])
+    return tuple(query(conn, f"SELECT COUNT(*), COALESCE(SUM(h * h), 0) FROM (SELECT {hasher.row_sql(source)} AS h "
+                             f"FROM {hasher.table(source)} WHERE ({where}){side_filter(hasher.pair, source)} "
+                             f"LIMIT {UNMERGED}) AS hashes", params)[0])
 
 
 def row_hashes(conn: pymysql.connections.Connection, hasher: RowHasher, source: bool, lo: Key | None,
