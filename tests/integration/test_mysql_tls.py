@@ -82,3 +82,23 @@ def test_a_plain_dsn_is_encrypted_when_offered_and_disabled_means_clear_text(end
     assert endpoints.mysql.ssl_mode == "preferred"
     assert cipher(endpoints.mysql_dsn)
     assert cipher(f"{endpoints.mysql_dsn}?ssl-mode=disabled") == ""
+
+
+def test_sessions_of_one_dsn_share_one_tls_context_until_its_files_change(stack_config, tls_user, tmp_path):
+    """A session does not load a CA store of its own (26 ms of CPU each): sessions of one DSN share a context,
+    still encrypted, and a CA file replaced on disk is read again by the next session."""
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(ca_file(stack_config).read_bytes())
+    sessions = [connect(parse_mysql_dsn(dsn)) for dsn in (stack_config.env()["STREAM_OSC_MYSQL_DSN"],) * 2
+                + (f"{tls_user}?ssl-mode=verify-ca&ssl-ca={ca}",) * 2]
+    try:
+        assert all(query(s, "SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1] for s in sessions)
+        assert sessions[0].ctx is sessions[1].ctx
+        assert sessions[2].ctx is sessions[3].ctx and sessions[2].ctx is not sessions[0].ctx
+        os.utime(ca, ns=(0, 0))
+        renewed = connect(parse_mysql_dsn(f"{tls_user}?ssl-mode=verify-ca&ssl-ca={ca}"))
+        sessions.append(renewed)
+        assert renewed.ctx is not sessions[2].ctx
+    finally:
+        for session in sessions:
+            session.close()
