@@ -138,11 +138,12 @@ def create_capture_heartbeat_topic(kafka: KafkaAddress, name: str) -> None:
 
 
 def delete_topics(kafka: KafkaAddress, names: list[str]) -> None:
-    """Delete the topics that exist among `names`."""
-    present = [n for n in names if n in existing_topics(kafka)]
+    """Delete the topics that exist among `names` (listed once, through the client that deletes them)."""
+    client = admin(kafka)
+    existing = client.list_topics(timeout=10).topics
+    present = [n for n in names if n in existing]
     if not present:
         return
-    client = admin(kafka)
     for future in client.delete_topics(present, operation_timeout=30).values():
         try:
             future.result()
