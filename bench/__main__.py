@@ -16,6 +16,7 @@ from bench.plot import scaling_plot, timeline_plot
 from bench.report import read_previous, summarise, write_json, write_markdown
 from bench.run import Schedule, warm_up_tool
 from bench.sysbench import BenchError
+from bench.tools import compile_measured_code
 from core.db import connect, scalar
 from core.endpoints import ENV_KEYS, Endpoints
 from stack import services
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         _say("bringing the embedded stack up (stream-osc stack up)")
         services.up(StackConfig())
     endpoints = StackConfig().endpoints()
+    compile_measured_code()
     config.out_dir.mkdir(parents=True, exist_ok=True)
     json_path = config.out_dir / "benchmarks.json"
     invocations, runs = read_previous(json_path) if config.append else ([], [])
