@@ -66,26 +66,31 @@ def tls_context(addr: MySQLAddress) -> ssl.SSLContext | None:
     again by the next session), not once per session."""
     if addr.ssl_mode in ("disabled", "preferred"):
         return None
-    return _tls_context(addr, tuple(_modified(path) for path in (addr.ssl_ca, addr.ssl_cert, addr.ssl_key)))
+    files = (addr.ssl_ca, addr.ssl_cert, addr.ssl_key)
+    return _tls_context(addr.ssl_mode, *files, tuple(_version(path) for path in files))
 
 
-def _modified(path: str) -> int | None:
-    """A file's modification time (None without a path, or for a file that is not there)."""
+def _version(path: str) -> tuple[int, int, int] | None:
+    """What tells a file's versions apart: modification time, size and inode (a file replaced by a rename
+    within one tick of the clock still differs); None without a path, or for a file that is not there."""
     try:
-        return os.stat(path).st_mtime_ns if path else None
+        stat = os.stat(path) if path else None
     except OSError:
         return None
+    return (stat.st_mtime_ns, stat.st_size, stat.st_ino) if stat else None
 
 
 @lru_cache(maxsize=16)
-def _tls_context(addr: MySQLAddress, versions: tuple[int | None, ...]) -> ssl.SSLContext:
-    """tls_context's context, cached per address and file versions."""
-    context = ssl.create_default_context(cafile=addr.ssl_ca or None)
-    context.check_hostname = addr.ssl_mode == "verify-identity"
-    if addr.ssl_mode == "required":
+def _tls_context(ssl_mode: str, ssl_ca: str, ssl_cert: str, ssl_key: str,
+                 versions: tuple[tuple[int, int, int] | None, ...]) -> ssl.SSLContext:
+    """tls_context's context, per mode, files and their versions (no credentials in the cache's keys). The
+    system's CA store, used without ssl-ca, is read once per process."""
+    context = ssl.create_default_context(cafile=ssl_ca or None)
+    context.check_hostname = ssl_mode == "verify-identity"
+    if ssl_mode == "required":
         context.verify_mode = ssl.CERT_NONE
-    if addr.ssl_cert:
-        context.load_cert_chain(addr.ssl_cert, addr.ssl_key)
+    if ssl_cert:
+        context.load_cert_chain(ssl_cert, ssl_key)
     return context
 
 

@@ -114,10 +114,6 @@ def check_reachable(kafka: KafkaAddress, timeout: float = 10.0) -> None:
                                    f"{timeout:.0f} s)")
 
 
-def existing_topics(kafka: KafkaAddress) -> set[str]:
-    return set(admin(kafka).list_topics(timeout=10).topics)
-
-
 def create_change_topic(kafka: KafkaAddress, name: str, partitions: int) -> None:
     """Create the compacted change topic (latest event per key) before the connector starts."""
     topic = NewTopic(name, num_partitions=partitions, replication_factor=-1, config={
@@ -138,7 +134,10 @@ def create_capture_heartbeat_topic(kafka: KafkaAddress, name: str) -> None:
 
 
 def delete_topics(kafka: KafkaAddress, names: list[str]) -> None:
-    """Delete the topics that exist among `names` (listed once, through the client that deletes them)."""
+    """Delete the topics that exist among `names`: one admin client and one listing per teardown (a listing per
+    name took a new client's connection and metadata request each)."""
+    if not names:
+        return
     client = admin(kafka)
     existing = client.list_topics(timeout=10).topics
     present = [n for n in names if n in existing]

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from connectors.rest import ConnectClient
 from cutover.swap import SENTRY_COMMENT
 from core.db import connect, query
-from core.endpoints import Endpoints
+from core.endpoints import Endpoints, KafkaAddress
 from core.keys import KeyColumn, PrimaryKey
 from core.spec import MigrationSpec, helper_table_name
 from core.state import Migration, StateStore, capture_heartbeat_table
@@ -28,8 +28,13 @@ from migration.init_stage import topic_prefix
 from migration.teardown import remove_capture
 from streams.events import decode_event
 from streams.fence import fence_ids_for
-from streams.topics import existing_topics
+from streams.topics import admin
 from tests.integration.ledger import create_ledger_table
+
+
+def existing_topics(kafka: KafkaAddress) -> set[str]:
+    """Every topic the broker lists now."""
+    return set(admin(kafka).list_topics(timeout=10).topics)
 
 
 def db_conn(endpoints: Endpoints):

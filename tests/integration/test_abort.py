@@ -14,8 +14,8 @@ from core.db import ServerInfo, qualified, query, scalar
 from core.keys import primary_key
 from core.spec import MigrationSpec
 from core.state import Stage, StateStore, Status
-from streams.topics import TopicNames, existing_topics
-from tests.integration.helpers import table_columns, leftovers, migration_row, recorded_migration
+from streams.topics import TopicNames
+from tests.integration.helpers import existing_topics, table_columns, leftovers, migration_row, recorded_migration
 
 pytestmark = pytest.mark.integration
 

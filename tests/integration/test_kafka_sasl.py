@@ -13,8 +13,8 @@ import pytest
 
 from core.db import ServerInfo, query
 from migration.init_stage import start_capture
-from streams.topics import TopicNames, existing_topics
-from tests.integration.helpers import changed_keys, forms, leftovers, recorded_migration
+from streams.topics import TopicNames
+from tests.integration.helpers import changed_keys, existing_topics, forms, leftovers, recorded_migration
 
 pytestmark = pytest.mark.integration
 

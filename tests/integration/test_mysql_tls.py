@@ -89,14 +89,16 @@ def test_sessions_of_one_dsn_share_one_tls_context_until_its_files_change(stack_
     still encrypted, and a CA file replaced on disk is read again by the next session."""
     ca = tmp_path / "ca.pem"
     ca.write_bytes(ca_file(stack_config).read_bytes())
-    sessions = [connect(parse_mysql_dsn(dsn)) for dsn in (stack_config.env()["STREAM_OSC_MYSQL_DSN"],) * 2
-                + (f"{tls_user}?ssl-mode=verify-ca&ssl-ca={ca}",) * 2]
+    plain, verified = stack_config.env()["STREAM_OSC_MYSQL_DSN"], f"{tls_user}?ssl-mode=verify-ca&ssl-ca={ca}"
+    sessions: list = []
     try:
+        for dsn in (plain, plain, verified, verified):
+            sessions.append(connect(parse_mysql_dsn(dsn)))
         assert all(query(s, "SHOW SESSION STATUS LIKE 'Ssl_cipher'")[0][1] for s in sessions)
         assert sessions[0].ctx is sessions[1].ctx
         assert sessions[2].ctx is sessions[3].ctx and sessions[2].ctx is not sessions[0].ctx
         os.utime(ca, ns=(0, 0))
-        renewed = connect(parse_mysql_dsn(f"{tls_user}?ssl-mode=verify-ca&ssl-ca={ca}"))
+        renewed = connect(parse_mysql_dsn(verified))
         sessions.append(renewed)
         assert renewed.ctx is not sessions[2].ctx
     finally:
