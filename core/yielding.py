@@ -128,9 +128,21 @@ class Yielding:
         """Why the work runs below its settings, for `status` and the metrics; None when it does not."""
         if not self.yielding() or self.target_ms is None:
             return None
-        seen = f"{self.last_window_ms:.1f} ms" if self.last_window_ms is not None else "high"
-        return (f"application write latency {seen} over {self.target_ms:.1f} ms (--max-app-latency): "
-                f"{self.allowed} of {self.workers} workers, batches of {self.time_scale:.0%} of the target time")
+        return (f"application write latency {self._against_target()} (--max-app-latency): {self.allowed} of "
+                f"{self.workers} workers, batches of {self.time_scale:.0%} of the target time")
+
+    def _against_target(self) -> str:
+        """The last second's latency as it stands to the target: the work is held back after it came under
+        the target too, until it is well under (then the work comes back a step a second)."""
+        assert self.target_ms is not None
+        latency, target = self.last_window_ms, self.target_ms
+        if latency is None:
+            return f"high, over {target:.1f} ms"
+        if latency > target:
+            return f"{latency:.1f} ms over {target:.1f} ms"
+        if latency < RECOVER_BELOW * target:
+            return f"{latency:.1f} ms, back under {target:.1f} ms: work coming back"
+        return f"{latency:.1f} ms, under {target:.1f} ms but not well under: held"
 
     @contextmanager
     def turn(self, stopped: Callable[[], bool], waiting: Callable[[], None] | None = None) -> Iterator[bool]:

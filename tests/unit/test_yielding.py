@@ -70,6 +70,19 @@ def test_work_halves_while_the_application_suffers_and_returns_one_worker_at_a_t
     assert yielding.allowed == 8 and yielding.time_scale == 1.0 and yielding.reason() is None
 
 
+def test_the_reason_says_whether_the_latency_is_over_the_target_or_back_under_it():
+    yielding = Yielding(4, 10.0)
+    now = feed(yielding, 50.0)
+    assert yielding.reason().startswith("application write latency 50.0 ms over 10.0 ms (--max-app-latency): "
+                                        "2 of 4 workers")
+    now = feed(yielding, 8.0, start=now)
+    assert yielding.reason().startswith("application write latency 8.0 ms, under 10.0 ms but not well under: held")
+    feed(yielding, 2.0, start=now)
+    assert yielding.reason().startswith("application write latency 2.0 ms, back under 10.0 ms: work coming back "
+                                        "(--max-app-latency): 3 of 4 workers")
+    assert " over " not in yielding.reason()
+
+
 def test_one_slow_outlier_in_a_window_does_not_hold_the_work_back():
     yielding = Yielding(4, 10.0)
     for i in range(WINDOW):
