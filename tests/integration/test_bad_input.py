@@ -36,6 +36,29 @@ def test_table_without_primary_key(endpoints, conn, capsys):
     assert_refused(endpoints, capsys, "nopk", "ADD COLUMN c INT", "has no primary key")
 
 
+@pytest.mark.parametrize("refused, named", [
+    pytest.param("fk_child", "fk_up", id="a table whose own foreign key references another"),
+    pytest.param("fk_parent", "fk_across, fk_up", id="a table referenced from its own schema and from another"),
+])
+def test_a_table_with_foreign_keys_either_way_is_refused(endpoints, conn, capsys, refused, named):
+    """A rename swap would leave a foreign key pointing at the old table, or drop the new one's: the table is
+    refused whichever side of the key it is on, including a key held by a table of another schema."""
+    query(conn, "CREATE DATABASE IF NOT EXISTS bad_other")
+    for table in ("bad_other.fk_other_child", f"{DB}.fk_child", f"{DB}.fk_parent"):
+        query(conn, f"DROP TABLE IF EXISTS {table}")
+    query(conn, f"CREATE TABLE {DB}.fk_parent (id INT PRIMARY KEY)")
+    query(conn, f"CREATE TABLE {DB}.fk_child (id INT PRIMARY KEY, pid INT, "
+                f"CONSTRAINT fk_up FOREIGN KEY (pid) REFERENCES {DB}.fk_parent (id))")
+    query(conn, "CREATE TABLE bad_other.fk_other_child (id INT PRIMARY KEY, pid INT, "
+                f"CONSTRAINT fk_across FOREIGN KEY (pid) REFERENCES {DB}.fk_parent (id))")
+    try:
+        err = assert_refused(endpoints, capsys, refused, "ADD COLUMN c INT", f"has foreign keys ({named})")
+        assert "a rename swap would break them" in err
+    finally:
+        for table in ("bad_other.fk_other_child", f"{DB}.fk_child", f"{DB}.fk_parent"):
+            query(conn, f"DROP TABLE IF EXISTS {table}")
+
+
 @pytest.mark.parametrize("key_type, reason", [
     ("DOUBLE", "approximate values"),
     ("ENUM('b', 'a')", "ENUM sorts by member number"),
