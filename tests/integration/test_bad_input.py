@@ -3,6 +3,7 @@ import pytest
 
 from cli.main import main
 from core.db import query
+from core.spec import helper_table_name
 from demo.traffic import create_sample_table
 from tests.integration.helpers import leftovers
 
@@ -44,8 +45,7 @@ def test_a_table_with_foreign_keys_either_way_is_refused(endpoints, conn, capsys
     """A rename swap would leave a foreign key pointing at the old table, or drop the new one's: the table is
     refused whichever side of the key it is on, including a key held by a table of another schema."""
     query(conn, "CREATE DATABASE IF NOT EXISTS bad_other")
-    for table in ("bad_other.fk_other_child", f"{DB}.fk_child", f"{DB}.fk_parent"):
-        query(conn, f"DROP TABLE IF EXISTS {table}")
+    drop_fk_tables(conn)
     query(conn, f"CREATE TABLE {DB}.fk_parent (id INT PRIMARY KEY)")
     query(conn, f"CREATE TABLE {DB}.fk_child (id INT PRIMARY KEY, pid INT, "
                 f"CONSTRAINT fk_up FOREIGN KEY (pid) REFERENCES {DB}.fk_parent (id))")
@@ -55,8 +55,14 @@ def test_a_table_with_foreign_keys_either_way_is_refused(endpoints, conn, capsys
         err = assert_refused(endpoints, capsys, refused, "ADD COLUMN c INT", f"has foreign keys ({named})")
         assert "a rename swap would break them" in err
     finally:
-        for table in ("bad_other.fk_other_child", f"{DB}.fk_child", f"{DB}.fk_parent"):
-            query(conn, f"DROP TABLE IF EXISTS {table}")
+        drop_fk_tables(conn)
+
+
+def drop_fk_tables(conn) -> None:
+    """Children first; then the parents, with the original a wrongly run migration would have kept."""
+    for table in ("bad_other.fk_other_child", f"{DB}.fk_child", f"{DB}.{helper_table_name('fk_child', 'old')}",
+                  f"{DB}.fk_parent", f"{DB}.{helper_table_name('fk_parent', 'old')}"):
+        query(conn, f"DROP TABLE IF EXISTS {table}")
 
 
 @pytest.mark.parametrize("key_type, reason", [
