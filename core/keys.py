@@ -193,6 +193,12 @@ class PrimaryKey:
             return None
 
 
+class KeyUnreadable(Exception):
+    """The primary key's columns could not all be described."""
+
+    user_facing = True
+
+
 def primary_key(conn: pymysql.connections.Connection, database: str, table: str) -> PrimaryKey:
     """The table's primary key in key order (no columns when it has none).
 
@@ -208,6 +214,10 @@ def primary_key(conn: pymysql.connections.Connection, database: str, table: str)
                           "COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
                     (database, table))
     described = {r[0].lower(): r[1:] for r in columns}
+    undescribed = [name for name in names if name.lower() not in described]
+    if undescribed:   # changed between the two reads, or hidden from COLUMNS: no key is better than a wrong one
+        raise KeyUnreadable(f"the primary key of {database}.{table} names columns information_schema.COLUMNS "
+                            f"does not show ({', '.join(undescribed)}); was the table changed just now?")
     return PrimaryKey(tuple(KeyColumn(name, data_type.lower(), column_type.lower(),
                                       None if octets is None else int(octets),
                                       None if precision is None else int(precision), collation)

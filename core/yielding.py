@@ -126,23 +126,23 @@ class Yielding:
 
     def reason(self) -> str | None:
         """Why the work runs below its settings, for `status` and the metrics; None when it does not."""
-        if not self.yielding() or self.target_ms is None:
+        target = self.target_ms   # read once: `set` may be changing it meanwhile
+        if not self.yielding() or target is None:
             return None
-        return (f"application write latency {self._against_target()} (--max-app-latency): {self.allowed} of "
+        return (f"application write latency {self._against(target)} (--max-app-latency): {self.allowed} of "
                 f"{self.workers} workers, batches of {self.time_scale:.0%} of the target time")
 
-    def _against_target(self) -> str:
+    def _against(self, target: float) -> str:
         """The last second's latency as it stands to the target: the work is held back after it came under
         the target too, until it is well under (then the work comes back a step a second)."""
-        assert self.target_ms is not None
-        latency, target = self.last_window_ms, self.target_ms
+        latency = self.last_window_ms
         if latency is None:
-            return f"high, over {target:.1f} ms"
+            return f"not measured yet against {target:.1f} ms"
         if latency > target:
             return f"{latency:.1f} ms over {target:.1f} ms"
         if latency < RECOVER_BELOW * target:
             return f"{latency:.1f} ms, back under {target:.1f} ms: work coming back"
-        return f"{latency:.1f} ms, under {target:.1f} ms but not well under: held"
+        return f"{latency:.1f} ms, at or under {target:.1f} ms but not well under: held"
 
     @contextmanager
     def turn(self, stopped: Callable[[], bool], waiting: Callable[[], None] | None = None) -> Iterator[bool]:

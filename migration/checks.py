@@ -116,7 +116,8 @@ def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> Pr
             raise PreflightError(f"table {db}.{table} has primary-key column {column.name} of type "
                                  f"{column.column_type}, which cannot be a key here: {reason}")
     # its own foreign keys, then those of other tables that reference it: apart, so that the first is answered
-    # from the table's definition alone (MariaDB opens every table of the server for an OR of the two)
+    # from the table's definition alone (MariaDB opens every table of the server for an OR of the two); the
+    # second still opens them all, since any schema may hold a key referencing this table
     fks = query(conn, "SELECT CONSTRAINT_NAME, TABLE_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS "
                       "WHERE CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s", (db, table)) or query(
         conn, "SELECT CONSTRAINT_NAME, TABLE_NAME FROM information_schema.KEY_COLUMN_USAGE "

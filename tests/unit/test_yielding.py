@@ -70,17 +70,25 @@ def test_work_halves_while_the_application_suffers_and_returns_one_worker_at_a_t
     assert yielding.allowed == 8 and yielding.time_scale == 1.0 and yielding.reason() is None
 
 
-def test_the_reason_says_whether_the_latency_is_over_the_target_or_back_under_it():
+@pytest.mark.parametrize("latency_ms, said", [
+    (10.0, "10.0 ms, at or under 10.0 ms but not well under: held"),
+    (6.0, "6.0 ms, at or under 10.0 ms but not well under: held"),
+    (5.9, "5.9 ms, back under 10.0 ms: work coming back"),
+])
+def test_the_reason_says_whether_the_latency_is_over_the_target_or_back_under_it(latency_ms, said):
     yielding = Yielding(4, 10.0)
     now = feed(yielding, 50.0)
     assert yielding.reason().startswith("application write latency 50.0 ms over 10.0 ms (--max-app-latency): "
                                         "2 of 4 workers")
-    now = feed(yielding, 8.0, start=now)
-    assert yielding.reason().startswith("application write latency 8.0 ms, under 10.0 ms but not well under: held")
-    feed(yielding, 2.0, start=now)
-    assert yielding.reason().startswith("application write latency 2.0 ms, back under 10.0 ms: work coming back "
-                                        "(--max-app-latency): 3 of 4 workers")
+    feed(yielding, latency_ms, start=now)
+    assert yielding.reason().startswith(f"application write latency {said} (--max-app-latency)")
     assert " over " not in yielding.reason()
+
+
+def test_the_reason_before_any_second_was_judged_says_so():
+    yielding = Yielding(4, 10.0)
+    yielding.configure(8, 10.0)   # more workers asked for: 4 of 8 until the latency allows more
+    assert yielding.reason().startswith("application write latency not measured yet against 10.0 ms")
 
 
 def test_one_slow_outlier_in_a_window_does_not_hold_the_work_back():
