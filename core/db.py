@@ -62,8 +62,8 @@ def tls_context(addr: MySQLAddress) -> ssl.SSLContext | None:
     certificate against ssl-ca (or the system's CAs); verify-identity also checks that it names the host.
     None for disabled and preferred (PyMySQL then encrypts when the server offers TLS, unchecked).
 
-    Made once per address and version of its files (a CA or client certificate replaced on disk is read
-    again by the next session), not once per session."""
+    Made once per mode, files and version of those files (a CA or client certificate replaced on disk is
+    read again by the next session), not once per session."""
     if addr.ssl_mode in ("disabled", "preferred"):
         return None
     files = (addr.ssl_ca, addr.ssl_cert, addr.ssl_key)

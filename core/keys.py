@@ -218,11 +218,12 @@ def primary_key(conn: pymysql.connections.Connection, database: str, table: str)
     if undescribed:   # changed between the two reads, or hidden from COLUMNS: no key is better than a wrong one
         raise KeyUnreadable(f"the primary key of {database}.{table} names columns information_schema.COLUMNS "
                             f"does not show ({', '.join(undescribed)}); was the table changed just now?")
-    return PrimaryKey(tuple(KeyColumn(name, data_type.lower(), column_type.lower(),
-                                      None if octets is None else int(octets),
-                                      None if precision is None else int(precision), collation)
-                            for name in names
-                            for data_type, column_type, octets, precision, collation in [described[name.lower()]]))
+    key = []
+    for name in names:
+        data_type, column_type, octets, precision, collation = described[name.lower()]
+        key.append(KeyColumn(name, data_type.lower(), column_type.lower(), None if octets is None else int(octets),
+                             None if precision is None else int(precision), collation))
+    return PrimaryKey(tuple(key))
 
 
 # Keys in the metadata schema (chunk bounds): JSON, exact for every value type PyMySQL returns.

@@ -44,8 +44,8 @@ def test_table_without_primary_key(endpoints, conn, capsys):
 def test_a_table_with_foreign_keys_either_way_is_refused(endpoints, conn, capsys, refused, named):
     """A rename swap would leave a foreign key pointing at the old table, or drop the new one's: the table is
     refused whichever side of the key it is on, including a key held by a table of another schema."""
-    query(conn, "CREATE DATABASE IF NOT EXISTS bad_other")
     drop_fk_tables(conn)
+    query(conn, "CREATE DATABASE bad_other")
     query(conn, f"CREATE TABLE {DB}.fk_parent (id INT PRIMARY KEY)")
     query(conn, f"CREATE TABLE {DB}.fk_child (id INT PRIMARY KEY, pid INT, "
                 f"CONSTRAINT fk_up FOREIGN KEY (pid) REFERENCES {DB}.fk_parent (id))")
@@ -63,6 +63,7 @@ def drop_fk_tables(conn) -> None:
     for table in ("bad_other.fk_other_child", f"{DB}.fk_child", f"{DB}.{helper_table_name('fk_child', 'old')}",
                   f"{DB}.fk_parent", f"{DB}.{helper_table_name('fk_parent', 'old')}"):
         query(conn, f"DROP TABLE IF EXISTS {table}")
+    query(conn, "DROP DATABASE IF EXISTS bad_other")
 
 
 @pytest.mark.parametrize("key_type, reason", [
