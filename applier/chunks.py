@@ -40,7 +40,7 @@ def key_ranges(conn: pymysql.connections.Connection, table: str, pk: PrimaryKey,
 class ChunkQueue:
     """Pending chunks of one migration in a Redis sorted set; a worker owns a chunk while its lease lives.
 
-    The lease names its worker's process (core/process_owner.py): one held by a process that died on this host
+    The lease names its worker's process (core/process_owner.py): one held by a process that died in this pid space
     is taken over at once rather than waited out, so a migration resumed after a crash copies on without a
     pause. The lease only spares work: a batch publishes its range in the chunk's row and holds that row locked
     until it commits its rows and progress together, guarded on the position (applier/README.md), so two workers
@@ -75,7 +75,7 @@ class ChunkQueue:
         return None
 
     def _take_from_the_dead(self, lease: str) -> bool:
-        """Take `lease` over if its holder died on this host; False if it lives, is elsewhere, or another worker
+        """Take `lease` over if its holder died in this pid space; False if it lives, is elsewhere, or another worker
         took the lease first."""
         with self.r.pipeline() as pipe:
             try:

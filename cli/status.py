@@ -208,7 +208,7 @@ def blockers_text(blockers: list[dict[str, Any]] | None) -> str | None:
 
 def running_coordinator(store: StateStore, migration_id: int, status: str) -> tuple[str, float] | None:
     """(owner, heartbeat age) of the process coordinating an unfinished migration; None if none is alive
-    (one that ran on this host and is gone counts as dead at once, without waiting for its heartbeat to age)."""
+    (one that ran in this pid space and is gone counts as dead at once, without waiting for its heartbeat to age)."""
     return None if status in FINISHED else live_coordinator(store, migration_id)
 
 

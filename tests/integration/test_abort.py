@@ -2,7 +2,6 @@
 kill in the middle of init."""
 from __future__ import annotations
 
-import socket
 import subprocess
 
 import pytest
@@ -12,6 +11,7 @@ from cli.main import main
 from connectors.rest import ConnectClient
 from core.db import ServerInfo, qualified, query, scalar
 from core.keys import primary_key
+from core.process_owner import owner_name
 from core.spec import MigrationSpec
 from core.state import Stage, StateStore, Status
 from streams.topics import TopicNames
@@ -77,7 +77,7 @@ def killed_after_new_table(endpoints, conn, monkeypatch):
     gone = subprocess.Popen(["true"])
     gone.wait()   # a process of this host that no longer runs: the killed coordinator
     with pytest.raises(KeyboardInterrupt):
-        init_stage.run_init(conn, endpoints, spec, ServerInfo.read(conn), f"{socket.gethostname()}:{gone.pid}:dead00")
+        init_stage.run_init(conn, endpoints, spec, ServerInfo.read(conn), owner_name(gone.pid))
     monkeypatch.undo()
     assert recorded_first == [True], "the migration row must exist before the new table"
     assert table_columns(conn, DB, "orders_osc_new") == ["id", "v", "x"]

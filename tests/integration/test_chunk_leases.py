@@ -1,9 +1,9 @@
 """A chunk leased by a copy worker whose process died on this host is taken over at once, so a migration
 resumed after a crash copies on without waiting out the lease; a living holder's lease, or one held on
-another host, is waited out (real Redis)."""
+another host, or in another pid space under the same hostname (a container sharing the host's network), is
+waited out (real Redis)."""
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -13,8 +13,12 @@ import redis
 
 from applier.chunks import ChunkQueue
 from core import redis_keys
+from core.process_owner import owner_name
 
 pytestmark = pytest.mark.integration
+
+# a host or container sharing this hostname, with a pid namespace (or boot) of its own
+OTHER_PID_SPACE = "0123456789ab"
 
 MIGRATION_ID = 990_001   # no migration of the metadata schema has it: the keys are this test's own
 
@@ -38,10 +42,13 @@ def client(endpoints):
 
 
 @pytest.mark.parametrize("holder, taken", [
-    (lambda: f"{socket.gethostname()}:{dead_pid()}:a1b2c3:0011aabb", True),
-    (lambda: f"{socket.gethostname()}:{os.getpid()}:a1b2c3:0011aabb", False),
-    (lambda: f"another-host-{socket.gethostname()}:{dead_pid()}:a1b2c3:0011aabb", False),
-], ids=["dead_on_this_host", "alive_on_this_host", "on_another_host"])
+    (lambda: f"{owner_name(dead_pid())}:0011aabb", True),
+    (lambda: f"{owner_name()}:0011aabb", False),
+    (lambda: f"another-host-{owner_name(dead_pid())}:0011aabb", False),
+    (lambda: f"{socket.gethostname()}:{dead_pid()}:a1b2c3:{OTHER_PID_SPACE}:0011aabb", False),
+    (lambda: f"{socket.gethostname()}:{dead_pid()}:a1b2c3:0011aabb", False),
+], ids=["dead_on_this_host", "alive_on_this_host", "on_another_host",
+        "same_hostname_other_pid_space", "named_by_an_earlier_version"])
 def test_a_chunk_is_taken_from_a_dead_holder_at_once_and_never_from_a_living_or_remote_one(client, holder, taken):
     queue = ChunkQueue(client, MIGRATION_ID)
     queue.seed([0])
