@@ -193,7 +193,7 @@ class Observer:
         if drain:
             done = next((s for s in drain if s.lag <= STEADY_LAG), drain[-1])
             start = drain[0]
-            backlog = start.lag + (start.applied or 0)
+            backlog = start.lag   # the group's lag as the copy ends (the appliers applied during the copy)
             out["backlog_events"] = backlog
             if backlog >= 5 * STEADY_LAG and done.t > start.t:
                 out["apply_capacity_events_per_s"] = round((done.applied - start.applied) / (done.t - start.t))

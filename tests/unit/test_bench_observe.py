@@ -13,6 +13,15 @@ def test_probes_are_grouped_by_the_stage_they_were_sent_in():
                                            "cutover": [60.0, 1]}
 
 
+def test_the_backlog_is_what_the_copy_left_unapplied_not_what_was_applied_during_it():
+    observer = Observer(endpoints=None, table=None, after_id=0)
+    observer.samples = [Sample(1.0, "copy", 0, 0, 10), Sample(9.0, "copy", 1000, 200_000, 300),
+                        Sample(10.0, "validate", 1000, 200_100, 6_000), Sample(13.0, "validate", 1000, 212_000, 500)]
+    figures = observer.figures(rows=1000)
+    assert figures["backlog_events"] == 6_000
+    assert figures["apply_capacity_events_per_s"] == round(11_900 / 3.0)
+
+
 def test_p99_is_the_value_below_which_99_percent_lie():
     values = [float(v) for v in range(1, 201)]
     assert p99(values) == 199.0 and p99([7.0]) == 7.0
