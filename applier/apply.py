@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from functools import partial
 
 import pymysql
 import redis
@@ -11,6 +12,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from applier.recopy import recopy_keys, with_retry
 from applier.uncopied import KeySorter, settle_behind_batches
+from applier.zero_dates import with_zero_date_rows
 from core import redis_keys
 from core.context import RunContext
 from core.db import query
@@ -243,6 +245,7 @@ def apply_worker(ctx: RunContext, worker_no: int, member: str) -> None:
                 change = decode_key(msg.key(), pk)
                 if change is not None and not change.is_fence:
                     keys.add(change.pk)
+            keys = with_retry(partial(with_zero_date_rows, conn, ctx.pair, keys, target))
             written = apply_changed_keys(conn, ctx, keys, target, sorter)
             committer.after_batch(messages)
             stats.add(len(messages), written, (time.monotonic() - started) * 1000)

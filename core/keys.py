@@ -27,6 +27,10 @@ from core.db import query, quote_ident
 Key = tuple[Any, ...]
 
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
+# what a change event gives for a zero date (or one with a zero month or day) in a NOT NULL column of each type
+EPOCH_BY_TYPE: dict[str, date] = {"date": date(1970, 1, 1), "datetime": datetime(1970, 1, 1),
+                                  "timestamp": datetime(1970, 1, 1)}
+ZERO_DATE_TYPES = frozenset(EPOCH_BY_TYPE)
 STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 TEMPORAL_TYPES = {"date", "datetime", "timestamp", "time", "year"}
@@ -184,6 +188,26 @@ class PrimaryKey:
             params += list(bound[:i + 1])
         lead = ">=" if strict == ">" else "<="
         return f"({cols[0]} {lead} %s AND ({' OR '.join(disjuncts)}))", [bound[0], *params]
+
+    def zero_date_positions(self, key: Key) -> tuple[int, ...]:
+        """The positions of `key`'s date columns holding the epoch: a change event's key names a zero date there
+        ('0000-00-00', or a zero month or day) by the epoch (applier/zero_dates.py)."""
+        return tuple(i for i, (column, value) in enumerate(zip(self.columns, key))
+                     if column.data_type in ZERO_DATE_TYPES and type(value) is type(EPOCH_BY_TYPE[column.data_type])
+                     and value == EPOCH_BY_TYPE[column.data_type])
+
+    def zero_date_family(self, keys: Sequence[Key]) -> tuple[str, list[Any]]:
+        """SQL and parameters selecting every row each of `keys` may stand for: in a column where the key holds
+        the epoch, the epoch or any date with a zero month or day; in the others, the key's value."""
+        disjuncts: list[str] = []
+        params: list[Any] = []
+        for key in keys:
+            zero = set(self.zero_date_positions(key))
+            terms = [f"({c.ident} = %s OR MONTH({c.ident}) = 0 OR DAYOFMONTH({c.ident}) = 0)" if i in zero
+                     else f"{c.ident} = %s" for i, c in enumerate(self.columns)]
+            disjuncts.append("(" + " AND ".join(terms) + ")")
+            params += list(key)
+        return " OR ".join(disjuncts), params
 
     def from_change(self, doc: dict[str, Any]) -> Key | None:
         """The key of a Debezium change key document, or None if it is not this table's key."""

@@ -20,6 +20,7 @@ import pymysql
 from confluent_kafka import Consumer
 
 from applier.recopy import recopy_keys, with_retry
+from applier.zero_dates import with_zero_date_rows
 from core.context import RunContext
 from cutover.validate import Sessions
 from core.spec import MigrationSpec
@@ -184,6 +185,7 @@ class Cutover:
         started = time.monotonic()
         positions = reader.read(start, token, timeout, collect)
         read_at = time.monotonic()
+        keys = with_zero_date_rows(conn, self.ctx.pair, keys, target)
         if in_transaction:
             with_retry(lambda: recopy_keys(conn, self.ctx.pair, keys, target=target))
         else:

@@ -34,6 +34,7 @@ import pymysql
 
 from applier.chunks import key_ranges
 from applier.recopy import recopy_keys, with_retry
+from applier.zero_dates import with_zero_date_rows
 from core.table import TablePair
 from core.context import RunContext, WorkStopped
 from core.db import query, quote_ident
@@ -271,7 +272,8 @@ class KeyList:
 
     def differences(self, conn: pymysql.connections.Connection, hasher: RowHasher,
                     target_conn: pymysql.connections.Connection | None = None) -> Differences:
-        return key_differences(conn, hasher, self.keys, target_conn)
+        keys = with_zero_date_rows(conn, hasher.pair, set(self.keys), target_conn)
+        return key_differences(conn, hasher, tuple(keys), target_conn)
 
     def show(self, pk: PrimaryKey) -> str:
         return f"among {len(self.keys)} keys changed since their range was checked, from {show_key(pk, self.keys[0])}"

@@ -43,6 +43,14 @@ class Shape:
     key_columns: tuple[str, ...]
     make_key: Callable[[int, int], Key]
     variant: Callable[[Key, random.Random], Key | None] = lambda key, rng: None   # same row under the collation
+    sql_mode: str | None = None   # the application sessions' own, when not the server's
+
+
+# the values the server reads back as text (not dates), and the date the change events give for each of them
+ZERO_FAMILY = ("0000-00-00", "2024-00-10", "2024-05-00", date(1970, 1, 1), date(2024, 5, 1))
+ZERO_DATETIMES = ("0000-00-00 00:00:00.000", "2024-00-10 12:00:00.500", "2024-05-00 00:00:00.000",
+                  datetime(1970, 1, 1), datetime(2024, 5, 1, 7, 30))
+ZERO_TIMESTAMPS = ("0000-00-00 00:00:00", datetime(1970, 1, 1, 5, 30, 1))   # the first second a TIMESTAMP holds
 
 
 def recase(key: Key, rng: random.Random) -> Key:
@@ -82,6 +90,15 @@ SHAPES = {
                                             datetime(2020, 3, 29, 1, 30) + timedelta(seconds=n, microseconds=w),
                                             datetime(2021, 10, 31, 1, 30) + timedelta(milliseconds=n * 1000 + w),
                                             (Decimal(n % 50) + Decimal(w) / 100).quantize(Decimal("0.01")))),
+    # Debezium sends a zero date, or one with a zero month or day, in a NOT NULL column as the epoch: the
+    # change's key then names 1970-01-01, which is also a key of its own here
+    "zero_dates": Shape("d DATE NOT NULL, n INT NOT NULL", ("d", "n"),
+                        lambda w, n: (ZERO_FAMILY[n % len(ZERO_FAMILY)], n // len(ZERO_FAMILY) * WRITERS + w),
+                        sql_mode=""),
+    "zero_datetimes": Shape("at DATETIME(3) NOT NULL, ts TIMESTAMP NOT NULL, n INT NOT NULL", ("at", "ts", "n"),
+                            lambda w, n: (ZERO_DATETIMES[n % len(ZERO_DATETIMES)], ZERO_TIMESTAMPS[n % 2],
+                                          n // len(ZERO_DATETIMES) * WRITERS + w),
+                            sql_mode=""),
 }
 
 
@@ -109,6 +126,8 @@ class KeyWriter(AcknowledgedWriter):
         conn = pymysql.connect(host=self.addr.host, port=self.addr.port, user=self.addr.user,
                                password=self.addr.password, autocommit=True, charset="utf8mb4")
         query(conn, "SET time_zone = '+05:30'")
+        if self.shape.sql_mode is not None:
+            query(conn, "SET sql_mode = %s", (self.shape.sql_mode,))
         return conn
 
     def statement(self, conn: pymysql.connections.Connection, sql: str, params: tuple) -> None:

@@ -65,6 +65,22 @@ def test_a_composite_change_key_is_read_by_column_name_in_key_order():
     assert pk.from_change({"tenant": 2}) is None
 
 
+def test_a_change_key_holding_the_epoch_in_a_date_column_may_stand_for_any_zero_date_there():
+    pk = PrimaryKey((column("d", "date"), column("at", "datetime"), column("ts", "timestamp"), column("n", "int")))
+    sent = {"d": 0, "at": 0, "ts": "1970-01-01T00:00:00Z", "n": 0}   # a zero date, a zero datetime, a zero timestamp
+    key = pk.from_change(sent)
+    assert pk.zero_date_positions(key) == (0, 1, 2)
+    where, params = pk.zero_date_family([key])
+    assert where.count("OR MONTH(") == 3 and where.count("OR DAYOFMONTH(") == 3 and "`n` = %s" in where
+    assert params == list(key)
+    assert pk.zero_date_positions((date(1970, 1, 2), datetime(1970, 1, 1, 0, 0, 1), datetime(2000, 1, 1), 0)) == ()
+    assert pk.zero_date_positions(("0000-00-00", datetime(1970, 1, 1), datetime(2000, 1, 1), 0)) == (1,)
+
+
+def test_an_integer_zero_is_no_zero_date():
+    assert PrimaryKey((column("n", "int"),)).zero_date_positions((0,)) == ()
+
+
 def test_key_ranges_are_open_where_unbounded_and_lexicographic_where_composite():
     single = PrimaryKey((column("id", "int"),))
     assert single.in_range(None, None) == ("TRUE", [])
