@@ -10,6 +10,11 @@ events. Two kinds of change break that meaning without a row event to say so:
 
 Both are recorded at init (in the migration's options) and compared every few seconds and, decisively,
 inside the cutover's lock, where no DDL can run.
+
+A third change loses row events without touching the table: the server's binlog_format or binlog_row_image
+set away from ROW and FULL (init refuses a server without them). Sessions connecting after that log their
+changes in a form the connector skips, so the appliers and the cutover's drain would never see them; they are
+checked at the same points.
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ _TWO_CHARACTER_CODES = ((0x00C0, 0x05FF), (0x1E00, 0x1FFF), (0x2160, 0x217F), (0
 
 _RESERVED = re.compile(r"^(CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])$", re.IGNORECASE)
 UNKNOWN_TABLE = 1109   # ER_UNKNOWN_TABLE: this server has not that information_schema view
+CAPTURED_BINLOG = {"binlog_format": "ROW", "binlog_row_image": "FULL"}   # as init requires (migration/checks.py)
 
 
 class SourceChanged(Exception):
@@ -216,8 +222,17 @@ def source_changes(conn: pymysql.connections.Connection, options: dict[str, Any]
     return definition, f"InnoDB table id {', '.join(map(str, recorded_identity))} is now {now}"
 
 
+def capture_setting_changes(conn: pymysql.connections.Connection) -> list[str]:
+    """The binlog settings change data capture needs that the server no longer has ("binlog_format is MIXED")."""
+    found = {str(name).lower(): str(value) for name, value in
+             query(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('binlog_format', 'binlog_row_image')")}
+    return [f"{name} is {found[name]}" for name, needed in CAPTURED_BINLOG.items()
+            if name in found and found[name].upper() != needed]
+
+
 def check_source_unchanged(conn: pymysql.connections.Connection, migration: Migration) -> None:
-    """Raise SourceChanged if the source table's definition or identity differs from the one init recorded."""
+    """Raise SourceChanged if the source table's definition or identity differs from the one init recorded, or
+    its changes are no longer logged in the form change data capture reads."""
     name = f"{migration.database}.{migration.table}"
     definition, identity = source_changes(conn, migration.options, migration.database, migration.table)
     if definition:
@@ -230,3 +245,11 @@ def check_source_unchanged(conn: pymysql.connections.Connection, migration: Migr
                             f"({identity}); the rows a TRUNCATE or a DROP removes send no row event, and a rebuild "
                             "cannot be told from them: stopping without a swap; run "
                             f"`stream-osc abort --table {name}` and start again")
+    settings = capture_setting_changes(conn)
+    if settings:
+        raise SourceChanged(f"{' and '.join(settings)} since the migration of {name} began: changes that sessions "
+                            "connected since then write are logged in a form change data capture skips, and would "
+                            "not reach the new table: stopping without a swap; set it back (SET GLOBAL "
+                            "binlog_format='ROW', binlog_row_image='FULL'), reconnect the application's sessions (a "
+                            f"session keeps the format it connected with), then run `stream-osc abort --table {name}` "
+                            "and start again")

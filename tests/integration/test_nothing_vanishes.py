@@ -10,6 +10,7 @@ import random
 import threading
 from collections import Counter
 
+import pymysql
 import pytest
 
 from core.table import load_pair
@@ -223,6 +224,75 @@ def test_ddl_on_the_source_before_the_lock_is_caught_inside_the_cutover_lock(end
     assert query(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
                  (DB, spec.old_table)) == []                                  # the sentry is gone
     assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.{table}") == 3_000
+    assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
+    assert leftovers(endpoints, DB, table) == []
+
+
+@pytest.fixture
+def mixed_binlog(endpoints, conn):
+    """Turns the server's binlog_format to MIXED when called, returning an application session connected after
+    that (it keeps the format); ROW again however the test ends. MIXED, not STATEMENT: the tool's READ COMMITTED
+    sessions still log rows under it, so only the application's changes go uncaptured."""
+    sessions = []
+
+    def turn() -> object:
+        query(conn, "SET GLOBAL binlog_format = 'MIXED'")
+        addr = endpoints.mysql   # an application's session: the server's own isolation level and sql_mode
+        sessions.append(pymysql.connect(host=addr.host, port=addr.port, user=addr.user, password=addr.password,
+                                        autocommit=True))
+        return sessions[-1]
+    try:
+        yield turn
+    finally:
+        query(conn, "SET GLOBAL binlog_format = 'ROW'")
+        for session in sessions:
+            session.close()
+
+
+def test_binlog_format_turned_away_from_row_during_the_copy_stops_the_migration_without_a_swap(
+        endpoints, conn, mixed_binlog):
+    table = "statement_in_copy"
+    fresh(conn, table)
+    create_sample_table(conn, DB, table, rows=20_000, seed=9)
+    run = RunnerThread(endpoints, spec_for(table, "ADD INDEX c_idx (c)", batch_size=100))
+    run.start()
+    wait_for(lambda: (row := migration_row(conn, DB, table)) is not None and row.stage == "copy"
+             and scalar(conn, "SELECT COUNT(*) FROM stream_osc.chunks WHERE migration_id=%s AND rows_copied > 0",
+                        (row.id,)), 180, "the copy under way")
+    application = mixed_binlog()
+    query(application, f"UPDATE {DB}.{table} SET c = 'never captured' WHERE id <= 10")
+    run.join(300)
+    assert not run.is_alive()
+    assert isinstance(run.error, SourceChanged), (run.result, run.error)
+    assert f"binlog_format is MIXED since the migration of {DB}.{table} began" in str(run.error)
+    assert migration_row(conn, DB, table).error == str(run.error)   # `status` shows why
+    assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.{table} WHERE c = 'never captured'") == 10
+    assert scalar(conn, "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s AND "
+                        "TABLE_NAME=%s AND INDEX_NAME='c_idx'", (DB, table)) == 0
+    query(conn, "SET GLOBAL binlog_format = 'ROW'")   # as the message says: set back, then abort
+    assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
+    assert leftovers(endpoints, DB, table) == []
+
+
+def test_binlog_format_turned_away_from_row_before_the_lock_is_caught_inside_the_cutover_lock(
+        endpoints, conn, mixed_binlog):
+    table = "statement_at_lock"
+    fresh(conn, table)
+    create_sample_table(conn, DB, table, rows=3_000, seed=7)
+    spec = waiting_migration(conn, table, "ADD COLUMN flag TINYINT NOT NULL DEFAULT 0")
+    application = mixed_binlog()                                            # after the last health check
+    query(application, f"UPDATE {DB}.{table} SET c = 'never captured' WHERE id <= 10")
+    store = StateStore(conn, spec.metadata_schema)
+    migration = store.active(DB, table)
+    assert store.claim_coordinator(migration.id, "test:coordinator", STALE_S, store.coordinator(migration.id))
+    ctx = RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
+    with pytest.raises(SourceChanged, match="binlog_format is MIXED since the migration"):
+        Cutover(ctx, ServerInfo.read(conn).is_mariadb).attempt(spec.cutover_window_s, "test:coordinator")
+    assert "flag" not in [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
+                                                    "TABLE_SCHEMA=%s AND TABLE_NAME=%s", (DB, table))]
+    assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.{table} WHERE c = 'never captured'") == 10   # kept, not swapped
+    store.release_coordinator(migration.id, "test:coordinator")
+    query(conn, "SET GLOBAL binlog_format = 'ROW'")
     assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
     assert leftovers(endpoints, DB, table) == []
 
@@ -449,7 +519,7 @@ def test_a_migration_recorded_by_an_integer_key_version_resumes_where_it_was(con
 
 
 # 6. sessions still on statement-based binlog -------------------------------------------------------
-def test_sessions_that_may_still_write_statement_binlog_are_pointed_out(endpoints, conn, capsys):
+def test_sessions_that_may_still_write_mixed_binlog_are_pointed_out(endpoints, conn, capsys):
     table = "session_format"
     fresh(conn, table)
     create_sample_table(conn, DB, table, rows=10, seed=6)
