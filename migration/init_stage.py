@@ -31,6 +31,7 @@ from core.context import target_connection
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
+from core.table import is_generated, load_pair
 from core.source_check import DEFINITION_OPTION, IDENTITY_OPTION, table_definition, table_identity
 from core.state import COPY_UNTIL_OPTION, Migration, Stage, StateStore
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
@@ -83,6 +84,13 @@ def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, 
                 raise PreflightError(f"the ALTER changes how primary-key column {before.name} compares "
                                      f"({describe(before)} -> {describe(after)}): rows are matched and key ranges "
                                      "compared by the key in both tables, so it must compare the same; not supported")
+        unfilled = columns_nothing_fills(conn, spec, target)
+        if unfilled:
+            raise PreflightError(f"the ALTER adds column{'s' if len(unfilled) > 1 else ''} {', '.join(unfilled)} "
+                                 "NOT NULL without a DEFAULT: the copy writes only the columns the original fills, "
+                                 "and the server refuses a row without a value for it (a plain ALTER TABLE gives "
+                                 "existing rows the type's implicit value, 0 or ''); add a DEFAULT, the value existing "
+                                 "rows are to get")
     except pymysql.err.MySQLError as exc:
         query(where, f"DROP TABLE IF EXISTS {new}")
         raise PreflightError(f"the ALTER is not valid for {spec.qualified_name}: {exc.args[1]} "
@@ -90,6 +98,20 @@ def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, 
     except BaseException:
         query(where, f"DROP TABLE IF EXISTS {new}")
         raise
+
+
+def columns_nothing_fills(conn: pymysql.connections.Connection, spec: MigrationSpec,
+                          target: pymysql.connections.Connection | None) -> list[str]:
+    """The new table's columns that no source column fills and that take no value of their own: NOT NULL, no
+    DEFAULT, not AUTO_INCREMENT, not generated."""
+    pair = load_pair(conn, spec.database, spec.table, spec.new_table, spec.alter, target, spec.target_database)
+    filled = {name.lower() for name in pair.target_columns}
+    columns = query(target or conn, "SELECT COLUMN_NAME, IS_NULLABLE, COLUMN_DEFAULT, EXTRA FROM "
+                                    "information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
+                                    "ORDER BY ORDINAL_POSITION", (spec.target_database, spec.new_table))
+    return [name for name, nullable, default, extra in columns
+            if name.lower() not in filled and nullable == "NO" and default is None
+            and "auto_increment" not in (extra or "").lower() and not is_generated(extra)]
 
 
 def describe(column: KeyColumn) -> str:

@@ -118,6 +118,18 @@ def test_an_alter_that_changes_the_primary_key_columns_is_refused(endpoints, con
                    "the ALTER changes the primary key (was a)")
 
 
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)], ids=["migrate", "dry_run"])
+def test_an_added_not_null_column_without_a_default_is_refused_before_any_row_is_copied(endpoints, conn, capsys,
+                                                                                       dry_run):
+    """A plain ALTER gives existing rows the type's implicit value; the copy, which names only the columns the
+    source fills, would have the server refuse every row. Refused up front, naming the column and the fix."""
+    create_sample_table(conn, DB, "nodefault", rows=10)
+    assert_refused(endpoints, capsys, "nodefault", "ADD COLUMN qty INT NOT NULL, ADD COLUMN remark TEXT NULL",
+                   "the ALTER adds column qty NOT NULL without a DEFAULT", *dry_run)
+    code, err = run_migrate(capsys, "nodefault", "ADD COLUMN qty INT NOT NULL DEFAULT 0", "--dry-run")
+    assert code == 0, err
+
+
 def test_alter_syntax_error_reports_server_error(endpoints, conn, capsys):
     create_sample_table(conn, DB, "syn", rows=10)
     err = assert_refused(endpoints, capsys, "syn", "ADDD COLUMN c INT", "the ALTER is not valid")
