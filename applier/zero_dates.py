@@ -1,15 +1,19 @@
-"""The rows a change key may stand for when it holds the epoch in a date column.
+"""The rows a change key may stand for when a date column of it holds what Debezium sends for a zero date.
 
-Debezium sends a DATE, DATETIME or TIMESTAMP value of a NOT NULL column (every key column is one) that is zero
-('0000-00-00') or has a zero month or day ('2024-00-10') as the epoch, 1970-01-01: such a value has no Java
-date. A change key holding the epoch in such a column may so stand for the row of the epoch itself or for any row
-whose column holds one of those values; re-copying only the epoch's key would leave the row that changed as it
-was, and a deleted one in the new table. So the rows such a key may stand for are looked up in both tables and
-re-copied with it: a row found in the source is copied as it is now, one found only in the new table is removed.
-Rows written after the lookup send change events of their own.
+A DATE or DATETIME value with a zero year, month or day ('0000-00-00', '2024-00-10', '0000-05-10') has no Java
+date: Debezium sends it, in a NOT NULL column (every key column is one), as the column's DEFAULT if it has one,
+else as the epoch, 1970-01-01; a zero TIMESTAMP is sent as the epoch second (core/keys.py, zero_date_stand_ins).
+A change key holding such a stand-in may so stand for the row of that value itself or for any row whose column
+holds a zero date; re-copying only the stand-in's key would leave the row that changed as it was, and a deleted one
+in the new table. So the rows such a key may stand for are looked up in both tables and re-copied with it: a row
+found in the source is copied as it is now, one found only in the new table is removed.
 
-The lookup cannot use the key's index (the zero values lie all over it): one scan of each table per batch of
-changes that holds such a key, and none for a table whose change keys never hold the epoch.
+The source's lookup is a locking read where others write (the appliers, the drain before the cutover's lock): a
+change reaches the binlog, and so an applier, before a plain read can see it, and a locking read waits for its
+writer's commit. Validation's lookup reads its snapshot, which holds every change up to its fence.
+
+The lookup cannot use the key's index (zero dates lie all over it): one scan of each table per batch of changes
+holding such a key, under the cutover's lock too, and none for a table whose change keys never hold a stand-in.
 """
 from __future__ import annotations
 
@@ -19,20 +23,19 @@ from core.db import query
 from core.keys import Key
 from core.table import TablePair
 
-KEYS_PER_LOOKUP = 200   # keys whose rows one statement looks up
-
 
 def with_zero_date_rows(conn: pymysql.connections.Connection, pair: TablePair, keys: set[Key],
-                        target: pymysql.connections.Connection | None = None) -> set[Key]:
-    """`keys` with the keys of every row, in the source or the new table, that one of them may stand for."""
+                        target: pymysql.connections.Connection | None = None, locking: bool = True) -> set[Key]:
+    """`keys` with the keys of every row, in the source or the new table, that one of them may stand for;
+    `locking`: the source's read waits for writers of those rows to commit (not in a snapshot)."""
     pk = pair.pk
     standing = [key for key in keys if pk.zero_date_positions(key)]
     if not standing:
         return keys
+    where, params = pk.zero_date_family(standing)
     found = set(keys)
-    for start in range(0, len(standing), KEYS_PER_LOOKUP):
-        where, params = pk.zero_date_family(standing[start:start + KEYS_PER_LOOKUP])
-        for session, table in ((conn, pair.source_name), (target or conn, pair.target_name)):
-            found.update(tuple(row) for row in query(session, f"SELECT {pk.column_list()} FROM {table} "
-                                                              f"WHERE {where}", params))
+    for session, table, lock in ((conn, pair.source_name, " LOCK IN SHARE MODE" if locking else ""),
+                                 (target or conn, pair.target_name, "")):
+        found.update(tuple(row) for row in query(session, f"SELECT {pk.column_list()} FROM {table} "
+                                                          f"WHERE {where}{lock}", params))
     return found

@@ -27,10 +27,10 @@ from core.db import query, quote_ident
 Key = tuple[Any, ...]
 
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
-# what a change event gives for a zero date (or one with a zero month or day) in a NOT NULL column of each type
+# what a change event gives for a zero date (or one with a zero year, month or day) in a NOT NULL column of each
+# type that has no DEFAULT
 EPOCH_BY_TYPE: dict[str, date] = {"date": date(1970, 1, 1), "datetime": datetime(1970, 1, 1),
                                   "timestamp": datetime(1970, 1, 1)}
-ZERO_DATE_TYPES = frozenset(EPOCH_BY_TYPE)
 STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 TEMPORAL_TYPES = {"date", "datetime", "timestamp", "time", "year"}
@@ -60,6 +60,7 @@ class KeyColumn:
     octet_length: int | None
     datetime_precision: int | None
     collation: str | None = None
+    default: str | None = None   # COLUMN_DEFAULT as information_schema gives it
 
     @property
     def ident(self) -> str:
@@ -86,6 +87,24 @@ class KeyColumn:
         if kind in ("datetime", "timestamp", "time"):
             return f"{kind}({self.datetime_precision or 0})"
         return kind
+
+    @property
+    def zero_date_stand_ins(self) -> tuple[date, ...]:
+        """What a change key holds in this column for a date with a zero year, month or day, which has no Java
+        date: Debezium sends the column's DEFAULT in its place if it has one (DATE, DATETIME), else the epoch; a
+        zero TIMESTAMP is the epoch second itself, no real TIMESTAMP holds (applier/zero_dates.py)."""
+        if self.data_type not in EPOCH_BY_TYPE:
+            return ()
+        epoch = EPOCH_BY_TYPE[self.data_type]
+        literal = (self.default or "").strip("'")
+        if self.data_type == "timestamp" or not re.fullmatch(r"\d{4}-\d\d-\d\d( \d\d:\d\d:\d\d(\.\d+)?)?", literal):
+            return (epoch,)
+        try:
+            default = (date.fromisoformat(literal[:10]) if self.data_type == "date"
+                       else datetime.fromisoformat(literal if " " in literal else literal + " 00:00:00"))
+        except ValueError:   # itself a zero date: sent as the epoch
+            return (epoch,)
+        return (epoch, default)
 
     def from_change(self, value: Any) -> Any:
         """A key field of a Debezium change key (JSON converter, schemas off) as the SQL parameter that
@@ -190,21 +209,21 @@ class PrimaryKey:
         return f"({cols[0]} {lead} %s AND ({' OR '.join(disjuncts)}))", [bound[0], *params]
 
     def zero_date_positions(self, key: Key) -> tuple[int, ...]:
-        """The positions of `key`'s date columns holding the epoch: a change event's key names a zero date there
-        ('0000-00-00', or a zero month or day) by the epoch (applier/zero_dates.py)."""
+        """The positions of `key`'s date columns holding a value that stands in for zero dates there (the epoch,
+        or the column's DEFAULT: KeyColumn.zero_date_stand_ins)."""
         return tuple(i for i, (column, value) in enumerate(zip(self.columns, key))
-                     if column.data_type in ZERO_DATE_TYPES and type(value) is type(EPOCH_BY_TYPE[column.data_type])
-                     and value == EPOCH_BY_TYPE[column.data_type])
+                     if any(type(value) is type(stand_in) and value == stand_in
+                            for stand_in in column.zero_date_stand_ins))
 
     def zero_date_family(self, keys: Sequence[Key]) -> tuple[str, list[Any]]:
         """SQL and parameters selecting every row each of `keys` may stand for: in a column where the key holds
-        the epoch, the epoch or any date with a zero month or day; in the others, the key's value."""
+        a stand-in, that value or any date with a zero year, month or day; in the others, the key's value."""
         disjuncts: list[str] = []
         params: list[Any] = []
         for key in keys:
             zero = set(self.zero_date_positions(key))
-            terms = [f"({c.ident} = %s OR MONTH({c.ident}) = 0 OR DAYOFMONTH({c.ident}) = 0)" if i in zero
-                     else f"{c.ident} = %s" for i, c in enumerate(self.columns)]
+            terms = [f"({c.ident} = %s OR YEAR({c.ident}) = 0 OR MONTH({c.ident}) = 0 OR DAYOFMONTH({c.ident}) = 0)"
+                     if i in zero else f"{c.ident} = %s" for i, c in enumerate(self.columns)]
             disjuncts.append("(" + " AND ".join(terms) + ")")
             params += list(key)
         return " OR ".join(disjuncts), params
@@ -235,8 +254,8 @@ def primary_key(conn: pymysql.connections.Connection, database: str, table: str)
     if not names:
         return PrimaryKey(())
     columns = query(conn, "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_OCTET_LENGTH, DATETIME_PRECISION, "
-                          "COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
-                    (database, table))
+                          "COLLATION_NAME, COLUMN_DEFAULT FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND "
+                          "TABLE_NAME=%s", (database, table))
     described = {r[0].lower(): r[1:] for r in columns}
     undescribed = [name for name in names if name.lower() not in described]
     if undescribed:   # changed between the two reads, or hidden from COLUMNS: no key is better than a wrong one
@@ -244,9 +263,9 @@ def primary_key(conn: pymysql.connections.Connection, database: str, table: str)
                             f"does not show ({', '.join(undescribed)}); was the table changed just now?")
     key = []
     for name in names:
-        data_type, column_type, octets, precision, collation = described[name.lower()]
+        data_type, column_type, octets, precision, collation, default = described[name.lower()]
         key.append(KeyColumn(name, data_type.lower(), column_type.lower(), None if octets is None else int(octets),
-                             None if precision is None else int(precision), collation))
+                             None if precision is None else int(precision), collation, default))
     return PrimaryKey(tuple(key))
 
 

@@ -32,10 +32,9 @@ def pid_space() -> str:
     return hashlib.sha256(f"{boot}/{namespace}".encode()).hexdigest()[:12]
 
 
-def owner_name(pid: int | None = None) -> str:
-    """host:pid:random:pid-space, unique per process start, readable in `status`; `pid` names another process of
-    this pid space (tests name dead ones)."""
-    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}:{uuid.uuid4().hex[:6]}:{pid_space()}"
+def owner_name() -> str:
+    """host:pid:random:pid-space, unique per process start, readable in `status`."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}:{pid_space()}"
 
 
 def is_dead_here(owner: str) -> bool:

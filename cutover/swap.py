@@ -185,10 +185,11 @@ class Cutover:
         started = time.monotonic()
         positions = reader.read(start, token, timeout, collect)
         read_at = time.monotonic()
-        keys = with_zero_date_rows(conn, self.ctx.pair, keys, target)
-        if in_transaction:
+        if in_transaction:   # others write meanwhile: a locking read may wait for them, or be a deadlock's victim
+            keys = with_retry(lambda: with_zero_date_rows(conn, self.ctx.pair, keys, target))
             with_retry(lambda: recopy_keys(conn, self.ctx.pair, keys, target=target))
         else:
+            keys = with_zero_date_rows(conn, self.ctx.pair, keys, target)
             recopy_keys(conn, self.ctx.pair, keys, in_transaction=False, target=target)
         log_event(log, "drained to fence", logging.DEBUG, fence=token, keys=len(keys),
                   read_ms=round((read_at - started) * 1000, 1), recopy_ms=round((time.monotonic() - read_at) * 1000, 1))

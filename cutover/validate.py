@@ -272,7 +272,7 @@ class KeyList:
 
     def differences(self, conn: pymysql.connections.Connection, hasher: RowHasher,
                     target_conn: pymysql.connections.Connection | None = None) -> Differences:
-        keys = with_zero_date_rows(conn, hasher.pair, set(self.keys), target_conn)
+        keys = with_zero_date_rows(conn, hasher.pair, set(self.keys), target_conn, locking=False)   # the snapshot
         return key_differences(conn, hasher, tuple(keys), target_conn)
 
     def show(self, pk: PrimaryKey) -> str:

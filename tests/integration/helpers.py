@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import socket
 import sys
 import time
 import urllib.error
@@ -18,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from connectors.rest import ConnectClient
 from cutover.swap import SENTRY_COMMENT
+from core.process_owner import pid_space
 from core.db import connect, query
 from core.endpoints import Endpoints, KafkaAddress
 from core.keys import KeyColumn, PrimaryKey
@@ -291,3 +293,8 @@ def recorded_migration(conn, endpoints: Endpoints, db: str, table: str,
         remove_capture(conn, endpoints, spec, migration)
         store.delete(migration.id)
         query(conn, f"DROP TABLE IF EXISTS {db}.{table}, {', '.join(helpers)}")
+
+
+def owner_of(pid: int) -> str:
+    """A lease holder's name (core/process_owner.py) for process `pid` of this pid space."""
+    return f"{socket.gethostname()}:{pid}:a1b2c3:{pid_space()}"

@@ -11,11 +11,11 @@ from cli.main import main
 from connectors.rest import ConnectClient
 from core.db import ServerInfo, qualified, query, scalar
 from core.keys import primary_key
-from core.process_owner import owner_name
 from core.spec import MigrationSpec
 from core.state import Stage, StateStore, Status
 from streams.topics import TopicNames
-from tests.integration.helpers import existing_topics, table_columns, leftovers, migration_row, recorded_migration
+from tests.integration.helpers import (existing_topics, leftovers, migration_row, owner_of, recorded_migration,
+                                       table_columns)
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +77,7 @@ def killed_after_new_table(endpoints, conn, monkeypatch):
     gone = subprocess.Popen(["true"])
     gone.wait()   # a process of this host that no longer runs: the killed coordinator
     with pytest.raises(KeyboardInterrupt):
-        init_stage.run_init(conn, endpoints, spec, ServerInfo.read(conn), owner_name(gone.pid))
+        init_stage.run_init(conn, endpoints, spec, ServerInfo.read(conn), owner_of(gone.pid))
     monkeypatch.undo()
     assert recorded_first == [True], "the migration row must exist before the new table"
     assert table_columns(conn, DB, "orders_osc_new") == ["id", "v", "x"]

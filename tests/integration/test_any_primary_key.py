@@ -47,7 +47,8 @@ class Shape:
 
 
 # the values the server reads back as text (not dates), and the date the change events give for each of them
-ZERO_FAMILY = ("0000-00-00", "2024-00-10", "2024-05-00", date(1970, 1, 1), date(2024, 5, 1))
+ZERO_FAMILY = ("0000-00-00", "2024-00-10", "2024-05-00", "0000-05-10", date(1970, 1, 1), date(2024, 5, 1))
+DEFAULT_FAMILY = ("0000-00-00", "2024-00-10", "0000-05-10", date(2000, 1, 1), date(1970, 1, 1))
 ZERO_DATETIMES = ("0000-00-00 00:00:00.000", "2024-00-10 12:00:00.500", "2024-05-00 00:00:00.000",
                   datetime(1970, 1, 1), datetime(2024, 5, 1, 7, 30))
 ZERO_TIMESTAMPS = ("0000-00-00 00:00:00", datetime(1970, 1, 1, 5, 30, 1))   # the first second a TIMESTAMP holds
@@ -95,6 +96,11 @@ SHAPES = {
     "zero_dates": Shape("d DATE NOT NULL, n INT NOT NULL", ("d", "n"),
                         lambda w, n: (ZERO_FAMILY[n % len(ZERO_FAMILY)], n // len(ZERO_FAMILY) * WRITERS + w),
                         sql_mode=""),
+    # ... and as the column's DEFAULT where it has one
+    "zero_dates_default": Shape("d DATE NOT NULL DEFAULT '2000-01-01', n INT NOT NULL", ("d", "n"),
+                                lambda w, n: (DEFAULT_FAMILY[n % len(DEFAULT_FAMILY)],
+                                              n // len(DEFAULT_FAMILY) * WRITERS + w),
+                                sql_mode=""),
     "zero_datetimes": Shape("at DATETIME(3) NOT NULL, ts TIMESTAMP NOT NULL, n INT NOT NULL", ("at", "ts", "n"),
                             lambda w, n: (ZERO_DATETIMES[n % len(ZERO_DATETIMES)], ZERO_TIMESTAMPS[n % 2],
                                           n // len(ZERO_DATETIMES) * WRITERS + w),

@@ -14,6 +14,7 @@ import redis
 from applier.chunks import ChunkQueue
 from core import redis_keys
 from core.process_owner import owner_name
+from tests.integration.helpers import owner_of
 
 pytestmark = pytest.mark.integration
 
@@ -42,9 +43,9 @@ def client(endpoints):
 
 
 @pytest.mark.parametrize("holder, taken", [
-    (lambda: f"{owner_name(dead_pid())}:0011aabb", True),
+    (lambda: f"{owner_of(dead_pid())}:0011aabb", True),
     (lambda: f"{owner_name()}:0011aabb", False),
-    (lambda: f"another-host-{owner_name(dead_pid())}:0011aabb", False),
+    (lambda: f"another-host-{owner_of(dead_pid())}:0011aabb", False),
     (lambda: f"{socket.gethostname()}:{dead_pid()}:a1b2c3:{OTHER_PID_SPACE}:0011aabb", False),
     (lambda: f"{socket.gethostname()}:{dead_pid()}:a1b2c3:0011aabb", False),
 ], ids=["dead_on_this_host", "alive_on_this_host", "on_another_host",
