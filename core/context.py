@@ -21,6 +21,8 @@ from core.replica_lag import ReplicaLag
 from core.target_load import TargetLoad
 from core.yielding import Yielding, never_yielding
 
+STATUS_REREAD_S = 1.0   # a worker sees a pause, resume or abort within this long (and its batch in flight)
+
 
 def throttle_for(spec: MigrationSpec, endpoints: Endpoints) -> LoadThrottle:
     """The server's status counters, and what else may hold the work back: CloudWatch, the target server of a
@@ -120,9 +122,9 @@ class RunContext:
         return StateStore(conn, self.spec.metadata_schema)
 
     def status(self, conn: pymysql.connections.Connection) -> str | None:
-        """The migration's durable status (running/paused/aborted...), re-read at most once a second."""
+        """The migration's durable status (running/paused/aborted...), re-read at most every STATUS_REREAD_S."""
         checked, status = self._status_cache
-        if time.monotonic() - checked > 1.0:
+        if time.monotonic() - checked > STATUS_REREAD_S:
             status = self.store(conn).status(self.migration.id)
             self._status_cache = (time.monotonic(), status)
         return status

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from cutover import move as move_module
 from cutover import swap as swap_module
 from cutover.compare import compare_tables
+from core.context import STATUS_REREAD_S
 from core.db import connect, query
 from core.endpoints import MySQLAddress
 from core.load import CriticalLoad
@@ -167,6 +169,18 @@ def test_cutover_asked_of_a_coordinator_that_meets_the_critical_load_exits_as_it
     assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
 
 
+def holds_still(read: Callable[[], object], for_s: float) -> Callable[[], bool]:
+    """A condition true once read() has returned the same value for `for_s` seconds."""
+    last: list = [read(), time.monotonic()]
+
+    def still() -> bool:
+        now = read()
+        if now != last[0]:
+            last[:] = [now, time.monotonic()]
+        return time.monotonic() - last[1] >= for_s
+    return still
+
+
 def test_critical_load_stops_the_migration_and_resume_keeps_the_limit_unless_given_another(endpoints, cli_log):
     table = "critical"
     conn = db_conn(endpoints)
@@ -179,6 +193,9 @@ def test_critical_load_stops_the_migration_and_resume_keeps_the_limit_unless_giv
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
         wait_for(lambda: chunk_progress(conn, migration.id)[0] > 0, 60, "the copy to start")
         assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
+        # every worker holds once its status is re-read and its batch is done: not before, or one that still saw
+        # "running" would meet the load below while paused and stop the migration before `resume` un-pauses it
+        wait_for(holds_still(lambda: chunk_progress(conn, migration.id), 2 * STATUS_REREAD_S), 60, "the pause")
         with Sleepers(endpoints.mysql):
             assert cli("resume", "--table", f"{DB}.{table}").returncode == 0
             assert exit_code(proc, cli_log) == 4   # stopped by --critical-load, resumable
