@@ -180,24 +180,35 @@ def test_ddl_on_the_source_during_the_migration_stops_it_with_the_original_untou
     query(conn, f"DROP TABLE {DB}.fk_child")
 
 
-def test_a_truncate_during_the_copy_stops_the_migration_without_a_swap(endpoints, conn):
-    table = "truncated_in_copy"
+def copying(endpoints, conn, table: str, seed: int) -> RunnerThread:
+    """DB.table (20,000 rows, made afresh) with its migration (ADD INDEX c_idx) running in the background, copying."""
     fresh(conn, table)
-    create_sample_table(conn, DB, table, rows=20_000, seed=8)
+    create_sample_table(conn, DB, table, rows=20_000, seed=seed)
     run = RunnerThread(endpoints, spec_for(table, "ADD INDEX c_idx (c)", batch_size=100))
     run.start()
     wait_for(lambda: (row := migration_row(conn, DB, table)) is not None and row.stage == "copy"
              and scalar(conn, "SELECT COUNT(*) FROM stream_osc.chunks WHERE migration_id=%s AND rows_copied > 0",
                         (row.id,)), 180, "the copy under way")
-    query(conn, f"TRUNCATE TABLE {DB}.{table}")
+    return run
+
+
+def assert_stopped_unswapped(conn, run: RunnerThread, table: str, says: str) -> None:
+    """The migration stopped with SourceChanged saying `says`, shown by `status`, and the index was never added."""
     run.join(300)
     assert not run.is_alive()
     assert isinstance(run.error, SourceChanged), (run.result, run.error)
-    assert f"table {DB}.{table} was replaced during the migration" in str(run.error)
+    assert says in str(run.error)
     assert migration_row(conn, DB, table).error == str(run.error)   # `status` shows why
-    assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.{table}") == 0     # as the application left it
     assert scalar(conn, "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s AND "
                         "TABLE_NAME=%s AND INDEX_NAME='c_idx'", (DB, table)) == 0
+
+
+def test_a_truncate_during_the_copy_stops_the_migration_without_a_swap(endpoints, conn):
+    table = "truncated_in_copy"
+    run = copying(endpoints, conn, table, seed=8)
+    query(conn, f"TRUNCATE TABLE {DB}.{table}")
+    assert_stopped_unswapped(conn, run, table, f"table {DB}.{table} was replaced during the migration")
+    assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.{table}") == 0     # as the application left it
     assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
     assert leftovers(endpoints, DB, table) == []
 
@@ -252,23 +263,11 @@ def mixed_binlog(endpoints, conn):
 def test_binlog_format_turned_away_from_row_during_the_copy_stops_the_migration_without_a_swap(
         endpoints, conn, mixed_binlog):
     table = "statement_in_copy"
-    fresh(conn, table)
-    create_sample_table(conn, DB, table, rows=20_000, seed=9)
-    run = RunnerThread(endpoints, spec_for(table, "ADD INDEX c_idx (c)", batch_size=100))
-    run.start()
-    wait_for(lambda: (row := migration_row(conn, DB, table)) is not None and row.stage == "copy"
-             and scalar(conn, "SELECT COUNT(*) FROM stream_osc.chunks WHERE migration_id=%s AND rows_copied > 0",
-                        (row.id,)), 180, "the copy under way")
+    run = copying(endpoints, conn, table, seed=9)
     application = mixed_binlog()
     query(application, f"UPDATE {DB}.{table} SET c = 'never captured' WHERE id <= 10")
-    run.join(300)
-    assert not run.is_alive()
-    assert isinstance(run.error, SourceChanged), (run.result, run.error)
-    assert f"binlog_format is MIXED since the migration of {DB}.{table} began" in str(run.error)
-    assert migration_row(conn, DB, table).error == str(run.error)   # `status` shows why
+    assert_stopped_unswapped(conn, run, table, f"binlog_format is MIXED since the migration of {DB}.{table} began")
     assert scalar(conn, f"SELECT COUNT(*) FROM {DB}.{table} WHERE c = 'never captured'") == 10
-    assert scalar(conn, "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s AND "
-                        "TABLE_NAME=%s AND INDEX_NAME='c_idx'", (DB, table)) == 0
     query(conn, "SET GLOBAL binlog_format = 'ROW'")   # as the message says: set back, then abort
     assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
     assert leftovers(endpoints, DB, table) == []
