@@ -208,6 +208,11 @@ class PrimaryKey:
         lead = ">=" if strict == ">" else "<="
         return f"({cols[0]} {lead} %s AND ({' OR '.join(disjuncts)}))", [bound[0], *params]
 
+    @property
+    def has_date_columns(self) -> bool:
+        """Whether a change key of this table can hold a zero date's stand-in at all (applier/zero_dates.py)."""
+        return any(column.data_type in EPOCH_BY_TYPE for column in self.columns)
+
     def zero_date_positions(self, key: Key) -> tuple[int, ...]:
         """The positions of `key`'s date columns holding a value that stands in for zero dates there (the epoch,
         or the column's DEFAULT: KeyColumn.zero_date_stand_ins)."""

@@ -78,7 +78,9 @@ def test_a_change_key_holding_the_epoch_in_a_date_column_may_stand_for_any_zero_
 
 
 def test_an_integer_zero_is_no_zero_date():
-    assert PrimaryKey((column("n", "int"),)).zero_date_positions((0,)) == ()
+    pk = PrimaryKey((column("n", "int"),))
+    assert pk.zero_date_positions((0,)) == () and not pk.has_date_columns
+    assert PrimaryKey((column("n", "int"), column("d", "date"))).has_date_columns
 
 
 def test_key_ranges_are_open_where_unbounded_and_lexicographic_where_composite():
