@@ -13,6 +13,7 @@ index range (MariaDB scans the whole table for a row-constructor `(a, b) >= (x, 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -88,7 +89,7 @@ class KeyColumn:
             return f"{kind}({self.datetime_precision or 0})"
         return kind
 
-    @property
+    @functools.cached_property
     def zero_date_stand_ins(self) -> tuple[date, ...]:
         """What a change key holds in this column for a date with a zero year, month or day, which has no Java
         date: Debezium sends the column's DEFAULT in its place if it has one (DATE, DATETIME), else the epoch; a

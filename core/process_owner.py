@@ -42,7 +42,7 @@ def is_dead_here(owner: str) -> bool:
     A pid reused since by another process reads as alive: the lease is then waited out, as for a live holder; so
     is a name from another host or container, from before a reboot, or without a pid space (an earlier version)."""
     host, pid, _, space = (owner.split(":") + ["", "", "", ""])[:4]
-    if host != socket.gethostname() or not pid.isdigit() or space in ("", UNKNOWN_PLACE) or space != pid_space():
+    if host != socket.gethostname() or not pid.isdigit() or space == UNKNOWN_PLACE or space != pid_space():
         return False
     try:
         os.kill(int(pid), 0)

@@ -39,7 +39,7 @@ _TWO_CHARACTER_CODES = ((0x00C0, 0x05FF), (0x1E00, 0x1FFF), (0x2160, 0x217F), (0
 
 _RESERVED = re.compile(r"^(CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])$", re.IGNORECASE)
 UNKNOWN_TABLE = 1109   # ER_UNKNOWN_TABLE: this server has not that information_schema view
-CAPTURED_BINLOG = {"binlog_format": "ROW", "binlog_row_image": "FULL"}   # as init requires (migration/checks.py)
+CAPTURED_BINLOG = {"binlog_format": "ROW", "binlog_row_image": "FULL"}   # what capture reads: checked at init and after
 
 
 class SourceChanged(Exception):

@@ -13,6 +13,7 @@ from core.db import ServerInfo, qualified, query, scalar
 from core.keys import SUPPORTED_TYPES, UNSUPPORTED_TYPES, PrimaryKey, primary_key
 from core.endpoints import Endpoints, redis_where
 from core.logs import log_event
+from core.source_check import CAPTURED_BINLOG
 from core.spec import MigrationSpec
 from core.swap_preconditions import UnsafeServerSetting, check_swap_settings
 from core.load import over, read_status
@@ -43,10 +44,10 @@ def check_server(info: ServerInfo) -> None:
     """Binary log on, ROW format, FULL row image."""
     if not info.log_bin:
         raise PreflightError("the binary log is off (log_bin): change data capture needs it")
-    if info.binlog_format.upper() != "ROW":
+    if info.binlog_format.upper() != CAPTURED_BINLOG["binlog_format"]:
         raise PreflightError(f"binlog_format is {info.binlog_format}; it must be ROW "
                              "(SET GLOBAL binlog_format='ROW' and persist it in the server config)")
-    if info.binlog_row_image.upper() != "FULL":
+    if info.binlog_row_image.upper() != CAPTURED_BINLOG["binlog_row_image"]:
         raise PreflightError(f"binlog_row_image is {info.binlog_row_image}; it must be FULL")
     if info.autoinc_lock_mode != 2:
         log_event(log, "innodb_autoinc_lock_mode is not 2: parallel copy into a table with AUTO_INCREMENT "

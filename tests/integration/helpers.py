@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import socket
+import subprocess
 import sys
 import time
 import urllib.error
@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pymysql
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -21,7 +22,7 @@ from connectors.rest import ConnectClient
 from cutover.swap import SENTRY_COMMENT
 from core.process_owner import pid_space
 from core.db import connect, query
-from core.endpoints import Endpoints, KafkaAddress
+from core.endpoints import Endpoints, KafkaAddress, MySQLAddress
 from core.keys import KeyColumn, PrimaryKey
 from core.spec import MigrationSpec, helper_table_name
 from core.state import Migration, StateStore, capture_heartbeat_table
@@ -298,3 +299,16 @@ def recorded_migration(conn, endpoints: Endpoints, db: str, table: str,
 def owner_of(pid: int) -> str:
     """A lease holder's name (core/process_owner.py) for process `pid` of this pid space."""
     return f"{socket.gethostname()}:{pid}:a1b2c3:{pid_space()}"
+
+
+def application_session(addr: MySQLAddress, sql_mode: str | None = None,
+                        time_zone: str | None = None) -> pymysql.connections.Connection:
+    """A session as an application opens it: the server's isolation level and sql_mode (the tool's sessions run
+    READ COMMITTED and strict), unless `sql_mode` or `time_zone` say otherwise."""
+    conn = pymysql.connect(host=addr.host, port=addr.port, user=addr.user, password=addr.password, autocommit=True,
+                           charset="utf8mb4")
+    if time_zone is not None:
+        query(conn, "SET time_zone = %s", (time_zone,))
+    if sql_mode is not None:
+        query(conn, "SET sql_mode = %s", (sql_mode,))
+    return conn

@@ -24,7 +24,7 @@ from core.endpoints import MySQLAddress
 from core.spec import MigrationSpec
 from migration.runner import Runner
 from monitor.progress import Progress
-from tests.integration.helpers import db_conn, leftovers, wait_for
+from tests.integration.helpers import application_session, db_conn, leftovers, wait_for
 from tests.integration.ledger import AcknowledgedWriter
 
 pytestmark = pytest.mark.integration
@@ -129,12 +129,7 @@ class KeyWriter(AcknowledgedWriter):
         self.columns = ", ".join(quote_ident(c) for c in shape.key_columns)
 
     def session(self) -> pymysql.connections.Connection:
-        conn = pymysql.connect(host=self.addr.host, port=self.addr.port, user=self.addr.user,
-                               password=self.addr.password, autocommit=True, charset="utf8mb4")
-        query(conn, "SET time_zone = '+05:30'")
-        if self.shape.sql_mode is not None:
-            query(conn, "SET sql_mode = %s", (self.shape.sql_mode,))
-        return conn
+        return application_session(self.addr, self.shape.sql_mode, time_zone="+05:30")
 
     def statement(self, conn: pymysql.connections.Connection, sql: str, params: tuple) -> None:
         """Run one statement of the application; it must touch exactly its one row (the row the record

@@ -10,7 +10,6 @@ import random
 import threading
 from collections import Counter
 
-import pymysql
 import pytest
 
 from core.table import load_pair
@@ -27,7 +26,8 @@ from core.source_check import SourceChanged
 from core.state import PROTOCOL, STALE_S, Chunk, StateStore
 from demo.traffic import create_sample_table
 from monitor.progress import Progress
-from tests.integration.helpers import cli, leftovers, migration_row, wait_for, waiting_without_coordinator
+from tests.integration.helpers import (application_session, cli, leftovers, migration_row, wait_for,
+                                       waiting_without_coordinator)
 
 pytestmark = pytest.mark.integration
 
@@ -248,9 +248,7 @@ def mixed_binlog(endpoints, conn):
 
     def turn() -> object:
         query(conn, "SET GLOBAL binlog_format = 'MIXED'")
-        addr = endpoints.mysql   # an application's session: the server's own isolation level and sql_mode
-        sessions.append(pymysql.connect(host=addr.host, port=addr.port, user=addr.user, password=addr.password,
-                                        autocommit=True))
+        sessions.append(application_session(endpoints.mysql))   # REPEATABLE READ: it logs statements
         return sessions[-1]
     try:
         yield turn

@@ -9,13 +9,12 @@ from __future__ import annotations
 import threading
 from datetime import date
 
-import pymysql
 import pytest
 
 from applier.zero_dates import with_zero_date_rows
 from core.db import query, scalar
 from core.table import load_pair
-from tests.integration.helpers import db_conn, wait_for
+from tests.integration.helpers import application_session, db_conn, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -23,48 +22,50 @@ DB = "zero_date_keys"
 EPOCH = date(1970, 1, 1)
 
 
-def application(endpoints) -> pymysql.connections.Connection:
-    """A session of an application whose sql_mode lets it write zero dates."""
-    addr = endpoints.mysql
-    conn = pymysql.connect(host=addr.host, port=addr.port, user=addr.user, password=addr.password, autocommit=True)
-    query(conn, "SET sql_mode = ''")
-    return conn
+@pytest.fixture
+def app(endpoints):
+    """An application's session whose sql_mode lets it write zero dates."""
+    session = application_session(endpoints.mysql, sql_mode="")
+    yield session
+    session.close()
 
 
 @pytest.fixture
-def pair(endpoints, conn):
-    app = application(endpoints)
+def pair(conn, app):
     query(app, f"CREATE DATABASE IF NOT EXISTS {DB}")
     for table in ("t", "t_new"):
         query(app, f"DROP TABLE IF EXISTS {DB}.{table}")
         query(app, f"CREATE TABLE {DB}.{table} (d DATE NOT NULL, n INT NOT NULL, PRIMARY KEY (d, n))")
-    yield load_pair(conn, DB, "t", "t_new")
-    app.close()
+    return load_pair(conn, DB, "t", "t_new")
 
 
-def test_every_zero_date_row_of_either_table_is_found_for_the_epoch_and_no_other_row(endpoints, conn, pair):
-    app = application(endpoints)
+def test_every_zero_date_row_of_either_table_is_found_for_the_epoch_and_no_other_row(conn, app, pair):
     query(app, f"INSERT INTO {DB}.t VALUES ('0000-00-00', 1), ('2024-00-10', 1), ('0000-05-10', 1), "
                "('1970-01-01', 1), ('2024-05-01', 1), ('0000-00-00', 2)")
     query(app, f"INSERT INTO {DB}.t_new VALUES ('2024-05-00', 1)")            # a row deleted from the source
-    found = with_zero_date_rows(db_conn(endpoints), pair, {(EPOCH, 1)})
+    found = with_zero_date_rows(conn, pair, {(EPOCH, 1)})
     assert found == {(EPOCH, 1), ("0000-00-00", 1), ("2024-00-10", 1), ("0000-05-10", 1), ("2024-05-00", 1)}
-    assert with_zero_date_rows(db_conn(endpoints), pair, {(date(2024, 5, 1), 1)}) == {(date(2024, 5, 1), 1)}
+    assert with_zero_date_rows(conn, pair, {(date(2024, 5, 1), 1)}) == {(date(2024, 5, 1), 1)}
 
 
-def test_the_lookup_waits_for_a_writer_whose_row_is_not_yet_visible(endpoints, conn, pair):
+def test_the_lookup_waits_for_a_writer_whose_row_is_not_yet_visible(endpoints, conn, app, pair):
     """The writer's change is what the applier is applying: its row must be found once the writer commits."""
-    writer = application(endpoints)
-    writer.begin()
-    query(writer, f"INSERT INTO {DB}.t VALUES ('0000-00-00', 3)")              # written, not yet committed
+    app.begin()
+    query(app, f"INSERT INTO {DB}.t VALUES ('0000-00-00', 3)")                 # written, not yet committed
     result: dict[str, set] = {}
-    lookup = threading.Thread(target=lambda: result.update(found=with_zero_date_rows(
-        db_conn(endpoints), pair, {(EPOCH, 3)})), daemon=True)
+    looker = db_conn(endpoints)
+
+    def look() -> None:
+        result["found"] = with_zero_date_rows(looker, pair, {(EPOCH, 3)})
+    lookup = threading.Thread(target=look, daemon=True)
     lookup.start()
-    wait_for(lambda: scalar(conn, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' "
-                                  "AND trx_query LIKE %s", (f"%{DB}%",)), 30, "the lookup waiting for the writer")
-    assert lookup.is_alive()
-    writer.commit()
-    lookup.join(30)
+    try:
+        wait_for(lambda: scalar(conn, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = "
+                                      "'LOCK WAIT' AND trx_query LIKE %s", (f"%{DB}%",)),
+                 30, "the lookup waiting for the writer")
+        assert lookup.is_alive()
+        app.commit()
+        lookup.join(30)
+    finally:
+        looker.close()
     assert result["found"] == {(EPOCH, 3), ("0000-00-00", 3)}
-    writer.close()
