@@ -221,7 +221,7 @@ def test_a_batch_that_starts_while_the_sort_waits_for_the_writer_is_waited_for(e
         wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the sort waiting for the application's commit")
         blocker, copier, batch, copied = holding_a_batch(endpoints, conn, plan, 101, at=80)   # read 70 with v = 1
         query(app, "COMMIT")
-        wait_for(lambda: waiting_for_a_lock(conn, applier), 30, "the applier waiting for the batch")
+        wait_for(lambda: waiting_on(conn, applier, copier), 30, "the applier waiting for the batch")
         query(blocker, "ROLLBACK")
         batch.join(30)
         apply.join(30)

@@ -156,6 +156,8 @@ def test_a_lock_request_queues_in_front_of_writers_only_briefly(endpoints, conn)
         held.end()
         held.start()
         held.join()
+        wait_for(lambda: find_blockers(lock_conn, DB, table, True) == [], timeout=10,
+                 what="the committed holder to leave the blockers")
         assert lock_tables_briefly(lock_conn, [qualified(DB, table)], True, 0.3, 5,
                                    lambda: find_blockers(lock_conn, DB, table, True)) >= 1
         query(lock_conn, "UNLOCK TABLES")

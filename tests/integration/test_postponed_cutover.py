@@ -116,7 +116,8 @@ def test_a_manual_cutover_waits_applying_in_its_own_process_through_pause_and_cr
         coordinator = waiting_for_cutover(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
                                           "--max-lag", "200", "--chunk-size", "5000", log=cli_log)
         try:
-            assert "in sync and waiting for cutover" in cli_log.read_text()
+            # the coordinator prints this line just after it commits the status the wait above saw
+            wait_for(lambda: "in sync and waiting for cutover" in cli_log.read_text(), 30, "the waiting message")
             doc = status_doc(DB, table)
             assert (doc["stage"], doc["status"], doc["coordinator"] is not None) == ("cutover", "waiting", True), doc
             group = migration_row(conn, DB, table).group_id   # the appliers restarted after validation's snapshot:

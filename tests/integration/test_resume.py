@@ -39,6 +39,12 @@ def rows_written(conn) -> int:
     return int(query(conn, "SHOW GLOBAL STATUS LIKE 'Handler_write'")[0][1])
 
 
+def statements_on(conn, table: str) -> int:
+    """How many other sessions are running a statement that names `table`."""
+    return int(scalar(conn, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() "
+                            "AND INFO LIKE %s", (f"%{table}%",)))
+
+
 def cutover_waits_for(db: str, table: str, connection_id: int) -> bool:
     """True while `status` shows the cutover waiting for that session to stop holding the table."""
     return any(b["connection_id"] == connection_id for b in status_doc(db, table).get("blockers") or [])
@@ -94,6 +100,9 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
 
     assert table_is_original(conn, DB, table), "the original table was left renamed or altered"
     copied_before = chunk_progress(conn, migration.id)[0] if stage != "init" else 0
+    # A statement of the killed process runs on until it ends; its rows would count in the resumed run's.
+    wait_for(lambda: not statements_on(conn, helper_table_name(table, "new")), 30,
+             "the killed coordinator's statements to end")
     written_before = rows_written(conn)
 
     if stage == "cutover":   # a manual migration stays manual through a crash: its cutover is asked for again

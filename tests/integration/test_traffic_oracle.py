@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.db import query
+from core.db import kill_connection, query
 from demo.traffic import Traffic, create_sample_table
 from tests.integration.helpers import db_conn
 
@@ -23,7 +23,7 @@ def run_load(endpoints, table: str, conn, kill_sessions: int = 0) -> Traffic:
         for _ in range(kill_sessions):
             for (thread_id,) in query(conn, "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s "
                                             "AND ID <> CONNECTION_ID()", (DB,)):
-                query(conn, f"KILL CONNECTION {int(thread_id)}")
+                kill_connection(conn, thread_id)   # False if it ended since the listing
             traffic.wait_for_writes(300)
     finally:
         stats = traffic.stop()
