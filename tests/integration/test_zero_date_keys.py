@@ -69,3 +69,22 @@ def test_the_lookup_waits_for_a_writer_whose_row_is_not_yet_visible(endpoints, c
     finally:
         looker.close()
     assert result["found"] == {(EPOCH, 3), ("0000-00-00", 3)}
+
+
+def test_a_key_whose_date_column_comes_later_reads_only_its_leading_values_rows(conn, app):
+    """With the date after the leading column, the lookup reads the index range of the key's leading values,
+    not the table: under the cutover's lock a scan of a large table would hold writes for its length."""
+    query(app, f"CREATE DATABASE IF NOT EXISTS {DB}")
+    for table in ("late", "late_new"):
+        query(app, f"DROP TABLE IF EXISTS {DB}.{table}")
+        query(app, f"CREATE TABLE {DB}.{table} (n INT NOT NULL, d DATE NOT NULL, PRIMARY KEY (n, d))")
+    query(app, f"INSERT INTO {DB}.late SELECT seq, '2024-01-01' FROM {DB}.seq_1_to_20000")
+    query(app, f"INSERT INTO {DB}.late VALUES (7, '0000-00-00'), (7, '2024-00-10'), (8, '0000-00-00')")
+    pair = load_pair(conn, DB, "late", "late_new")
+    reads = ("SELECT SUM(VARIABLE_VALUE) FROM information_schema.SESSION_STATUS "
+             "WHERE VARIABLE_NAME LIKE 'HANDLER_READ%%'")
+    before = int(scalar(conn, reads))
+    found = with_zero_date_rows(conn, pair, {(7, EPOCH)})
+    rows_read = int(scalar(conn, reads)) - before
+    assert found == {(7, EPOCH), (7, "0000-00-00"), (7, "2024-00-10")}
+    assert rows_read < 100, f"the lookup read {rows_read} index entries of a 20,003-row table"
