@@ -1,7 +1,8 @@
 """A seeded write load for demos, tests and benchmarks, and the application's own record of it.
 
 Each writer session makes every kind of change a migration must survive (inserts, updates, deletes,
-primary-key changes, delete+reinsert, swaps of UNIQUE values) and records, for every key it wrote,
+primary-key changes, delete+reinsert, swaps of UNIQUE values, a REPLACE whose UNIQUE value deletes another
+row) and records, for every key it wrote,
 the row its last acknowledged write left (or that there is none). That record, never the tool's own
 idea of when the swap happened, is the oracle of `Traffic.check` (docs/invariants.md, 8).
 """
@@ -143,8 +144,8 @@ class _Writer(threading.Thread):
     """One application session: writes only keys it owns, so its record alone says what they hold."""
 
     RETRYABLE = frozenset({1205, 1213})   # lock wait timeout, deadlock: nothing was applied, try again
-    OPS = ("insert", "update", "delete", "move", "reinsert", "swap")
-    WEIGHTS = (30, 80, 10, 5, 5, 5)
+    OPS = ("insert", "update", "delete", "move", "reinsert", "swap", "replace")
+    WEIGHTS = (30, 80, 10, 5, 5, 5, 5)
 
     def __init__(self, traffic: Traffic, index: int, seed: int) -> None:
         super().__init__(daemon=True, name=f"traffic-{traffic.table}-{index}")
@@ -312,6 +313,27 @@ class _Writer(threading.Thread):
                 return s
             return _set(s[0], u=s[1][U]), _set(s[1], u=s[0][U])
         return _Op("swap", (a, b), run, effect)
+
+    def _plan_replace(self) -> _Op:
+        """REPLACE writes row a with row b's UNIQUE value: the server removes the old row a and row b (one
+        statement, two keys; MariaDB logs it as a delete of a and an update of b's key to a)."""
+        if len(self.pool) < 2:
+            return self._plan_update()
+        a, b = self.rng.sample(self.pool, 2)
+        c, amount, at = self._values()
+        k = self.rng.randint(0, 99999)
+
+        def run(conn: pymysql.connections.Connection) -> None:
+            conn.begin()
+            held = query(conn, f"SELECT u FROM {self.t.name} WHERE id = %s FOR UPDATE", (b,))
+            query(conn, f"REPLACE INTO {self.t.name} (id, k, u, c, note, amount, updated_at) "
+                        "VALUES (%s, %s, %s, %s, 'rep', %s, %s)", (a, k, held[0][0] if held else None, c, amount, at))
+            conn.commit()
+
+        def effect(s: tuple[State, ...]) -> tuple[State, ...]:
+            taken = None if s[1] is None else s[1][U]
+            return (k, taken, c, "rep", amount, None, at), (s[1] if taken is None else None)
+        return _Op("replace", (a, b), run, effect)
 
 
 class Traffic:
