@@ -12,10 +12,10 @@ The source's lookup is a locking read where others write (the appliers, the drai
 change reaches the binlog, and so an applier, before a plain read can see it, and a locking read waits for its
 writer's commit. Validation's lookup reads its snapshot, which holds every change up to its fence.
 
-The lookup reads the key's index by the key's values in the columns before its first date column (an index range,
-checked with EXPLAIN); where a date column comes first, zero dates lie all over the index and each table is scanned.
-That is once per batch of changes holding such a key, under the cutover's lock too, and never for a table whose
-change keys hold no stand-in.
+The lookup reads the key's index by the key's values in the columns before its first stand-in (an index range;
+test_zero_date_keys.py counts the rows it reads). Where a key holds one in its first column, zero dates lie all
+over the index and each table is scanned. That is once per batch of changes holding such a key, under the
+cutover's lock too, and never for a table whose change keys hold no stand-in.
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     traffic.start()
     pace = f"~{args.rate:.0f} writes/s" if args.rate else "as fast as they can"
     progress.say(f"demo: application traffic running ({args.writers} sessions, {pace}: inserts, updates, deletes, "
-                 f"primary-key changes, delete+reinsert, UNIQUE swaps; seed {args.seed})")
+                 f"primary-key changes, delete+reinsert, UNIQUE swaps, REPLACE; seed {args.seed})")
     progress.say(f"demo: stream-osc migrate --table {db}.{table} --alter \"{DEMO_ALTER}\"")
     spec = MigrationSpec(database=db, table=table, alter=DEMO_ALTER, chunk_size=50_000).validate()
     started = time.monotonic()

@@ -315,8 +315,9 @@ class _Writer(threading.Thread):
         return _Op("swap", (a, b), run, effect)
 
     def _plan_replace(self) -> _Op:
-        """REPLACE writes row a with row b's UNIQUE value: the server removes the old row a and row b (one
-        statement, two keys; MariaDB logs it as a delete of a and an update of b's key to a)."""
+        """REPLACE writes row a with row b's UNIQUE value, so the server removes row b, and row a if it had one.
+        With both rows there, MariaDB logs one statement as a delete of a and an update of b's key to a; when b
+        has no row or no UNIQUE value, only a is replaced."""
         if len(self.pool) < 2:
             return self._plan_update()
         a, b = self.rng.sample(self.pool, 2)
