@@ -50,6 +50,16 @@ class ConnectorState:
         return (self.trace or "").strip().splitlines()[0] if self.trace else ""
 
 
+def is_connect_answer(body: str) -> bool:
+    """Whether an error body is Connect's own (`{"error_code": …, "message": …}`). While a worker starts, its web
+    server answers every path 404 with a page of its own for a few seconds before the REST API is ready: taken
+    for "no such connector", that answer would end a removal that never happened, leaving the connector."""
+    try:
+        return "error_code" in json.loads(body)
+    except (ValueError, TypeError):
+        return False
+
+
 def connect_client(endpoints: Endpoints) -> "ConnectClient":
     """The client of the endpoints' Kafka Connect, with its basic auth and CA."""
     return ConnectClient(endpoints.connect_url, access=endpoints.connect)
@@ -76,12 +86,17 @@ class ConnectClient:
                 raw = resp.read()
                 return json.loads(raw) if raw else None
         except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")
+            if exc.code == 404 and not is_connect_answer(detail):
+                raise ConnectUnreachable(f"Kafka Connect at {self.url} answered {method} {path} with a 404 page "
+                                         "not its own: a worker still starting, or a URL that does not lead to "
+                                         "Connect's REST API") from None
             if exc.code == 404 and ok_missing:
                 return None
             if exc.code in (401, 403):   # the body is left out: a proxy may echo the request
                 raise ConnectError(f"Kafka Connect at {self.url} refused the request ({exc.code}): check "
                                    "STREAM_OSC_CONNECT_USER and its password (docs/connectivity.md)") from None
-            detail = exc.read().decode(errors="replace")[:500]
+            detail = detail[:500]
             try:
                 detail = json.loads(detail).get("message", detail)
             except ValueError:
