@@ -13,7 +13,7 @@ import pytest
 
 from applier.zero_dates import with_zero_date_rows
 from core.db import query, scalar
-from core.table import load_pair
+from core.table import TablePair, load_pair
 from tests.integration.helpers import application_session, db_conn, wait_for
 
 pytestmark = pytest.mark.integration
@@ -30,13 +30,18 @@ def app(endpoints):
     session.close()
 
 
+def fresh_pair(conn, app, table: str, columns: str) -> TablePair:
+    """`table` and `<table>_new`, both empty with `columns`, as an application whose sql_mode allows zero dates."""
+    query(app, f"CREATE DATABASE IF NOT EXISTS {DB}")
+    for name in (table, f"{table}_new"):
+        query(app, f"DROP TABLE IF EXISTS {DB}.{name}")
+        query(app, f"CREATE TABLE {DB}.{name} ({columns})")
+    return load_pair(conn, DB, table, f"{table}_new")
+
+
 @pytest.fixture
 def pair(conn, app):
-    query(app, f"CREATE DATABASE IF NOT EXISTS {DB}")
-    for table in ("t", "t_new"):
-        query(app, f"DROP TABLE IF EXISTS {DB}.{table}")
-        query(app, f"CREATE TABLE {DB}.{table} (d DATE NOT NULL, n INT NOT NULL, PRIMARY KEY (d, n))")
-    return load_pair(conn, DB, "t", "t_new")
+    return fresh_pair(conn, app, "t", "d DATE NOT NULL, n INT NOT NULL, PRIMARY KEY (d, n)")
 
 
 def test_every_zero_date_row_of_either_table_is_found_for_the_epoch_and_no_other_row(conn, app, pair):
@@ -74,13 +79,9 @@ def test_the_lookup_waits_for_a_writer_whose_row_is_not_yet_visible(endpoints, c
 def test_a_key_whose_date_column_comes_later_reads_only_its_leading_values_rows(conn, app):
     """With the date after the leading column, the lookup reads the index range of the key's leading values,
     not the table: under the cutover's lock a scan of a large table would hold writes for its length."""
-    query(app, f"CREATE DATABASE IF NOT EXISTS {DB}")
-    for table in ("late", "late_new"):
-        query(app, f"DROP TABLE IF EXISTS {DB}.{table}")
-        query(app, f"CREATE TABLE {DB}.{table} (n INT NOT NULL, d DATE NOT NULL, PRIMARY KEY (n, d))")
+    pair = fresh_pair(conn, app, "late", "n INT NOT NULL, d DATE NOT NULL, PRIMARY KEY (n, d)")
     query(app, f"INSERT INTO {DB}.late SELECT seq, '2024-01-01' FROM {DB}.seq_1_to_20000")
     query(app, f"INSERT INTO {DB}.late VALUES (7, '0000-00-00'), (7, '2024-00-10'), (8, '0000-00-00')")
-    pair = load_pair(conn, DB, "late", "late_new")
     reads = ("SELECT SUM(VARIABLE_VALUE) FROM information_schema.SESSION_STATUS "
              "WHERE VARIABLE_NAME LIKE 'HANDLER_READ%%'")
     before = int(scalar(conn, reads))
