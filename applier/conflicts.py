@@ -18,9 +18,11 @@ the index). Every statement names the probe table once (MySQL cannot reopen a TE
 Each statement reads its own moment (READ COMMITTED), and the copy does not lock the rows it checks: a
 verdict drawn from rows read at two moments is judged again on rows read in one statement, and when the
 rows changed in between, the round proves nothing either way; it is rolled back and tried again (RowsMoved).
+A round that clears the way writes the rows it checked (Probe.write_checked).
 """
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,8 +32,11 @@ from typing import Any, TypeVar
 import pymysql
 
 from core.keys import Key, show_key
+from core.logs import log_event
 from core.table import TablePair
 from core.db import qualified, query, query_count, quote_ident
+
+log = logging.getLogger("stream_osc.conflicts")
 
 T = TypeVar("T")
 
@@ -168,7 +173,8 @@ class Probe:
     # the decision ----------------------------------------------------------------------------------
     def clear_way(self, keys: Sequence[Key]) -> int:
         """Check the source's current rows `keys` against the new definition and remove the new table's
-        stale rows that collide with them; returns how many were removed.
+        stale rows that collide with them; returns how many were removed. The probe then holds those rows,
+        as read and converted in one statement: write_checked() writes them.
 
         Runs in the caller's transaction (an applier's holds the locks of `keys`), after the new table's
         own rows of `keys` were deleted. Raises ConstraintViolated when the rules are really broken.
@@ -205,6 +211,7 @@ class Probe:
                                    pk.flat(stale))
         self._refuse(self._load(stale))
         if self._duplicate() is None:
+            query(self.conn, f"DELETE FROM {self.name} WHERE {pk.in_list(len(stale))}", pk.flat(stale))
             return removed
         # A stale row still collides, but `keys` were read before it: under READ COMMITTED each statement
         # reads its own moment. Read together in one statement, a duplicate is the source's own; none means
@@ -214,6 +221,17 @@ class Probe:
         self._refuse(self._load([*keys, *stale]))
         self._check_duplicates()
         raise RowsMoved(f"rows of {self._table} changed while their UNIQUE values were checked")
+
+    def write_checked(self) -> int:
+        """Insert into the new table the rows clear_way checked, as it read them; returns how many.
+
+        Not the source's rows read again: a row that took a UNIQUE value from a copied row after the check
+        would collide with that row's stale copy, and a copy batch, which locks no source row, met that in
+        round after round under a steady stream of such moves. A change after the check is the appliers' to
+        write, as any change after a batch's read is (applier/uncopied.py)."""
+        with self.conn.cursor() as cur:
+            return cur.execute(f"INSERT INTO {self.pair.target_name} ({self.pair.target_column_list}) "
+                               f"SELECT {self.pair.target_column_list} FROM {self.name}")
 
     def _load(self, keys: Sequence[Key]) -> list[Refusal]:
         """Put the source's current rows `keys` into the probe; returns the ones the server refuses
@@ -330,9 +348,13 @@ def with_refusals_resolved(conn: pymysql.connections.Connection, pair: TablePair
             try:
                 return write(probe)
             except RowsMoved:
+                log_event(log, "rows moved while a refusal was checked; checked again", logging.DEBUG,
+                          table=pair.source)
                 continue   # `write` rolled its transaction back: nothing was removed
             except pymysql.err.MySQLError as exc:
                 if not refused_by_new_table(exc):
                     raise
                 refusal = exc
+                log_event(log, "the new table refused a row again; checked again", logging.DEBUG,
+                          table=pair.source, reason=str(exc.args[1]))
     raise unresolved(pair, refusal, during_apply=during_apply)

@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 import pymysql
 
 from applier.chunks import ChunkQueue, next_boundary
 from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
-from applier.recopy import PK_RACE_RETRIES
+from applier.recopy import PK_RACE_RETRIES, with_retry
 from applier.remote import read_keys, read_rows, write_rows
 from core.context import RunContext
-from core.db import query
+from core.db import query, query_count
 from core.keys import Key, dump_key
 from core.logs import log_event
 from core.pacing import BatchSizer
@@ -53,7 +54,8 @@ def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: 
     A plain INSERT: a row the new table refuses is never hidden or allowed to delete another
     (invariants 6 and 9). The refusal is then decided by the server (applier/conflicts.py): rules the
     source's current rows really break stop the migration (ConstraintViolated); a stale row copied
-    earlier, whose change is in the topic, is removed and the batch written again.
+    earlier, whose change is in the topic, is removed and the batch written again, from the rows checked
+    (Probe.write_checked).
 
     A new table on another server is written through `target` (_copy_batch_remote).
     """
@@ -97,20 +99,21 @@ def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no:
     try:
         hold_chunk(conn, ctx, chunk_no, lo, hi)
         query(conn, f"DELETE FROM {pair.target_name} WHERE {where}", params)
-        if probe is not None:
+        if probe is None:
+            rows = query_count(conn, f"INSERT INTO {pair.target_name} ({pair.target_column_list}) "
+                                     f"SELECT {pair.source_column_list} FROM {pair.source_name} WHERE {where}", params)
+        else:
             keys = [tuple(r) for r in query(conn, f"SELECT {pair.pk.column_list()} FROM {pair.source_name} "
                                                   f"WHERE {where}", params)]
             removed = probe.clear_way(keys)
             if removed:
                 log_event(log, "stale copied rows collided under a UNIQUE key; removed, their changes are applied "
                                "later", chunk=chunk_no, rows=removed)
-        with conn.cursor() as cur:
-            rows = cur.execute(f"INSERT INTO {pair.target_name} ({pair.target_column_list}) "
-                               f"SELECT {pair.source_column_list} FROM {pair.source_name} WHERE {where}", params)
-            moved = cur.execute(f"UPDATE {store.t('chunks')} SET next_key=%s, rows_copied=rows_copied+%s, "
-                                "done=%s, batch_open=0 WHERE migration_id=%s AND chunk_no=%s AND next_key <=> %s "
-                                "AND NOT done",
-                                (dump_key(hi), rows, int(last), ctx.migration.id, chunk_no, dump_key(lo)))
+            rows = probe.write_checked()
+        moved = query_count(conn, f"UPDATE {store.t('chunks')} SET next_key=%s, rows_copied=rows_copied+%s, "
+                                  "done=%s, batch_open=0 WHERE migration_id=%s AND chunk_no=%s AND next_key <=> %s "
+                                  "AND NOT done",
+                            (dump_key(hi), rows, int(last), ctx.migration.id, chunk_no, dump_key(lo)))
         if not moved:
             raise LeaseLost(f"chunk {chunk_no} moved on without us")
         conn.commit()
@@ -173,7 +176,9 @@ def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: Chu
                                      ctx.migration.copy_until)
             done = boundary is None
             hi = chunk.end if done else boundary
-            rows = copy_batch(conn, ctx, chunk_no, position, hi, last=done, target=target)
+            # a batch that lost a deadlock to an applier's write was rolled back whole: it is written again,
+            # not left to the run's restart (whose backoff stops the migration after a few in a row)
+            rows = with_retry(partial(copy_batch, conn, ctx, chunk_no, position, hi, last=done, target=target))
             sizer.observe(rows, time.monotonic() - began, ctx.yielding.time_scale)
         copied += rows
         position = hi

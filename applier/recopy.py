@@ -103,9 +103,10 @@ def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence
         present = [tuple(r) for r in query(conn, f"SELECT {pk.column_list()} FROM {pair.source_by_key} "
                                                  f"WHERE {pk.in_list(len(keys))} LOCK IN SHARE MODE", pk.flat(keys))]
         deleted = query_count(conn, f"DELETE FROM {pair.target_name} WHERE {pk.in_list(len(keys))}", pk.flat(keys))
-        if present:
-            if probe is not None:
-                probe.clear_way(present)
+        if present and probe is not None:
+            probe.clear_way(present)
+            probe.write_checked()
+        elif present:
             query(conn, f"INSERT INTO {pair.target_name} ({pair.target_column_list}) SELECT {pair.source_column_list} "
                         f"FROM {pair.source_name} WHERE {pk.in_list(len(present))}", pk.flat(present))
         conn.commit()

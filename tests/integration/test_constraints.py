@@ -118,6 +118,52 @@ def test_stale_copied_row_colliding_under_a_new_unique_key_is_not_a_duplicate(en
     assert migration_row(conn, DB, "stale").status == "done"
 
 
+def test_a_copy_batch_completes_while_every_round_meets_a_value_moved_out_of_a_copied_row(endpoints, conn,
+                                                                                           monkeypatch):
+    """The application keeps moving UNIQUE values out of copied rows into row 30, whose batch is being copied:
+    each time the batch has checked its rows, 'u-j' leaves row j (copied, its new-table copy now stale) for
+    row 30. A round that wrote the source's rows read again, not the rows it checked, met row j's stale copy
+    in every round and stopped the migration; the batch must complete, and every write must be in the table."""
+    from applier.conflicts import Probe
+    rows = [(i, f"u-{i}") for i in range(1, 41)]
+    make_table(conn, "movedin", "id INT PRIMARY KEY, u VARCHAR(20), UNIQUE KEY uk (u)", rows)
+    app = db_conn(endpoints)
+    expected = dict(rows)
+    original_batch, original_clear = copy_module.copy_batch, Probe.clear_way
+    moved_in: list[int] = []
+
+    def move_into_30(j: int) -> None:
+        """Value 'u-j' leaves copied row j for row 30 (row 30's own value is freed)."""
+        query(app, f"UPDATE {DB}.movedin SET u = %s WHERE id = %s", (f"gone-{j}", j))
+        query(app, f"UPDATE {DB}.movedin SET u = %s WHERE id = 30", (f"u-{j}",))
+        expected.update({j: f"gone-{j}", 30: f"u-{j}"})
+        moved_in.append(j)
+
+    def copy_after_a_move(c, ctx, chunk_no, lo, hi, last, target=None):
+        if (lo is None or lo[0] <= 30) and (hi is None or 30 < hi[0]) and not moved_in:
+            move_into_30(1)   # the batch's first write meets row 1's stale copy: its careful rounds begin
+        return original_batch(c, ctx, chunk_no, lo, hi, last, target)
+
+    def clear_then_move(probe, keys):
+        removed = original_clear(probe, keys)
+        if not probe.during_apply and (30,) in keys and len(moved_in) < 12:
+            move_into_30(len(moved_in) + 1)
+        return removed
+
+    monkeypatch.setattr(copy_module, "copy_batch", copy_after_a_move)
+    monkeypatch.setattr(Probe, "clear_way", clear_then_move)
+    spec = MigrationSpec(database=DB, table="movedin", alter="ADD COLUMN extra INT NOT NULL DEFAULT 7",
+                         copy_workers=1, apply_workers=1, chunk_size=10, batch_size=10, partitions=1).validate()
+    try:
+        assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+    finally:
+        app.close()
+    assert len(moved_in) >= 2   # the careful round ran, and a value moved after its check
+    assert dict(query(conn, f"SELECT id, u FROM {DB}.movedin")) == expected
+    assert set(query(conn, f"SELECT extra FROM {DB}.movedin")) == {(7,)}
+    assert migration_row(conn, DB, "movedin").status == "done"
+
+
 def _probe_round(endpoints, conn, table: str, keys: list[tuple], monkeypatch, between_reads) -> tuple[str, list]:
     """One careful round of the copy for `keys` of DB.table: the probe clears the way in a transaction, and
     `between_reads(app)` commits the application's write right after the probe's first read of the source.
