@@ -16,7 +16,7 @@ PER_RUN = {
     "peak_rss_mb": max, "copy_rows_per_s": statistics.median, "copy_seconds": statistics.median,
     "apply_capacity_events_per_s": statistics.median, "backlog_events": statistics.median,
     "apply_latency_ms_p50": statistics.median, "apply_latency_ms_p99": max, "apply_latency_probes": sum,
-    "cutover_blocked_ms": max, "cutover_attempts": max, "cutover_locked_drain_ms": max,
+    "cutover_blocked_ms": max, "cutover_attempts": max, "cutover_locked_drain_ms": max, "run_restarts": max,
     "app_tps": statistics.median, "app_p99_ms": statistics.median,
     "app_p99_ms_worst_second": max, "app_errors": sum, "app_stalled_seconds": max,
     "baseline_app_tps": statistics.median, "baseline_app_p99_ms": statistics.median,
@@ -126,8 +126,8 @@ def _main_table(results: list[dict[str, Any]]) -> list[str]:
 def _stream_osc_table(results: list[dict[str, Any]]) -> list[str]:
     lines = ["| rows | scenario | copy s | copy rows/s | binlog row events/s of the load | apply capacity events/s "
              "(× load) | commit→applied p50 / p99 ms (probes) | writes blocked at cutover ms (max) | "
-             "cutover attempts (max) | peak RSS MB |",
-             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "cutover attempts (max) | restarts after a transient failure (max) | peak RSS MB |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in sorted((r for r in results if r["tool"] == "stream-osc"),
                     key=lambda r: (r["rows"], r["load_tx_per_s"], r.get("stream_osc_source") or "")):
         capacity = (f"{_fmt(r.get('apply_capacity_events_per_s'))} ({_fmt(r.get('apply_capacity_vs_load'))}×)"
@@ -137,7 +137,7 @@ def _stream_osc_table(results: list[dict[str, Any]]) -> list[str]:
         lines.append(f"| {r['rows']:,} | {r['scenario']} | {_fmt(r.get('copy_seconds'))} | "
                      f"{_fmt(r.get('copy_rows_per_s'))} | {_fmt(r.get('binlog_row_events_per_s'))} | {capacity} | "
                      f"{latency} | {_fmt(r.get('cutover_blocked_ms'))} | {_fmt(r.get('cutover_attempts'))} | "
-                     f"{_fmt(r.get('peak_rss_mb'))} |")
+                     f"{_fmt(r.get('run_restarts'))} | {_fmt(r.get('peak_rss_mb'))} |")
     return lines
 
 

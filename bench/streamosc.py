@@ -21,7 +21,7 @@ def stream_osc(run: ToolRun) -> Outcome:
         observer.stop()
     outcome = _outcome(result, run, "stream-osc")
     outcome.figures.update(observer.figures(run.table.rows))
-    outcome.figures.update(cutover_log(result.output))
+    outcome.figures.update(log_figures(result.output))
     if outcome.finished:
         outcome.figures["cutover_blocked_ms"] = cutover_blocked_ms(run.endpoints, run.table, before)
     else:
@@ -37,10 +37,11 @@ def stream_osc_with_validation_ahead(run: ToolRun) -> Outcome:
 LOGFMT = re.compile(r'(\w+)=("[^"]*"|\S+)')
 
 
-def cutover_log(output: str) -> dict[str, Any]:
-    """Cutover attempts, rollback reasons and the locked drain time, from stream-osc's logfmt lines; with a
-    session holding the table, the seconds from its first sighting to its kill and from the kill to the swap."""
-    rollbacks, figures = [], {}
+def log_figures(output: str) -> dict[str, Any]:
+    """Cutover attempts, rollback reasons, the locked drain time and the run's restarts after a transient
+    failure (each waits a backoff), from stream-osc's logfmt lines; with a session holding the table, the
+    seconds from its first sighting to its kill and from the kill to the swap."""
+    rollbacks, figures, restarts = [], {}, 0
     seen_at = killed_at = swapped_at = None
     for line in output.splitlines():
         fields = {k: v.strip('"') for k, v in LOGFMT.findall(line)}
@@ -54,7 +55,10 @@ def cutover_log(output: str) -> dict[str, Any]:
             seen_at = at
         elif fields.get("msg") == "killed blocking connection" and killed_at is None:
             killed_at = at
+        elif fields.get("msg") == "transient failure":
+            restarts += 1
     figures["cutover_attempts"] = len(rollbacks) + (1 if "cutover_locked_drain_ms" in figures else 0)
+    figures["run_restarts"] = restarts
     if rollbacks:
         figures["cutover_rollbacks"] = rollbacks
     if seen_at is not None and killed_at is not None:

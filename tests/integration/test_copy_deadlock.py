@@ -17,7 +17,7 @@ from core.db import query
 from core.spec import MigrationSpec
 from migration.runner import Runner
 from monitor.progress import Progress
-from tests.integration.helpers import db_conn, migration_row, wait_for
+from tests.integration.helpers import cli, db_conn, migration_row, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -34,15 +34,17 @@ def test_a_copy_batch_that_loses_a_deadlock_is_written_again_without_restarting_
                                                                                        monkeypatch):
     """A session holding a row in the first batch's range of the new table (uncommitted) and many undo entries
     waits for that batch's chunk row while the batch waits for its row: the server rolls the lighter
-    transaction, the batch, back. The batch must be written again and the migration complete, with no
-    transient-failure restart and every row in place."""
+    transaction, the batch, back (with the server's deadlock detection on, its default). The batch must be
+    written again and the migration complete, with no transient-failure restart and every row in place."""
+    cli("abort", "--table", f"{DB}.t")   # a run killed midway leaves its migration (in a process of its own:
+    # the command sets up logging anew, which would take the test's log capture away)
     for name in ("t", "t_osc_new", "t_osc_old", "weight"):
         query(conn, f"DROP TABLE IF EXISTS {DB}.{name}")
     query(conn, f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, v INT NOT NULL)")
     query(conn, f"CREATE TABLE {DB}.weight (id INT PRIMARY KEY)")
     with conn.cursor() as cur:
         cur.executemany(f"INSERT INTO {DB}.t VALUES (%s, %s)", [(i, i * 10) for i in range(1, ROWS + 1)])
-    holder = db_conn(endpoints)
+    holder, watcher = db_conn(endpoints), db_conn(endpoints)
     copy_errors: list[int] = []
     started = threading.Event()
     holding: list[threading.Thread] = []
@@ -50,14 +52,16 @@ def test_a_copy_batch_that_loses_a_deadlock_is_written_again_without_restarting_
 
     def hold_then_wait_for_the_chunk(copy_thread: int, chunks: str, migration_id: int, chunk_no: int) -> None:
         holder.begin()
-        with holder.cursor() as cur:   # weight: the server rolls back the transaction that wrote less
-            cur.executemany(f"INSERT INTO {DB}.weight VALUES (%s)", [(i,) for i in range(2_000)])
-        query(holder, f"INSERT INTO {DB}.t_osc_new (id, v) VALUES (1, -1)")
-        started.set()
-        wait_for(lambda: in_lock_wait(conn, copy_thread), timeout=30, what="the batch to wait for row 1")
-        query(holder, f"SELECT 1 FROM {chunks} WHERE migration_id = %s AND chunk_no = %s FOR UPDATE",
-              (migration_id, chunk_no))
-        holder.rollback()
+        try:
+            with holder.cursor() as cur:   # weight: the server rolls back the transaction that wrote less
+                cur.executemany(f"INSERT INTO {DB}.weight VALUES (%s)", [(i,) for i in range(2_000)])
+            query(holder, f"INSERT INTO {DB}.t_osc_new (id, v) VALUES (1, -1)")
+            started.set()
+            wait_for(lambda: in_lock_wait(watcher, copy_thread), timeout=30, what="the batch to wait for row 1")
+            query(holder, f"SELECT 1 FROM {chunks} WHERE migration_id = %s AND chunk_no = %s FOR UPDATE",
+                  (migration_id, chunk_no))
+        finally:
+            holder.rollback()   # whatever happened: the batch must not wait on this session
 
     def copy_meeting_a_deadlock(c, ctx, chunk_no, lo, hi, last, target=None):
         if lo is None and not started.is_set():
@@ -81,6 +85,8 @@ def test_a_copy_batch_that_loses_a_deadlock_is_written_again_without_restarting_
         for thread in holding:
             thread.join(30)
         holder.close()
+        watcher.close()
+        query(conn, f"DROP TABLE {DB}.weight")
     assert copy_errors == [1213]   # the batch did lose the deadlock
     assert [r.getMessage() for r in caplog.records if r.getMessage() == "transient failure"] == []
     assert [tuple(r) for r in query(conn, f"SELECT id, v, w FROM {DB}.t ORDER BY id")] == \

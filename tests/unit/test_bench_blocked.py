@@ -4,7 +4,7 @@ import pytest
 from bench.__main__ import _variant
 from bench.config import parse_args
 from bench.report import _held_section
-from bench.streamosc import cutover_log
+from bench.streamosc import log_figures
 
 
 def test_blocked_runs_only_when_asked_and_under_the_light_load():
@@ -49,6 +49,15 @@ def test_the_log_gives_the_seconds_from_a_holders_sighting_to_its_kill_and_to_th
         'ts=2026-11-23T17:00:02.000Z level=warning msg="waiting for sessions holding the table" table=a.b',
         'ts=2026-11-23T17:00:06.250Z level=warning msg="killed blocking connection" held_up_s=5.2',
         'ts=2026-11-23T17:00:07.000Z level=info msg="tables swapped" blocked_ms=100 drain_ms=20.0'])
-    figures = cutover_log(output)
+    figures = log_figures(output)
     assert (figures["blocker_seen_to_kill_s"], figures["blocker_kill_to_swap_s"]) == (5.25, 0.75)
-    assert figures["cutover_attempts"] == 1
+    assert (figures["cutover_attempts"], figures["run_restarts"]) == (1, 0)
+
+
+def test_the_log_counts_the_runs_restarts_after_transient_failures():
+    output = "\n".join([
+        'ts=2026-11-23T17:00:01.000Z level=warning logger=stream_osc.runner msg="transient failure" '
+        'error="(1213, \'Deadlock found\')" retry_in_s=2',
+        'ts=2026-11-23T17:00:04.000Z level=warning logger=stream_osc.runner msg="transient failure" retry_in_s=4',
+        'ts=2026-11-23T17:00:09.000Z level=info msg="tables swapped" blocked_ms=100 drain_ms=20.0'])
+    assert log_figures(output)["run_restarts"] == 2
