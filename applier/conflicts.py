@@ -123,6 +123,23 @@ def unique_keys(conn: pymysql.connections.Connection, database: str, table: str)
     return list(parts), [UniqueKey(n, tuple(p)) for n, p in parts.items() if n not in on_expression]
 
 
+def drop_unique_keys(conn: pymysql.connections.Connection, probe: str, database: str, table: str,
+                     names: list[str]) -> None:
+    """Drop the UNIQUE keys `names` from `probe`, a TEMPORARY copy of `database`.`table`.
+
+    An AUTO_INCREMENT column must stay indexed, or the server refuses the definition (a UUID-keyed table
+    with a counter indexed only by a UNIQUE key): it gets a plain index of its own, an integer's, which
+    never refuses a row."""
+    if not names:
+        return
+    clauses = [f"DROP INDEX {quote_ident(n)}" for n in names]
+    auto = query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
+                       "AND EXTRA LIKE %s", (database, table, "%auto_increment%"))
+    if auto:
+        clauses.append(f"ADD INDEX stream_osc_auto_increment ({quote_ident(auto[0][0])})")
+    query(conn, f"ALTER TABLE {probe} " + ", ".join(clauses))
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A source row the new definition refuses, with the server's error."""
@@ -159,8 +176,7 @@ class Probe:
         names, self.keys = unique_keys(self.conn, self.pair.database, self.pair.target)
         query(self.conn, f"DROP TEMPORARY TABLE IF EXISTS {self.name}")
         query(self.conn, f"CREATE TEMPORARY TABLE {self.name} LIKE {self.pair.target_name}")
-        if names:
-            query(self.conn, f"ALTER TABLE {self.name} " + ", ".join(f"DROP INDEX {quote_ident(n)}" for n in names))
+        drop_unique_keys(self.conn, self.name, self.pair.database, self.pair.target, names)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:

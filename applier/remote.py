@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import pymysql
 
-from applier.conflicts import DUPLICATE, ROUNDS, ConstraintViolated, UniqueKey, primary_key_race, \
+from applier.conflicts import DUPLICATE, ROUNDS, ConstraintViolated, UniqueKey, drop_unique_keys, primary_key_race, \
     refused_by_new_table, unique_keys, unresolved
 from core.db import qualified, query, query_count, quote_ident
 from core.keys import Key
@@ -144,8 +144,7 @@ def _colliding_computed(target: pymysql.connections.Connection, pair: TablePair,
     query(target, f"DROP TEMPORARY TABLE IF EXISTS {probe}")
     query(target, f"CREATE TEMPORARY TABLE {probe} LIKE {pair.target_name}")
     try:
-        if names:
-            query(target, f"ALTER TABLE {probe} " + ", ".join(f"DROP INDEX {quote_ident(n)}" for n in names))
+        drop_unique_keys(target, probe, pair.target_database or pair.database, pair.target, names)
         with target.cursor() as cur:
             cur.executemany(f"INSERT INTO {probe} ({pair.target_column_list}) VALUES "
                             f"({', '.join(['%s'] * len(pair.target_columns))})", [r[width:] for r in rows])

@@ -118,6 +118,38 @@ def test_stale_copied_row_colliding_under_a_new_unique_key_is_not_a_duplicate(en
     assert migration_row(conn, DB, "stale").status == "done"
 
 
+def test_a_stale_collision_is_resolved_in_a_table_whose_auto_increment_column_has_only_a_unique_key(
+        endpoints, conn, monkeypatch):
+    """A key other than the primary one that is AUTO_INCREMENT and indexed only by a UNIQUE key (a UUID-keyed
+    table with a counter beside it): the probe drops the UNIQUE keys, and the server then refuses the probe's
+    definition (an AUTO_INCREMENT column must be indexed) unless each is kept as a plain index. A stale
+    collision (as in the test above) must resolve, and every row keep its counter value."""
+    rows = [(i, i * 3, f"u-{i}") for i in range(1, 41)]
+    make_table(conn, "autoinc", "id INT PRIMARY KEY, seq BIGINT NOT NULL AUTO_INCREMENT, u VARCHAR(20), "
+                                "UNIQUE KEY seq (seq), UNIQUE KEY uk (u)", rows)
+    app = db_conn(endpoints)
+    original = copy_module.copy_batch
+    moved: list[bool] = []
+
+    def copy_after_the_move(c, ctx, chunk_no, lo, hi, last, target=None):
+        if (lo is None or lo[0] <= 30) and (hi is None or 30 < hi[0]) and not moved:
+            query(app, f"UPDATE {DB}.autoinc SET u = 'moved' WHERE id = 5")
+            query(app, f"UPDATE {DB}.autoinc SET u = 'u-5' WHERE id = 30")
+            moved.append(True)
+        return original(c, ctx, chunk_no, lo, hi, last, target)
+
+    monkeypatch.setattr(copy_module, "copy_batch", copy_after_the_move)
+    spec = MigrationSpec(database=DB, table="autoinc", alter="ADD COLUMN extra INT NOT NULL DEFAULT 7",
+                         copy_workers=1, apply_workers=1, chunk_size=10, batch_size=10, partitions=1).validate()
+    try:
+        assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+    finally:
+        app.close()
+    expected = {i: (s, u) for i, s, u in rows} | {5: (15, "moved"), 30: (90, "u-5")}
+    assert {r[0]: (r[1], r[2]) for r in query(conn, f"SELECT id, seq, u FROM {DB}.autoinc")} == expected
+    assert migration_row(conn, DB, "autoinc").status == "done"
+
+
 def test_a_copy_batch_completes_while_every_round_meets_a_value_moved_out_of_a_copied_row(endpoints, conn,
                                                                                            monkeypatch):
     """The application keeps moving UNIQUE values out of copied rows into row 30, whose batch is being copied:
