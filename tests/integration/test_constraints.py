@@ -88,6 +88,13 @@ def test_check_constraint_over_a_violating_row_is_refused(endpoints, conn, capsy
     assert "id=2 (id=2, qty=-3): CONSTRAINT `qty_positive` failed for `constraints`.`checked`" in err
 
 
+def migrate_in_ten_row_batches(endpoints, table: str, alter: str) -> None:
+    """Migrate DB.table with one copy worker in 10-row chunks and batches: its batches come in key order."""
+    spec = MigrationSpec(database=DB, table=table, alter=alter, copy_workers=1, apply_workers=1, chunk_size=10,
+                         batch_size=10, partitions=1).validate()
+    assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+
+
 def test_stale_copied_row_colliding_under_a_new_unique_key_is_not_a_duplicate(endpoints, conn, monkeypatch):
     """Row 5 is copied with u='u-5'; then the application moves 'u-5' to row 30, before row 30's chunk is
     copied. The collision is with a stale copy, not in the data: the migration completes, every row right."""
@@ -105,10 +112,8 @@ def test_stale_copied_row_colliding_under_a_new_unique_key_is_not_a_duplicate(en
         return original(c, ctx, chunk_no, lo, hi, last, target)
 
     monkeypatch.setattr(copy_module, "copy_batch", copy_after_the_move)
-    spec = MigrationSpec(database=DB, table="stale", alter="ADD UNIQUE KEY uk (u)", copy_workers=1, apply_workers=1,
-                         chunk_size=10, batch_size=10, partitions=1).validate()
     try:
-        assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+        migrate_in_ten_row_batches(endpoints, "stale", "ADD UNIQUE KEY uk (u)")
     finally:
         app.close()
     assert stale_copy_seen == [(5, "u-5")]   # the collision did happen with a stale copy
@@ -139,10 +144,8 @@ def test_a_stale_collision_is_resolved_in_a_table_whose_auto_increment_column_ha
         return original(c, ctx, chunk_no, lo, hi, last, target)
 
     monkeypatch.setattr(copy_module, "copy_batch", copy_after_the_move)
-    spec = MigrationSpec(database=DB, table="autoinc", alter="ADD COLUMN extra INT NOT NULL DEFAULT 7",
-                         copy_workers=1, apply_workers=1, chunk_size=10, batch_size=10, partitions=1).validate()
     try:
-        assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+        migrate_in_ten_row_batches(endpoints, "autoinc", "ADD COLUMN extra INT NOT NULL DEFAULT 7")
     finally:
         app.close()
     expected = {i: (s, u) for i, s, u in rows} | {5: (15, "moved"), 30: (90, "u-5")}
@@ -184,10 +187,8 @@ def test_a_copy_batch_completes_while_every_round_meets_a_value_moved_out_of_a_c
 
     monkeypatch.setattr(copy_module, "copy_batch", copy_after_a_move)
     monkeypatch.setattr(Probe, "clear_way", clear_then_move)
-    spec = MigrationSpec(database=DB, table="movedin", alter="ADD COLUMN extra INT NOT NULL DEFAULT 7",
-                         copy_workers=1, apply_workers=1, chunk_size=10, batch_size=10, partitions=1).validate()
     try:
-        assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+        migrate_in_ten_row_batches(endpoints, "movedin", "ADD COLUMN extra INT NOT NULL DEFAULT 7")
     finally:
         app.close()
     assert len(moved_in) >= 2   # the careful round ran, and a value moved after its check
