@@ -95,28 +95,37 @@ def migrate_in_ten_row_batches(endpoints, table: str, alter: str) -> None:
     assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
 
 
+def migrate_moving_a_copied_value(endpoints, monkeypatch, table: str, alter: str) -> list[tuple]:
+    """migrate_in_ten_row_batches, with the application moving 'u-5' from row 5 (copied: its copy in the new
+    table goes stale) to row 30 just before row 30's batch. Returns row 5 of the new table at the move."""
+    app = db_conn(endpoints)
+    original = copy_module.copy_batch
+    stale_copy: list[tuple] = []
+    moved: list[bool] = []
+
+    def copy_after_the_move(c, ctx, chunk_no, lo, hi, last, target=None):
+        if (lo is None or lo[0] <= 30) and (hi is None or 30 < hi[0]) and not moved:
+            stale_copy.extend(tuple(r) for r in query(c, f"SELECT id, u FROM {DB}.{table}_osc_new WHERE id = 5"))
+            query(app, f"UPDATE {DB}.{table} SET u = 'moved' WHERE id = 5")
+            query(app, f"UPDATE {DB}.{table} SET u = 'u-5' WHERE id = 30")
+            moved.append(True)
+        return original(c, ctx, chunk_no, lo, hi, last, target)
+
+    monkeypatch.setattr(copy_module, "copy_batch", copy_after_the_move)
+    try:
+        migrate_in_ten_row_batches(endpoints, table, alter)
+    finally:
+        app.close()
+    return stale_copy
+
+
 def test_stale_copied_row_colliding_under_a_new_unique_key_is_not_a_duplicate(endpoints, conn, monkeypatch):
     """Row 5 is copied with u='u-5'; then the application moves 'u-5' to row 30, before row 30's chunk is
     copied. The collision is with a stale copy, not in the data: the migration completes, every row right."""
     rows = [(i, f"u-{i}") for i in range(1, 41)]
     make_table(conn, "stale", "id INT PRIMARY KEY, u VARCHAR(20)", rows)
-    app = db_conn(endpoints)
-    stale_copy_seen: list[tuple] = []
-    original = copy_module.copy_batch
-
-    def copy_after_the_move(c, ctx, chunk_no, lo, hi, last, target=None):
-        if (lo is None or lo[0] <= 30) and (hi is None or 30 < hi[0]) and not stale_copy_seen:
-            stale_copy_seen.extend(tuple(r) for r in query(c, f"SELECT id, u FROM {DB}.stale_osc_new WHERE id = 5"))
-            query(app, f"UPDATE {DB}.stale SET u = 'moved' WHERE id = 5")
-            query(app, f"UPDATE {DB}.stale SET u = 'u-5' WHERE id = 30")
-        return original(c, ctx, chunk_no, lo, hi, last, target)
-
-    monkeypatch.setattr(copy_module, "copy_batch", copy_after_the_move)
-    try:
-        migrate_in_ten_row_batches(endpoints, "stale", "ADD UNIQUE KEY uk (u)")
-    finally:
-        app.close()
-    assert stale_copy_seen == [(5, "u-5")]   # the collision did happen with a stale copy
+    stale_copy = migrate_moving_a_copied_value(endpoints, monkeypatch, "stale", "ADD UNIQUE KEY uk (u)")
+    assert stale_copy == [(5, "u-5")]   # the collision did happen with a stale copy
     expected = dict(rows) | {5: "moved", 30: "u-5"}
     assert dict(query(conn, f"SELECT id, u FROM {DB}.stale")) == expected
     assert query(conn, f"SHOW INDEX FROM {DB}.stale WHERE Key_name = 'uk'")
@@ -127,27 +136,14 @@ def test_a_stale_collision_is_resolved_in_a_table_whose_auto_increment_column_ha
         endpoints, conn, monkeypatch):
     """A key other than the primary one that is AUTO_INCREMENT and indexed only by a UNIQUE key (a UUID-keyed
     table with a counter beside it): the probe drops the UNIQUE keys, and the server then refuses the probe's
-    definition (an AUTO_INCREMENT column must be indexed) unless each is kept as a plain index. A stale
+    definition (an AUTO_INCREMENT column must be indexed) unless that column keeps a plain index. A stale
     collision (as in the test above) must resolve, and every row keep its counter value."""
     rows = [(i, i * 3, f"u-{i}") for i in range(1, 41)]
     make_table(conn, "autoinc", "id INT PRIMARY KEY, seq BIGINT NOT NULL AUTO_INCREMENT, u VARCHAR(20), "
                                 "UNIQUE KEY seq (seq), UNIQUE KEY uk (u)", rows)
-    app = db_conn(endpoints)
-    original = copy_module.copy_batch
-    moved: list[bool] = []
-
-    def copy_after_the_move(c, ctx, chunk_no, lo, hi, last, target=None):
-        if (lo is None or lo[0] <= 30) and (hi is None or 30 < hi[0]) and not moved:
-            query(app, f"UPDATE {DB}.autoinc SET u = 'moved' WHERE id = 5")
-            query(app, f"UPDATE {DB}.autoinc SET u = 'u-5' WHERE id = 30")
-            moved.append(True)
-        return original(c, ctx, chunk_no, lo, hi, last, target)
-
-    monkeypatch.setattr(copy_module, "copy_batch", copy_after_the_move)
-    try:
-        migrate_in_ten_row_batches(endpoints, "autoinc", "ADD COLUMN extra INT NOT NULL DEFAULT 7")
-    finally:
-        app.close()
+    stale_copy = migrate_moving_a_copied_value(endpoints, monkeypatch, "autoinc",
+                                               "ADD COLUMN extra INT NOT NULL DEFAULT 7")
+    assert stale_copy == [(5, "u-5")]   # the collision did happen with a stale copy
     expected = {i: (s, u) for i, s, u in rows} | {5: (15, "moved"), 30: (90, "u-5")}
     assert {r[0]: (r[1], r[2]) for r in query(conn, f"SELECT id, seq, u FROM {DB}.autoinc")} == expected
     assert migration_row(conn, DB, "autoinc").status == "done"
