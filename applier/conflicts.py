@@ -127,14 +127,17 @@ def drop_unique_keys(conn: pymysql.connections.Connection, probe: str, database:
                      names: list[str]) -> None:
     """Drop the UNIQUE keys `names` from `probe`, a TEMPORARY copy of `database`.`table`.
 
-    An AUTO_INCREMENT column must stay indexed, or the server refuses the definition (a UUID-keyed table
-    with a counter indexed only by a UNIQUE key): it gets a plain index of its own, an integer's, which
-    never refuses a row."""
+    An AUTO_INCREMENT column must lead an index, or the server refuses the definition (a UUID-keyed table
+    with a counter indexed only by a UNIQUE key): one that leads no index the probe keeps (the primary key,
+    a plain index) gets a plain index of its own, an integer's, which never refuses a row."""
     if not names:
         return
     clauses = [f"DROP INDEX {quote_ident(n)}" for n in names]
-    auto = query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
-                       "AND EXTRA LIKE %s", (database, table, "%auto_increment%"))
+    auto = query(conn, """SELECT c.COLUMN_NAME FROM information_schema.COLUMNS c
+        WHERE c.TABLE_SCHEMA=%s AND c.TABLE_NAME=%s AND c.EXTRA LIKE %s AND NOT EXISTS (
+            SELECT 1 FROM information_schema.STATISTICS s WHERE s.TABLE_SCHEMA=c.TABLE_SCHEMA
+            AND s.TABLE_NAME=c.TABLE_NAME AND s.COLUMN_NAME=c.COLUMN_NAME AND s.SEQ_IN_INDEX=1
+            AND (s.INDEX_NAME='PRIMARY' OR s.NON_UNIQUE=1))""", (database, table, "%auto_increment%"))
     if auto:
         clauses.append(f"ADD INDEX stream_osc_auto_increment ({quote_ident(auto[0][0])})")
     query(conn, f"ALTER TABLE {probe} " + ", ".join(clauses))

@@ -186,6 +186,15 @@ def applier_waits_on_lock(conn) -> bool:
     return bool(query(conn, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state='LOCK WAIT'")[0][0])
 
 
+def waiting_on(conn, session, holder) -> bool:
+    """Whether `session` waits for a row lock `holder` holds (not merely for some lock)."""
+    return bool(query(conn, "SELECT 1 FROM information_schema.INNODB_LOCK_WAITS w "
+                            "JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id "
+                            "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
+                            "WHERE r.trx_mysql_thread_id=%s AND b.trx_mysql_thread_id=%s",
+                      (session.thread_id(), holder.thread_id())))
+
+
 def chunk_progress(conn, migration_id: int) -> tuple[int, int, int]:
     """(rows copied, chunks done, chunks) from the durable chunk table."""
     return tuple(int(v) for v in query(conn, "SELECT COALESCE(SUM(rows_copied),0), COALESCE(SUM(done),0), COUNT(*) "

@@ -22,7 +22,7 @@ from core.db import connect, query
 from core.keys import Key
 from core.state import StateStore
 from core.table import TablePair, load_pair
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import wait_for, waiting_on
 
 pytestmark = pytest.mark.integration
 
@@ -67,15 +67,6 @@ def plan(conn) -> Plan:
     store.add_chunks(MIGRATION_ID, [((1,), (101,))])
     yield Plan(load_pair(conn, DB, "t", "t_osc_new"))
     query(conn, f"DELETE FROM {store.t('chunks')} WHERE migration_id=%s", (MIGRATION_ID,))
-
-
-def waiting_on(conn, session, holder) -> bool:
-    """Whether `session` waits for a row lock `holder` holds (not merely for some lock)."""
-    return bool(query(conn, "SELECT 1 FROM information_schema.INNODB_LOCK_WAITS w "
-                            "JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id "
-                            "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
-                            "WHERE r.trx_mysql_thread_id=%s AND b.trx_mysql_thread_id=%s",
-                      (session.thread_id(), holder.thread_id())))
 
 
 def left_to_copy(session, plan, keys) -> set | None:

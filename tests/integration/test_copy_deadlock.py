@@ -17,17 +17,12 @@ from core.db import query
 from core.spec import MigrationSpec
 from migration.runner import Runner
 from monitor.progress import Progress
-from tests.integration.helpers import cli, db_conn, migration_row, wait_for
+from tests.integration.helpers import cli, db_conn, migration_row, wait_for, waiting_on
 
 pytestmark = pytest.mark.integration
 
 DB = "copydeadlock"
 ROWS = 40
-
-
-def in_lock_wait(conn, thread_id: int) -> bool:
-    return bool(query(conn, "SELECT 1 FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = %s "
-                            "AND trx_state = 'LOCK WAIT'", (thread_id,)))
 
 
 def test_a_copy_batch_that_loses_a_deadlock_is_written_again_without_restarting_the_run(endpoints, conn, caplog,
@@ -50,14 +45,14 @@ def test_a_copy_batch_that_loses_a_deadlock_is_written_again_without_restarting_
     holding: list[threading.Thread] = []
     original = copy_module.copy_batch
 
-    def hold_then_wait_for_the_chunk(copy_thread: int, chunks: str, migration_id: int, chunk_no: int) -> None:
+    def hold_then_wait_for_the_chunk(copier, chunks: str, migration_id: int, chunk_no: int) -> None:
         holder.begin()
         try:
             with holder.cursor() as cur:   # weight: the server rolls back the transaction that wrote less
                 cur.executemany(f"INSERT INTO {DB}.weight VALUES (%s)", [(i,) for i in range(2_000)])
             query(holder, f"INSERT INTO {DB}.t_osc_new (id, v) VALUES (1, -1)")
             started.set()
-            wait_for(lambda: in_lock_wait(watcher, copy_thread), timeout=30, what="the batch to wait for row 1")
+            wait_for(lambda: waiting_on(watcher, copier, holder), timeout=30, what="the batch to wait for row 1")
             query(holder, f"SELECT 1 FROM {chunks} WHERE migration_id = %s AND chunk_no = %s FOR UPDATE",
                   (migration_id, chunk_no))
         finally:
@@ -66,7 +61,7 @@ def test_a_copy_batch_that_loses_a_deadlock_is_written_again_without_restarting_
     def copy_meeting_a_deadlock(c, ctx, chunk_no, lo, hi, last, target=None):
         if lo is None and not started.is_set():
             holding.append(threading.Thread(target=hold_then_wait_for_the_chunk, args=(
-                c.thread_id(), ctx.store(c).t("chunks"), ctx.migration.id, chunk_no)))
+                c, ctx.store(c).t("chunks"), ctx.migration.id, chunk_no)))
             holding[0].start()
             started.wait(30)
         try:
