@@ -4,13 +4,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 import pymysql
 
 from applier.chunks import ChunkQueue, next_boundary
 from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
-from applier.recopy import PK_RACE_RETRIES
-from applier.remote import read_keys, read_rows, write_rows
+from applier.recopy import PK_RACE_RETRIES, recopy_keys, with_retry
+from applier.remote import CollidingKeys, kept_colliding, read_rows, write_rows
 from core.context import RunContext
 from core.db import query, query_count
 from core.keys import Key, dump_key
@@ -131,15 +132,37 @@ def _copy_batch_remote(conn: pymysql.connections.Connection, target: pymysql.con
     lost the chunk cannot write the target after its new owner moved on. The target transaction deletes the
     range and inserts the rows read (applier/remote.py), so a batch whose progress was lost to a crash after
     the target's commit is written again, not twice; the progress commits after the rows.
+
+    Rows of the target outside the range that the batch collides with under a UNIQUE key are re-copied as an
+    applier re-copies a key, outside the batch's transaction (their current rows, locked on the source until
+    the target has committed them), and the batch is written again. Nothing holds such a row for the batch: a
+    plain read of it written with the batch could land after an applier's write of a newer version, and no
+    change would be left to correct it.
     """
-    pair, store = ctx.pair, ctx.store(conn)
+    pair = ctx.pair
     where, params = pair.pk.in_range(lo, hi, ctx.migration.copy_until)
+    refusal: pymysql.err.MySQLError | None = None
+    for _ in range(ROUNDS):
+        try:
+            return _write_batch_remote(conn, target, ctx, chunk_no, lo, hi, last, where, params)
+        except CollidingKeys as colliding:
+            refusal = colliding.refusal
+            with_retry(partial(recopy_keys, conn, pair, colliding.keys, target=target))
+    assert refusal is not None
+    raise kept_colliding(pair, refusal, during_apply=False)
+
+
+def _write_batch_remote(conn: pymysql.connections.Connection, target: pymysql.connections.Connection,
+                        ctx: RunContext, chunk_no: int, lo: Key | None, hi: Key | None, last: bool, where: str,
+                        params: list) -> int:
+    """One attempt of _copy_batch_remote; CollidingKeys when the target's rows outside the range are in the way."""
+    pair, store = ctx.pair, ctx.store(conn)
     publish_range(conn, ctx, chunk_no, lo, hi)
     conn.begin()
     try:
         hold_chunk(conn, ctx, chunk_no, lo, hi)
         rows = read_rows(conn, pair, where, params)
-        write_rows(target, pair, where, params, rows, lambda keys: read_keys(conn, pair, keys), during_apply=False)
+        write_rows(target, pair, where, params, rows, during_apply=False)
         query(conn, f"UPDATE {store.t('chunks')} SET next_key=%s, rows_copied=rows_copied+%s, done=%s, "
                     "batch_open=0 WHERE migration_id=%s AND chunk_no=%s",
               (dump_key(hi), len(rows), int(last), ctx.migration.id, chunk_no))

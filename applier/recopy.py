@@ -154,7 +154,7 @@ def _write_remote_keys(conn: pymysql.connections.Connection, target: pymysql.con
             if previous is not None and Counter(present) == Counter(previous):
                 conn.commit()
                 break
-            deleted += write_rows(target, pair, pair.pk.in_list(len(keys)), pair.pk.flat(keys), present, None,
+            deleted += write_rows(target, pair, pair.pk.in_list(len(keys)), pair.pk.flat(keys), present,
                                   during_apply=True)
             conn.commit()
         except BaseException:

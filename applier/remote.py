@@ -8,16 +8,18 @@ travel through the tool, and what one INSERT … SELECT does on one server is do
 - Writing: one target transaction deletes the new table's rows of the batch (a key range, or the change
   keys) and inserts the rows read, so a batch written twice (a worker killed between the target's commit
   and its progress) is written once, and a key whose row left the source (or the --where predicate) is gone.
-- A UNIQUE refusal: the target's rows the batch collides with are re-synced from the source in the same
-  transaction (their current rows, or none) and the batch is written again; a collision that stays for
-  ROUNDS rounds is the source's own (ConstraintViolated). A value the new table refuses stops the migration.
-  A re-copy does not re-read them itself: its source reads must be one locking read, in key order
-  (applier/README.md, "Locks in key order"), so it is told the colliding keys (CollidingKeys) and starts
-  again with them among its keys.
+- A UNIQUE refusal: the target's rows the batch collides with are handed back (CollidingKeys), to be re-synced
+  from the source as a re-copy syncs a key: their current rows, or none, read with a locking read held until the
+  target has committed them. A row read without a lock and written later could land after an applier's newer
+  write of it, with no change left to correct it. A re-copy starts again with their keys among its own, so
+  that its source reads stay one locking read, in key order (applier/README.md, "Locks in key order"); a copy
+  batch re-copies them by themselves, outside its own transaction, and is written again. A collision that
+  stays for ROUNDS rounds is the source's own (ConstraintViolated). A value the new table refuses stops the
+  migration.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pymysql
 
@@ -28,11 +30,10 @@ from core.keys import Key
 from core.table import TablePair
 
 Row = tuple   # the key's values, then the copied columns' values in TablePair order
-Reread = Callable[[list[Key]], list[Row]]
 
 
 class CollidingKeys(Exception):
-    """The target refused the batch under a UNIQUE key because of its rows of `keys` (write_rows without reread)."""
+    """The target refused the batch under a UNIQUE key because of its rows of `keys`, outside the batch's own."""
 
     def __init__(self, keys: list[Key], refusal: pymysql.err.MySQLError) -> None:
         super().__init__(f"{len(keys)} rows of the new table collide with the batch")
@@ -61,48 +62,37 @@ def read_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Seque
 
 
 def write_rows(target: pymysql.connections.Connection, pair: TablePair, where: str, params: Sequence,
-               rows: list[Row], reread: Reread | None, during_apply: bool) -> int:
+               rows: list[Row], during_apply: bool) -> int:
     """In one target transaction: delete the new table's rows matching `where`, insert `rows`; returns rows
-    deleted. Collisions under a UNIQUE key are re-synced through `reread`, or raised as CollidingKeys without it
-    (module docstring)."""
+    deleted. Rows of the new table outside `where` that `rows` collide with under a UNIQUE key are raised as
+    CollidingKeys, for the caller to re-copy with a locking read (module docstring)."""
     width = len(pair.pk.names)
-    extra_keys: list[Key] = []
-    extra_rows: list[Row] = []
-    refusal: pymysql.err.MySQLError | None = None
-    for _ in range(ROUNDS):
-        delete_where, delete_params = f"({where})", list(params)
-        if extra_keys:
-            delete_where += f" OR {pair.pk.in_list(len(extra_keys))}"
-            delete_params += pair.pk.flat(extra_keys)
-        batch = rows + extra_rows
+    for attempt in range(ROUNDS):
         target.begin()
         try:
-            deleted = query_count(target, f"DELETE FROM {pair.target_name} WHERE {delete_where}", delete_params)
-            if batch:
+            deleted = query_count(target, f"DELETE FROM {pair.target_name} WHERE {where}", list(params))
+            if rows:
                 with target.cursor() as cur:
                     cur.executemany(f"INSERT INTO {pair.target_name} ({pair.target_column_list}) VALUES "
-                                    f"({', '.join(['%s'] * len(pair.target_columns))})", [r[width:] for r in batch])
+                                    f"({', '.join(['%s'] * len(pair.target_columns))})", [r[width:] for r in rows])
             target.commit()
             return deleted
         except pymysql.err.MySQLError as exc:
             target.rollback()
-            if primary_key_race(exc):
-                continue
+            if primary_key_race(exc):   # a re-copy wrote a key of `where` after the DELETE: written again
+                if attempt < ROUNDS - 1:
+                    continue
+                raise
             if not refused_by_new_table(exc):
                 raise
-            refusal = exc
             if exc.args[0] not in DUPLICATE:
                 raise unresolved(pair, exc, during_apply) from None
-            ours = {r[:width] for r in batch}
-            colliding = [k for k in colliding_keys(target, pair, batch) if k not in ours]
+            ours = {r[:width] for r in rows}
+            colliding = [k for k in colliding_keys(target, pair, rows) if k not in ours]
             if not colliding:
                 raise unresolved(pair, exc, during_apply) from None
-            if reread is None:
-                raise CollidingKeys(colliding, exc) from None
-            extra_keys += colliding
-            extra_rows += reread(colliding)
-    assert refusal is not None
-    raise kept_colliding(pair, refusal, during_apply)
+            raise CollidingKeys(colliding, exc) from None
+    raise AssertionError("unreachable")
 
 
 def kept_colliding(pair: TablePair, refusal: pymysql.err.MySQLError, during_apply: bool) -> ConstraintViolated:

@@ -23,9 +23,10 @@ from cutover.swap import SENTRY_COMMENT
 from core.process_owner import pid_space
 from core.db import connect, query
 from core.endpoints import Endpoints, KafkaAddress, MySQLAddress
-from core.keys import KeyColumn, PrimaryKey
+from core.keys import Key, KeyColumn, PrimaryKey
 from core.spec import MigrationSpec, helper_table_name
 from core.state import Migration, StateStore, capture_heartbeat_table
+from core.table import TablePair
 from demo.traffic import create_sample_table
 from migration.init_stage import topic_prefix
 from migration.teardown import remove_capture
@@ -184,6 +185,23 @@ def hold_apply_open(conn, blocker, db: str, table: str, migration_id: int) -> No
 def applier_waits_on_lock(conn) -> bool:
     """True while some transaction waits for a row lock (here: an applier behind a test's lock)."""
     return bool(query(conn, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state='LOCK WAIT'")[0][0])
+
+
+@dataclass
+class BatchPlan:
+    """What a copy batch and an applier's sort read of a RunContext: the pair, the store, the migration's id and
+    the copy's top key. Its chunk rows are the test's own (an id no real migration has)."""
+
+    pair: TablePair
+    id: int
+    copy_until: Key | None
+
+    @property
+    def migration(self) -> "BatchPlan":
+        return self
+
+    def store(self, conn) -> StateStore:
+        return StateStore(conn, "stream_osc")
 
 
 def waiting_on(conn, session, holder) -> bool:

@@ -9,7 +9,6 @@ and an application transaction is held open before its commit.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 import pytest
 
@@ -19,32 +18,15 @@ from applier.copy import LeaseLost, _copy_batch, copy_batch, hold_chunk, publish
 from applier.recopy import recopy_keys
 from applier.uncopied import KeySorter, settle_behind_batches
 from core.db import connect, query
-from core.keys import Key
 from core.state import StateStore
-from core.table import TablePair, load_pair
-from tests.integration.helpers import wait_for, waiting_on
+from core.table import load_pair
+from tests.integration.helpers import BatchPlan, wait_for, waiting_on
 
 pytestmark = pytest.mark.integration
 
 DB = "apply_during_copy"
 SCHEMA = "stream_osc"
 MIGRATION_ID = 900_001   # chunk rows of their own, never a real migration's
-
-
-@dataclass
-class Plan:
-    """What the copy batch and the check read of a RunContext: the pair, the store, the migration's id and top."""
-
-    pair: TablePair
-    id: int = MIGRATION_ID
-    copy_until: Key | None = (100,)
-
-    @property
-    def migration(self) -> "Plan":
-        return self
-
-    def store(self, conn) -> StateStore:
-        return StateStore(conn, SCHEMA)
 
 
 def waiting_for_a_lock(conn, session) -> bool:
@@ -54,7 +36,7 @@ def waiting_for_a_lock(conn, session) -> bool:
 
 
 @pytest.fixture
-def plan(conn) -> Plan:
+def plan(conn) -> BatchPlan:
     """Rows 1..100 (v = 1) and an empty new table with UNIQUE (u); one chunk [1, 101), nothing copied."""
     query(conn, f"DROP TABLE IF EXISTS {DB}.t, {DB}.t_osc_new")
     query(conn, f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, u VARCHAR(20) NOT NULL, v INT NOT NULL)")
@@ -65,7 +47,7 @@ def plan(conn) -> Plan:
     store.ensure_schema()
     query(conn, f"DELETE FROM {store.t('chunks')} WHERE migration_id=%s", (MIGRATION_ID,))
     store.add_chunks(MIGRATION_ID, [((1,), (101,))])
-    yield Plan(load_pair(conn, DB, "t", "t_osc_new"))
+    yield BatchPlan(load_pair(conn, DB, "t", "t_osc_new"), MIGRATION_ID, (100,))
     query(conn, f"DELETE FROM {store.t('chunks')} WHERE migration_id=%s", (MIGRATION_ID,))
 
 

@@ -14,6 +14,7 @@ import threading
 import pymysql
 import pytest
 
+import applier.copy as copy_module
 from applier import recopy, remote
 from applier.conflicts import ConstraintViolated
 from applier.recopy import recopy_keys
@@ -22,10 +23,11 @@ from core.context import throttle_for
 from core.db import connect, qualified, query, scalar
 from core.load import CriticalLoad
 from core.spec import MigrationSpec
+from core.state import StateStore
 from core.table import load_pair
 from core.target_load import TargetLoad
-from tests.integration.helpers import chunk_progress, cli, latest_migration_id, leftovers, new_migration_row, \
-    start_cli, wait_for, waiting_without_coordinator
+from tests.integration.helpers import BatchPlan, chunk_progress, cli, latest_migration_id, leftovers, \
+    new_migration_row, start_cli, wait_for, waiting_on, waiting_without_coordinator
 from tests.integration.ledger import AcknowledgedWriter, Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
@@ -359,6 +361,62 @@ def test_a_recopy_that_found_no_row_does_not_delete_a_newer_recopy_of_the_key(en
         "the source holds the row; the target lost it"
 
 
+def test_a_copy_batch_never_writes_a_colliding_row_older_than_an_appliers_write_of_it(endpoints, conn, target,
+                                                                                      monkeypatch):
+    """A copy batch to the target meets, under a UNIQUE key, the stale copy of a row outside its range (row 1 gave
+    its value to row 30 after rows 1-20 were copied). Nothing holds row 1 for the batch: its current version must
+    reach the target as an applier writes a key, locked on the source until the target commits. Staged: the
+    application changes row 1 again right after the copy reads it, and an applier writes that change; a row read
+    without a lock and written with the batch would then overwrite the applier's write, with no change left to
+    correct it."""
+    table = "collide"
+    name, moved = qualified(DB, table), qualified(MOVED_DB, table)
+    store = StateStore(conn, "stream_osc")
+    plan_id = 900_002   # chunk rows of the test's own
+    query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, u VARCHAR(20) NOT NULL, UNIQUE KEY u (u))")
+    query(conn, f"INSERT INTO {name} SELECT seq, CONCAT('u-', seq) FROM {DB}.seq_1_to_40")
+    query(target, f"CREATE TABLE {moved} (id INT PRIMARY KEY, u VARCHAR(20) NOT NULL, UNIQUE KEY u (u))")
+    query(target, f"INSERT INTO {moved} SELECT seq, CONCAT('u-', seq) FROM {MOVED_DB}.seq_1_to_20")
+    query(conn, f"UPDATE {name} SET u = 'moved' WHERE id = 1")
+    query(conn, f"UPDATE {name} SET u = 'u-1' WHERE id = 30")
+    store.ensure_schema()
+    query(conn, f"DELETE FROM {store.t('chunks')} WHERE migration_id=%s", (plan_id,))
+    store.add_chunks(plan_id, [((21,), (41,))])
+    plan = BatchPlan(load_pair(conn, DB, table, table, "", target, MOVED_DB), plan_id, (40,))
+    copier, copier_target = connect(endpoints.mysql), connect(endpoints.target())
+    app, applier, applier_target = connect(endpoints.mysql), connect(endpoints.mysql), connect(endpoints.target())
+    changed: list[threading.Thread] = []
+
+    def change_and_apply_row_1() -> None:
+        query(app, f"UPDATE {name} SET u = 'moved-again' WHERE id = 1")
+        recopy_keys(applier, plan.pair, [(1,)], target=applier_target)
+
+    def read_then_race(session, pair, keys, locking=False):
+        rows = remote.read_keys(session, pair, keys, locking)
+        if session is copier and (1,) in keys and not changed:
+            changed.append(threading.Thread(target=change_and_apply_row_1))
+            changed[0].start()
+            wait_for(lambda: not changed[0].is_alive() or waiting_on(conn, app, session), 30,
+                     "the application's change of row 1 to be applied, or to wait for the copy's lock")
+        return rows
+
+    monkeypatch.setattr(copy_module, "read_keys", read_then_race, raising=False)
+    monkeypatch.setattr(recopy, "read_keys", read_then_race)
+    try:
+        assert copy_module.copy_batch(copier, plan, 0, (21,), (41,), True, copier_target) == 20
+        assert changed, "the batch met no stale row"
+        changed[0].join(30)
+        assert not changed[0].is_alive()
+    finally:
+        for session in (copier, copier_target, app, applier, applier_target):
+            session.close()
+        query(conn, f"DELETE FROM {store.t('chunks')} WHERE migration_id=%s", (plan_id,))
+    assert sorted(query(target, f"SELECT id, u FROM {moved}")) == sorted(query(conn, f"SELECT id, u FROM {name}")), \
+        "the target holds another version of a row than the source, and no change is left to correct it"
+
+
 def test_abort_after_the_move_renamed_the_source_keeps_the_target_table(endpoints, conn, target):
     """The coordinator died right after the cutover's RENAME, before recording it: the target holds the table and
     takes the application's writes from now on. `abort` must find the move done, keep the target table, and say
@@ -445,7 +503,7 @@ def test_a_type_the_alter_changes_holds_what_the_servers_own_alter_stores(endpoi
     query(conn, f"ALTER TABLE {by_server} {alter}")
     query(target, f"CREATE TABLE {qualified(MOVED_DB, table)} (id INT PRIMARY KEY, c {new_type})")
     pair = load_pair(conn, DB, table, table, alter, target, MOVED_DB)
-    remote.write_rows(target, pair, "1=1", [], remote.read_rows(conn, pair, "1=1", []), lambda keys: [], False)
+    remote.write_rows(target, pair, "1=1", [], remote.read_rows(conn, pair, "1=1", []), False)
     shown = "SELECT HEX(c), CAST(c AS CHAR) FROM {}"
     assert query(target, shown.format(qualified(MOVED_DB, table))) == query(conn, shown.format(by_server))
 
