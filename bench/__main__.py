@@ -56,7 +56,8 @@ def _meta(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
             "light_rate": config.light_rate, "heavy_rate": config.heavy_rate, "load_threads": config.load_threads,
             "baseline_s": config.baseline_s, "time_limit_s": config.limit_for(max(config.sizes)),
             "gh_ost": config.gh_ost, "stream_osc_source": code_source() + _variant(config),
-            "fit_buffer_pool": config.fit_buffer_pool, "warm_up": warm_up_tool(config) is not None}
+            "fit_buffer_pool": config.fit_buffer_pool, "fit_redo_log": config.fit_redo_log,
+            "warm_up": warm_up_tool(config) is not None}
 
 
 def _variant(config: BenchConfig) -> str:

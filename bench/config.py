@@ -40,6 +40,7 @@ class BenchConfig:
     report_only: bool            # only rewrite the report from <out>/benchmarks.json
     command: str
     fit_buffer_pool: bool = True  # grow the embedded server's buffer pool to hold the tables (bench/server.py)
+    fit_redo_log: bool = True     # grow its redo log so that a copy of the table does not fill it (bench/server.py)
     blocker_s: float = 25.0       # how long the "blocked" scenario's transaction holds the table
     blocker_at: str = "start"     # when it opens: at the tool's start, or once stream-osc enters stage cutover
     stream_osc_args: tuple[str, ...] = ()   # options added to `stream-osc migrate`
@@ -117,6 +118,9 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
                         help="leave the embedded server's buffer pool as it is (by default it is grown online to "
                              "hold three copies of the table, within half the machine's memory; a server given "
                              "by STREAM_OSC_* variables is never changed)")
+    parser.add_argument("--keep-redo-log", action="store_true",
+                        help="leave the embedded server's redo log as it is (by default it is grown online to hold "
+                             "the table once, 1 to 4 GiB; a server given by STREAM_OSC_* variables is never changed)")
     parser.add_argument("--no-warm-up", action="store_true",
                         help="measure from the first run; by default one stream-osc run under the heaviest scenario's "
                              "load goes first, unrecorded, so the broker and Connect have compiled their code as a "
@@ -149,6 +153,7 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
         report_only=args.report_only,
         command=command,
         fit_buffer_pool=not args.keep_buffer_pool and not any(os.environ.get(var) for var in ENV_KEYS.values()),
+        fit_redo_log=not args.keep_redo_log and not any(os.environ.get(var) for var in ENV_KEYS.values()),
         blocker_s=args.blocker_seconds,
         blocker_at=args.blocker_at,
         stream_osc_args=tuple(shlex.split(args.stream_osc_args)),

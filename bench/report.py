@@ -223,7 +223,7 @@ def _invocation(meta: dict[str, Any]) -> list[str]:
         f"baseline {meta['baseline_s']:.0f} s of load alone before each loaded scenario",
         f"- {meta['repetitions']} repetition(s); in each, every scenario runs every tool once, in rotated order, "
         f"each on a table freshly restored from the same template; time limit per run "
-        f"{meta['time_limit_s']:.0f} s", *_buffer_pool_line(meta), *_warm_up_line(meta), ""]
+        f"{meta['time_limit_s']:.0f} s", *_buffer_pool_line(meta), *_redo_log_line(meta), *_warm_up_line(meta), ""]
 
 
 def _warm_up_line(meta: dict[str, Any]) -> list[str]:
@@ -240,6 +240,15 @@ def _buffer_pool_line(meta: dict[str, Any]) -> list[str]:
         return ["- buffer pool: left as the server had it"]
     return ["- buffer pool: grown online before the runs to hold three copies of the table, within half the "
             "machine's memory (`buffer_pool_mb` of each run in the JSON)"]
+
+
+def _redo_log_line(meta: dict[str, Any]) -> list[str]:
+    if "fit_redo_log" not in meta:    # invocations recorded before the redo log was sized
+        return ["- redo log: the embedded server's 96 MiB (Debian's default)"]
+    if not meta["fit_redo_log"]:
+        return ["- redo log: left as the server had it"]
+    return ["- redo log: grown online before the runs to hold the table once, 1 to 4 GiB (`redo_log_mb` of each run "
+            "in the JSON); the 96 MiB default stalls every write under the heavy load (bench/server.py)"]
 
 
 def latest_source(invocations: list[dict[str, Any]]) -> str | None:

@@ -47,6 +47,7 @@ class Schedule:
                  say: Callable[[str], None]) -> None:
         self.config, self.endpoints, self.record, self.say = config, endpoints, record, say
         self.buffer_pool_mb: int | None = None
+        self.redo_log_mb: int | None = None
 
     def run(self) -> None:
         warm_up_with = warm_up_tool(self.config)
@@ -58,6 +59,10 @@ class Schedule:
             if self.config.fit_buffer_pool:
                 self.buffer_pool_mb = table.fit_buffer_pool() // 2 ** 20
                 self.say(f"buffer pool: {self.buffer_pool_mb:,} MB for {rows:,} rows")
+            self.redo_log_mb = None
+            if self.config.fit_redo_log:
+                self.redo_log_mb = table.fit_redo_log() // 2 ** 20
+                self.say(f"redo log: {self.redo_log_mb:,} MB for {rows:,} rows")
             if warm_up_with is not None:
                 self.warm_up(table, warm_up_with)
                 warm_up_with = None
@@ -141,7 +146,8 @@ class Schedule:
         result: dict[str, Any] = {
             "tool": tool, "scenario": scenario, "rows": table.rows, "repetition": rep,
             "seconds": round(outcome.seconds, 2), "finished": finished, "reason": reason,
-            "load_tx_per_s": rate, "buffer_pool_mb": self.buffer_pool_mb, **outcome.figures,
+            "load_tx_per_s": rate, "buffer_pool_mb": self.buffer_pool_mb,
+            "redo_log_mb": self.redo_log_mb, **outcome.figures,
         }
         if load and baseline:
             result.update(load.window(start, end).as_dict())

@@ -5,7 +5,7 @@ import subprocess
 
 import pymysql
 
-from bench.server import fit_buffer_pool
+from bench.server import fit_buffer_pool, fit_redo_log
 from bench.credentials import sysbench_config_file
 from bench.sysbench import BenchError, sysbench_command
 from core.db import connect, qualified, query, scalar
@@ -69,6 +69,14 @@ class BenchTable:
         conn = self._conn()
         try:
             return fit_buffer_pool(conn, self.database, self.template)
+        finally:
+            conn.close()
+
+    def fit_redo_log(self) -> int:
+        """Grow the server's redo log so that a copy of this table does not fill it (bench/server.py); bytes."""
+        conn = self._conn()
+        try:
+            return fit_redo_log(conn, self.database, self.template)
         finally:
             conn.close()
 

@@ -21,7 +21,7 @@ class FakeTable:
 
 def schedule(argv: list[str], monkeypatch) -> tuple[list[tuple], list[dict]]:
     """Run the schedule with every run and baseline replaced: the calls of `_one` in order, and what was recorded."""
-    config = dataclasses.replace(parse_args(argv, "python -m bench"), fit_buffer_pool=False)
+    config = dataclasses.replace(parse_args(argv, "python -m bench"), fit_buffer_pool=False, fit_redo_log=False)
     calls: list[tuple] = []
     recorded: list[dict] = []
     monkeypatch.setattr(bench_run, "BenchTable", FakeTable)
