@@ -1,6 +1,11 @@
 """The benchmark tells in which stage commit-to-applied probes were slow (bench/observe.py): pure logic."""
 from __future__ import annotations
 
+import threading
+
+from confluent_kafka import KafkaError, KafkaException
+
+from bench import observe
 from bench.observe import Observer, ProbeBook, Sample, p99
 
 
@@ -37,3 +42,24 @@ def test_a_probe_overwritten_before_it_was_applied_is_counted_when_a_later_value
     assert book.shown(10, "probe-3", now=0.9) == [(0.0, 900.0), (0.2, 700.0)]
     assert book.shown(10, "probe-3", now=1.0) == []      # counted once
     assert book.unseen() == 1                            # probe 2 never showed
+
+
+def test_sampling_goes_on_past_a_sample_that_met_the_migrations_topics_removed(monkeypatch):
+    """The cleanup deletes the change topic while the sampler may be reading its offsets: that sample is missed,
+    the sampler does not die (it did, and the rest of the run had no samples)."""
+    observer = Observer(endpoints=type("E", (), {"mysql": None, "redis_url": "redis://"})(), table=None, after_id=0,
+                        interval=0.0)
+    monkeypatch.setattr(observe, "connect", lambda addr: type("C", (), {"close": lambda self: None})())
+    monkeypatch.setattr(observe.redis.Redis, "from_url", staticmethod(lambda url: None))
+    observer.stop_event = threading.Event()
+    calls: list[int] = []
+
+    def sample(store, client) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+        observer.stop_event.set()
+
+    monkeypatch.setattr(observer, "_sample", sample)
+    observer._sample_loop()
+    assert len(calls) == 2
