@@ -8,6 +8,7 @@ from functools import partial
 
 import pymysql
 
+from applier.apply import APPLIER_LOCK_WAIT_S
 from applier.chunks import ChunkQueue, next_boundary
 from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
 from applier.recopy import PK_RACE_RETRIES, recopy_keys, with_retry
@@ -15,6 +16,7 @@ from applier.remote import CollidingKeys, kept_colliding, read_rows, write_rows
 from core.context import RunContext
 from core.db import query, query_count
 from core.keys import Key, dump_key
+from core.table import TablePair
 from core.logs import log_event
 from core.pacing import BatchSizer
 
@@ -147,9 +149,23 @@ def _copy_batch_remote(conn: pymysql.connections.Connection, target: pymysql.con
             return _write_batch_remote(conn, target, ctx, chunk_no, lo, hi, last, where, params)
         except CollidingKeys as colliding:
             refusal = colliding.refusal
-            with_retry(partial(recopy_keys, conn, pair, colliding.keys, target=target))
+            log_event(log, "rows of the target collided with a copy batch under a UNIQUE key; re-copied from the "
+                           "source, the batch written again", chunk=chunk_no, rows=len(colliding.keys))
+            recopy_as_an_applier(conn, pair, colliding.keys, target)
     assert refusal is not None
     raise kept_colliding(pair, refusal, during_apply=False)
+
+
+def recopy_as_an_applier(conn: pymysql.connections.Connection, pair: TablePair, keys: list[Key],
+                         target: pymysql.connections.Connection) -> None:
+    """recopy_keys in a copy worker's session, its row-lock waits bounded as an applier's are (applier_session):
+    the re-copy share-locks application rows, which a copy batch never does, and a session cut while it waits
+    would keep the locks it took until its wait ends."""
+    query(conn, "SET SESSION innodb_lock_wait_timeout = %s", (APPLIER_LOCK_WAIT_S,))
+    try:
+        with_retry(partial(recopy_keys, conn, pair, keys, target=target))
+    finally:
+        query(conn, "SET SESSION innodb_lock_wait_timeout = DEFAULT")
 
 
 def _write_batch_remote(conn: pymysql.connections.Connection, target: pymysql.connections.Connection,
@@ -184,8 +200,9 @@ def copy_batch_past_deadlocks(conn: pymysql.connections.Connection, ctx: RunCont
     insert and the batch's each checking a UNIQUE entry the other deleted), its lease renewed in between.
 
     Left to the run's restart, each deadlock cost 2, 4, 8 … s of backoff, and eight in a row stopped the
-    migration. A lock wait timeout is not retried here: the copy waits only on the tool's own short
-    transactions, so one means something else holds a lock, which the restart's backoff lets go.
+    migration. A lock wait timeout is not retried here: a batch waits only on the tool's own short
+    transactions, so one means something else holds a lock, which the restart's backoff lets go (the
+    re-copy of target rows a batch to another server collides with waits as an applier does).
     """
     for attempt in range(BATCH_ATTEMPTS):
         try:

@@ -15,6 +15,7 @@ import pymysql
 import pytest
 
 import applier.copy as copy_module
+from applier.apply import APPLIER_LOCK_WAIT_S
 from applier import recopy, remote
 from applier.conflicts import ConstraintViolated
 from applier.recopy import recopy_keys
@@ -388,6 +389,7 @@ def test_a_copy_batch_never_writes_a_colliding_row_older_than_an_appliers_write_
     copier, copier_target = connect(endpoints.mysql), connect(endpoints.target())
     app, applier, applier_target = connect(endpoints.mysql), connect(endpoints.mysql), connect(endpoints.target())
     changed: list[threading.Thread] = []
+    lock_waits: list[int] = []
 
     def change_and_apply_row_1() -> None:
         query(app, f"UPDATE {name} SET u = 'moved-again' WHERE id = 1")
@@ -396,23 +398,30 @@ def test_a_copy_batch_never_writes_a_colliding_row_older_than_an_appliers_write_
     def read_then_race(session, pair, keys, locking=False):
         rows = remote.read_keys(session, pair, keys, locking)
         if session is copier and (1,) in keys and not changed:
+            lock_waits.append(scalar(session, "SELECT @@SESSION.innodb_lock_wait_timeout"))
             changed.append(threading.Thread(target=change_and_apply_row_1))
             changed[0].start()
             wait_for(lambda: not changed[0].is_alive() or waiting_on(conn, app, session), 30,
                      "the application's change of row 1 to be applied, or to wait for the copy's lock")
         return rows
 
+    # where the colliding row is read: by the re-copy (recopy.read_keys), or by a plain read in the copy itself
     monkeypatch.setattr(copy_module, "read_keys", read_then_race, raising=False)
     monkeypatch.setattr(recopy, "read_keys", read_then_race)
     try:
         assert copy_module.copy_batch(copier, plan, 0, (21,), (41,), True, copier_target) == 20
         assert changed, "the batch met no stale row"
-        changed[0].join(30)
-        assert not changed[0].is_alive()
+        # it locked application rows as an applier does, and the copy's session is as it was afterwards
+        assert lock_waits == [APPLIER_LOCK_WAIT_S]
+        assert scalar(copier, "SELECT @@SESSION.innodb_lock_wait_timeout") == \
+            scalar(copier, "SELECT @@GLOBAL.innodb_lock_wait_timeout")
     finally:
+        for thread in changed:
+            thread.join(30)
         for session in (copier, copier_target, app, applier, applier_target):
             session.close()
         query(conn, f"DELETE FROM {store.t('chunks')} WHERE migration_id=%s", (plan_id,))
+    assert not changed[0].is_alive(), "the application's change of row 1 never finished"
     assert sorted(query(target, f"SELECT id, u FROM {moved}")) == sorted(query(conn, f"SELECT id, u FROM {name}")), \
         "the target holds another version of a row than the source, and no change is left to correct it"
 
