@@ -234,21 +234,23 @@ def _warm_up_line(meta: dict[str, Any]) -> list[str]:
 
 
 def _buffer_pool_line(meta: dict[str, Any]) -> list[str]:
-    if "fit_buffer_pool" not in meta:    # invocations recorded before the buffer pool was sized
-        return ["- buffer pool: the embedded stack's 1 GiB"]
-    if not meta["fit_buffer_pool"]:
-        return ["- buffer pool: left as the server had it"]
-    return ["- buffer pool: grown online before the runs to hold three copies of the table, within half the "
-            "machine's memory (`buffer_pool_mb` of each run in the JSON)"]
+    return [_sizing_line(meta, "fit_buffer_pool", "buffer pool", "the embedded stack's 1 GiB",
+                         "grown online before the runs to hold three copies of the table, within half the machine's "
+                         "memory (`buffer_pool_mb` of each run in the JSON)")]
 
 
 def _redo_log_line(meta: dict[str, Any]) -> list[str]:
-    if "fit_redo_log" not in meta:    # invocations recorded before the redo log was sized
-        return ["- redo log: the embedded server's 96 MiB (Debian's default)"]
-    if not meta["fit_redo_log"]:
-        return ["- redo log: left as the server had it"]
-    return ["- redo log: grown online before the runs to hold the table once, 1 to 4 GiB (`redo_log_mb` of each run "
-            "in the JSON); the 96 MiB default stalls every write under the heavy load (bench/server.py)"]
+    return [_sizing_line(meta, "fit_redo_log", "redo log", "the embedded server's 96 MiB (Debian's default)",
+                         "grown online before the runs to hold the table once, 1 to 4 GiB (`redo_log_mb` of each run "
+                         "in the JSON); the 96 MiB default stalls every write under the heavy load (bench/server.py)")]
+
+
+def _sizing_line(meta: dict[str, Any], flag: str, what: str, before_sizing: str, sized: str) -> str:
+    """How the invocation left the server's `what`: as it was before the benchmark sized it (invocations recorded
+    then have no `flag`), left alone on request, or sized."""
+    if flag not in meta:
+        return f"- {what}: {before_sizing}"
+    return f"- {what}: {sized if meta[flag] else 'left as the server had it'}"
 
 
 def latest_source(invocations: list[dict[str, Any]]) -> str | None:

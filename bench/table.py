@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 
 import pymysql
 
@@ -66,17 +67,16 @@ class BenchTable:
 
     def fit_buffer_pool(self) -> int:
         """Grow the server's buffer pool to hold this table's copies (see bench/server.py); returns bytes."""
-        conn = self._conn()
-        try:
-            return fit_buffer_pool(conn, self.database, self.template)
-        finally:
-            conn.close()
+        return self._fit(fit_buffer_pool)
 
     def fit_redo_log(self) -> int:
         """Grow the server's redo log so that a copy of this table does not fill it (bench/server.py); bytes."""
+        return self._fit(fit_redo_log)
+
+    def _fit(self, fit: Callable[[pymysql.connections.Connection, str, str], int]) -> int:
         conn = self._conn()
         try:
-            return fit_redo_log(conn, self.database, self.template)
+            return fit(conn, self.database, self.template)
         finally:
             conn.close()
 

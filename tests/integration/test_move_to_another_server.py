@@ -24,7 +24,6 @@ from core.context import throttle_for
 from core.db import connect, qualified, query, scalar
 from core.load import CriticalLoad
 from core.spec import MigrationSpec
-from core.state import StateStore
 from core.table import load_pair
 from core.target_load import TargetLoad
 from tests.integration.helpers import BatchPlan, chunk_progress, cli, latest_migration_id, leftovers, \
@@ -362,6 +361,50 @@ def test_a_recopy_that_found_no_row_does_not_delete_a_newer_recopy_of_the_key(en
         "the source holds the row; the target lost it"
 
 
+def half_moved(conn: pymysql.connections.Connection, target: pymysql.connections.Connection, table: str,
+               source_keys: str) -> BatchPlan:
+    """`table` with rows 1..40 (u = 'u-<id>') on the source, with the key `source_keys` on u; rows 1..20
+    copied to the target, which has UNIQUE (u); one chunk [21, 41) left to copy, its rows the test's own."""
+    name, moved = qualified(DB, table), qualified(MOVED_DB, table)
+    query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
+    query(conn, f"DROP TABLE IF EXISTS {name}")
+    query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, u VARCHAR(20) NOT NULL, {source_keys})")
+    query(conn, f"INSERT INTO {name} SELECT seq, CONCAT('u-', seq) FROM {DB}.seq_1_to_40")
+    query(target, f"CREATE TABLE {moved} (id INT PRIMARY KEY, u VARCHAR(20) NOT NULL, UNIQUE KEY u (u))")
+    query(target, f"INSERT INTO {moved} SELECT seq, CONCAT('u-', seq) FROM {MOVED_DB}.seq_1_to_20")
+    plan = BatchPlan(load_pair(conn, DB, table, table, "", target, MOVED_DB), 900_002, (40,))
+    store = plan.store(conn)
+    store.ensure_schema()
+    drop_chunks(conn, plan)
+    store.add_chunks(plan.id, [((21,), (41,))])
+    return plan
+
+
+def drop_chunks(conn: pymysql.connections.Connection, plan: BatchPlan) -> None:
+    query(conn, f"DELETE FROM {plan.store(conn).t('chunks')} WHERE migration_id=%s", (plan.id,))
+
+
+def test_a_copy_batch_meeting_a_value_the_source_really_repeats_stops_and_leaves_the_target_as_it_was(endpoints,
+                                                                                                     conn, target):
+    """The source holds 'u-1' in rows 1 and 30 (it has no UNIQUE key; the move adds one). Row 1 is on the target:
+    re-copying it cannot make way for row 30, so after the rounds the batch stops with ConstraintViolated, naming
+    the value, and the target holds what it held before the batch."""
+    table = "repeated"
+    moved = qualified(MOVED_DB, table)
+    plan = half_moved(conn, target, table, "KEY u (u)")
+    query(conn, f"UPDATE {qualified(DB, table)} SET u = 'u-1' WHERE id = 30")
+    before = sorted(query(target, f"SELECT id, u FROM {moved}"))
+    copier, copier_target = connect(endpoints.mysql), connect(endpoints.target())
+    try:
+        with pytest.raises(ConstraintViolated, match="u-1"):
+            copy_module.copy_batch(copier, plan, 0, (21,), (41,), True, copier_target)
+    finally:
+        copier.close()
+        copier_target.close()
+        drop_chunks(conn, plan)
+    assert sorted(query(target, f"SELECT id, u FROM {moved}")) == before
+
+
 def test_a_copy_batch_never_writes_a_colliding_row_older_than_an_appliers_write_of_it(endpoints, conn, target,
                                                                                       monkeypatch):
     """A copy batch to the target meets, under a UNIQUE key, the stale copy of a row outside its range (row 1 gave
@@ -372,20 +415,9 @@ def test_a_copy_batch_never_writes_a_colliding_row_older_than_an_appliers_write_
     correct it."""
     table = "collide"
     name, moved = qualified(DB, table), qualified(MOVED_DB, table)
-    store = StateStore(conn, "stream_osc")
-    plan_id = 900_002   # chunk rows of the test's own
-    query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
-    query(conn, f"DROP TABLE IF EXISTS {name}")
-    query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, u VARCHAR(20) NOT NULL, UNIQUE KEY u (u))")
-    query(conn, f"INSERT INTO {name} SELECT seq, CONCAT('u-', seq) FROM {DB}.seq_1_to_40")
-    query(target, f"CREATE TABLE {moved} (id INT PRIMARY KEY, u VARCHAR(20) NOT NULL, UNIQUE KEY u (u))")
-    query(target, f"INSERT INTO {moved} SELECT seq, CONCAT('u-', seq) FROM {MOVED_DB}.seq_1_to_20")
+    plan = half_moved(conn, target, table, "UNIQUE KEY u (u)")
     query(conn, f"UPDATE {name} SET u = 'moved' WHERE id = 1")
     query(conn, f"UPDATE {name} SET u = 'u-1' WHERE id = 30")
-    store.ensure_schema()
-    query(conn, f"DELETE FROM {store.t('chunks')} WHERE migration_id=%s", (plan_id,))
-    store.add_chunks(plan_id, [((21,), (41,))])
-    plan = BatchPlan(load_pair(conn, DB, table, table, "", target, MOVED_DB), plan_id, (40,))
     copier, copier_target = connect(endpoints.mysql), connect(endpoints.target())
     app, applier, applier_target = connect(endpoints.mysql), connect(endpoints.mysql), connect(endpoints.target())
     changed: list[threading.Thread] = []
@@ -420,7 +452,7 @@ def test_a_copy_batch_never_writes_a_colliding_row_older_than_an_appliers_write_
             thread.join(30)
         for session in (copier, copier_target, app, applier, applier_target):
             session.close()
-        query(conn, f"DELETE FROM {store.t('chunks')} WHERE migration_id=%s", (plan_id,))
+        drop_chunks(conn, plan)
     assert not changed[0].is_alive(), "the application's change of row 1 never finished"
     assert sorted(query(target, f"SELECT id, u FROM {moved}")) == sorted(query(conn, f"SELECT id, u FROM {name}")), \
         "the target holds another version of a row than the source, and no change is left to correct it"
