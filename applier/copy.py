@@ -16,9 +16,9 @@ from applier.remote import CollidingKeys, kept_colliding, read_rows, write_rows
 from core.context import RunContext
 from core.db import query, query_count
 from core.keys import Key, dump_key
-from core.table import TablePair
 from core.logs import log_event
 from core.pacing import BatchSizer
+from core.table import TablePair
 
 log = logging.getLogger("stream_osc.copy")
 
