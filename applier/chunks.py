@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import pymysql
 import redis
 
+from core.context import WorkStopped
 from core.db import query
 from core.keys import Key, PrimaryKey
 from core.process_owner import is_dead_here, owner_name
@@ -23,12 +25,16 @@ def next_boundary(conn: pymysql.connections.Connection, table: str, pk: PrimaryK
 
 
 def key_ranges(conn: pymysql.connections.Connection, table: str, pk: PrimaryKey, start: Key | None,
-               end: Key | None, rows: int) -> list[tuple[Key | None, Key | None]]:
+               end: Key | None, rows: int,
+               stopped: Callable[[], bool] = lambda: False) -> list[tuple[Key | None, Key | None]]:
     """Contiguous half-open key ranges covering [start, end), each holding at most `rows` rows now; their
-    bounds are keys read from the index (None: open)."""
+    bounds are keys read from the index (None: open). Each bound walks `rows` rows of the index, so a large table
+    takes a while (about 25 ms per 100,000 rows here): `stopped()` is asked between bounds (WorkStopped)."""
     ranges: list[tuple[Key | None, Key | None]] = []
     lo = start
     while True:
+        if stopped():
+            raise WorkStopped("the key ranges were no longer wanted")
         boundary = next_boundary(conn, table, pk, lo, end, rows)
         if boundary is None:
             ranges.append((lo, end))
