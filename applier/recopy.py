@@ -4,6 +4,7 @@ State-based apply: docs/invariants.md, 2.
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
@@ -16,11 +17,14 @@ from applier.remote import CollidingKeys, kept_colliding, read_keys, write_rows
 from core.keys import Key
 from core.table import TablePair
 from core.db import query, query_count
+from core.logs import log_event
+
+log = logging.getLogger("stream_osc.apply")
 
 T = TypeVar("T")
 RETRYABLE = {1205, 1213}   # lock wait timeout, deadlock
 PK_RACE_RETRIES = 5        # a concurrent re-copy of the same key (an applier and a validation repair)
-CONFIRM_ROUNDS = 10        # re-copies of keys without a row until a read finds what was written
+CONFIRM_ROUNDS = 10        # re-copies of keys present in one table only until both agree
 
 
 def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Collection[Key],
@@ -45,6 +49,11 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Col
     server (applier/conflicts.py): a stale row of the new table is removed, a real violation (the
     application wrote data the new definition refuses) stops the migration with ConstraintViolated.
 
+    A key whose locking read finds no row locks nothing: another re-copy may write the row inserted meanwhile just
+    before this one's delete removes it. So after such a read, the keys the two tables then disagree on are
+    re-copied again, up to CONFIRM_ROUNDS times; keys still disagreeing then are logged and left to their own
+    changes (a row that keeps coming and going has one for each write) and to validation, if it is still to run.
+
     With in_transaction=False (the session holding LOCK TABLES, where BEGIN would release the locks)
     the transaction is opened by turning autocommit off, which keeps the table locks.
 
@@ -57,25 +66,35 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Col
     if pair.remote:
         assert target is not None, "a new table on another server is written through its own session"
         return _write_remote(conn, target, pair, distinct, in_transaction)
+    written, deleted, unsettled = 0, 0, distinct
     for _ in range(CONFIRM_ROUNDS):
-        written, deleted = with_refusals_resolved(
-            conn, pair, lambda probe: _write_racing(conn, pair, distinct, in_transaction, probe), during_apply=True,
-            rounds=ROUNDS)
-        if written >= len(distinct) or _same_keys_present(conn, pair, distinct):
-            break
+        rows, removed = with_refusals_resolved(
+            conn, pair, lambda probe, batch=unsettled: _write_racing(conn, pair, batch, in_transaction, probe),
+            during_apply=True, rounds=ROUNDS)
+        written, deleted = written + rows, deleted + removed
+        if rows >= len(unsettled):
+            return written, deleted   # every key's row was locked from its read to the commit
+        unsettled = _keys_present_on_one_side(conn, pair, unsettled)
+        if not unsettled:
+            return written, deleted
+    log_event(log, "keys still present in only one of the tables after their re-copies; left to their changes "
+                   "and to validation", logging.WARNING, keys=len(unsettled), rounds=CONFIRM_ROUNDS)
     return written, deleted
 
 
-def _same_keys_present(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key]) -> bool:
-    """After a re-copy that found a key without a row (its locking read locked nothing, READ COMMITTED): do the
-    source and the new table hold rows of the same keys? Another re-copy may have written the row inserted
-    meanwhile just before this one's delete removed it; then the keys are re-copied again. (The delete is all
-    such a re-copy writes for that key: it can remove a row, never write an old one.)"""
+def _keys_present_on_one_side(conn: pymysql.connections.Connection, pair: TablePair,
+                              keys: Sequence[Key]) -> list[Key]:
+    """After a re-copy that found a key without a row (its locking read locked nothing, READ COMMITTED): the keys
+    of rows that the source or the new table holds and the other does not. Another re-copy may have written the
+    row inserted meanwhile just before this one's delete removed it; those keys are re-copied again. (The delete
+    is all such a re-copy writes for that key: it can remove a row, never write an old one, so a key present on
+    both sides or on neither is settled.) Keys are compared value for value: a row whose key the two tables
+    spell differently under the collation is re-copied once more, which only costs a round."""
     pk = pair.pk
-    found = [Counter(tuple(r) for r in query(conn, f"SELECT {pk.column_list()} FROM {table} WHERE "
-                                                   f"{pk.in_list(len(keys))}", pk.flat(keys)))
-             for table in (pair.source_name, pair.target_name)]
-    return found[0] == found[1]
+    source, target = [Counter(tuple(r) for r in query(conn, f"SELECT {pk.column_list()} FROM {table} WHERE "
+                                                            f"{pk.in_list(len(keys))}", pk.flat(keys)))
+                      for table in (pair.source_name, pair.target_name)]
+    return list(((source - target) + (target - source)).keys())
 
 
 def _write_racing(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key], in_transaction: bool,
