@@ -14,7 +14,7 @@ import pymysql
 
 from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
 from applier.remote import CollidingKeys, kept_colliding, read_keys, write_rows
-from core.keys import Key
+from core.keys import Key, show_key
 from core.table import TablePair
 from core.db import query, query_count
 from core.logs import log_event
@@ -78,7 +78,8 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Col
         if not unsettled:
             return written, deleted
     log_event(log, "keys still present in only one of the tables after their re-copies; left to their changes "
-                   "and to validation", logging.WARNING, keys=len(unsettled), rounds=CONFIRM_ROUNDS)
+                   "and to validation", logging.WARNING, keys=len(unsettled), rounds=CONFIRM_ROUNDS,
+              first=show_key(pair.pk, unsettled[0]))
     return written, deleted
 
 
@@ -88,13 +89,20 @@ def _keys_present_on_one_side(conn: pymysql.connections.Connection, pair: TableP
     of rows that the source or the new table holds and the other does not. Another re-copy may have written the
     row inserted meanwhile just before this one's delete removed it; those keys are re-copied again. (The delete
     is all such a re-copy writes for that key: it can remove a row, never write an old one, so a key present on
-    both sides or on neither is settled.) Keys are compared value for value: a row whose key the two tables
-    spell differently under the collation is re-copied once more, which only costs a round."""
+    both sides or on neither is settled.) The server matches the two tables' rows by key, under the key's
+    collation: a row is one row whichever way each table spells its key ('a ' in a VARCHAR, 'a' in the CHAR the
+    ALTER made of it). Tables are named, not aliased, and each once per statement: the cutover's session holds
+    them so under LOCK TABLES."""
     pk = pair.pk
-    source, target = [Counter(tuple(r) for r in query(conn, f"SELECT {pk.column_list()} FROM {table} WHERE "
-                                                            f"{pk.in_list(len(keys))}", pk.flat(keys)))
-                      for table in (pair.source_name, pair.target_name)]
-    return list(((source - target) + (target - source)).keys())
+
+    def only_in(outer: str, inner: str) -> str:
+        same_key = " AND ".join(f"{inner}.{c.ident} = {outer}.{c.ident}" for c in pk.columns)
+        return (f"SELECT {pk.column_list(outer)} FROM {outer} WHERE {pk.in_list(len(keys), outer)} "
+                f"AND NOT EXISTS (SELECT 1 FROM {inner} WHERE {same_key})")
+
+    return list(dict.fromkeys(tuple(r) for outer, inner in ((pair.source_name, pair.target_name),
+                                                              (pair.target_name, pair.source_name))
+                              for r in query(conn, only_in(outer, inner), pk.flat(keys))))
 
 
 def _write_racing(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key], in_transaction: bool,
@@ -160,8 +168,11 @@ def _write_remote_keys(conn: pymysql.connections.Connection, target: pymysql.con
 
     The locking read orders two re-copies of a key only when it finds the row: a key without a row locks nothing
     (READ COMMITTED), so the row can be inserted, and another re-copy read and write it, before this one's delete
-    reaches the target. So when a key found no row, the keys are read again once the target has committed, and
-    written again until a read finds the rows just written (a row found is locked until its write commits)."""
+    reaches the target. So when a key found no row, the keys are read again once the target has committed, and the
+    rows that differ from the last read (come, gone or changed) are written again, until a read finds what was
+    written. A row read the same both times was locked from the first read to its write; a key without a row both
+    times had nothing to write, and a row written for it meanwhile by another re-copy went with a change of its own."""
+    width = len(pair.pk.names)
     written, deleted, previous = 0, 0, None
     for _ in range(CONFIRM_ROUNDS):
         if in_transaction:
@@ -170,9 +181,14 @@ def _write_remote_keys(conn: pymysql.connections.Connection, target: pymysql.con
             conn.autocommit(False)
         try:
             present = read_keys(conn, pair, keys, locking=True)
-            if previous is not None and Counter(present) == Counter(previous):
-                conn.commit()
-                break
+            if previous is not None:
+                present_now, before = Counter(present), Counter(previous)
+                differing = list(dict.fromkeys(r[:width] for r in (present_now - before) + (before - present_now)))
+                if not differing:
+                    conn.commit()
+                    return written, deleted
+                keys, again = differing, set(differing)
+                present = [r for r in present if r[:width] in again]
             deleted += write_rows(target, pair, pair.pk.in_list(len(keys)), pair.pk.flat(keys), present,
                                   during_apply=True)
             conn.commit()
@@ -182,9 +198,12 @@ def _write_remote_keys(conn: pymysql.connections.Connection, target: pymysql.con
         finally:
             if not in_transaction:
                 conn.autocommit(True)
-        written, previous = len(present), present
+        written, previous = written + len(present), present
         if len(present) >= len(keys):
-            break   # every key's row was locked from its read to the target's commit
+            return written, deleted   # every key's row was locked from its read to the target's commit
+    log_event(log, "keys read differently each time after their re-copies; left to their changes and to "
+                   "validation", logging.WARNING, keys=len(keys), rounds=CONFIRM_ROUNDS,
+              first=show_key(pair.pk, keys[0]))
     return written, deleted
 
 

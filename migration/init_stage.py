@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import pymysql
 
@@ -27,7 +27,7 @@ from migration.checks import (PreflightError, check_blocker_privileges, check_lo
                               check_table, check_target)
 from migration.index_stage import defer_indexes, indexes_to_defer
 from migration.teardown import Metadata, tear_down
-from core.db import ServerInfo, connect, qualified, query
+from core.db import DatabaseUnreachable, ServerInfo, connect, qualified, query
 from core.keys import Key, KeyColumn, PrimaryKey, dump_key, primary_key
 from core.context import target_connection
 from core.endpoints import Endpoints
@@ -44,6 +44,7 @@ log = logging.getLogger("stream_osc.init")
 START_TIMEOUT_S = 120.0
 FIRST_STAMP_WAIT_S = 0.25   # how long the first capture-proving fence is awaited before another is written
 LAST_STAMP_WAIT_S = 2.0     # the longest wait per fence (the waits double from the first)
+PLAN_KILL_S = 5.0           # how long a failed init tries to end the copy plan's statement before waiting for it
 
 
 def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
@@ -205,25 +206,47 @@ def plan_beside(start: Callable[[], None], endpoints: Endpoints, source: str, pk
 
     The plan may be read before capture runs: its ranges are bounds only, and cover every key whatever is
     written since. What must be read after capture runs is the largest key (the copy's end): a row above it is
-    written after capture started, and arrives as a change. A failed start stops the plan's walk at its next
-    bound."""
+    written after capture started, and arrives as a change. When the start fails, or the wait for the plan is
+    interrupted, the walk stops before its next bound and its statement is killed (it may be waiting for a lock
+    on the table), so that init's undo does not wait for it."""
     abandoned = threading.Event()
+    session: list[pymysql.connections.Connection] = []
 
     def plan() -> list[tuple[Key | None, Key | None]]:
-        conn = connect(endpoints.mysql)
+        session.append(connect(endpoints.mysql))
         try:
-            return key_ranges(conn, source, pk, None, None, rows, stopped=abandoned.is_set)
+            return key_ranges(session[0], source, pk, None, None, rows, stopped=abandoned.is_set)
         finally:
-            conn.close()
+            session[0].close()
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="copy-plan") as aside:
         planned = aside.submit(plan)
         try:
             start()
+            return planned.result()
         except BaseException:
             abandoned.set()
+            _end_plan(endpoints, planned, session)
             raise
-        return planned.result()
+
+
+def _end_plan(endpoints: Endpoints, planned: Future, session: list[pymysql.connections.Connection]) -> None:
+    """Kill the abandoned plan's statement until its walk has ended (a kill that lands between two statements
+    ends nothing), through a session of its own: the caller's may be cut mid-statement by the interrupt."""
+    deadline = time.monotonic() + PLAN_KILL_S
+    killer: pymysql.connections.Connection | None = None
+    try:
+        while not planned.done() and time.monotonic() < deadline:
+            if session:
+                killer = killer or connect(endpoints.mysql)
+                query(killer, f"KILL QUERY {int(session[0].thread_id())}")
+            wait([planned], timeout=0.1)
+    except (pymysql.err.MySQLError, DatabaseUnreachable) as exc:   # the session ended (unknown thread id), or the
+        # server is gone: the wait for the walk is then the server's to end
+        log_event(log, "the copy plan's statement was not killed", logging.DEBUG, reason=str(exc))
+    finally:
+        if killer is not None:
+            killer.close()
 
 
 def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
@@ -284,7 +307,8 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
                              spec.chunk_size)
         top = query(conn, f"SELECT {pk.column_list()} FROM {source} ORDER BY "
                           f"{', '.join(c.ident + ' DESC' for c in pk.columns)} LIMIT 1")
-        store.add_chunks(migration.id, ranges if top else [])
+        ranges = ranges if top else []   # an empty table has nothing to copy
+        store.add_chunks(migration.id, ranges)
         copy_until = dump_key(tuple(top[0])) if top else None
         store.change_options(migration.id, lambda current: {**current.options, COPY_UNTIL_OPTION: copy_until})
         store.enter_stage(migration.id, Stage.COPY)   # (killed before this, init starts over)

@@ -2,6 +2,9 @@
 plan_beside): the two overlap, the ranges still cover every key, and a failed start does not wait for the walk."""
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from applier import chunks
@@ -41,8 +44,10 @@ def test_the_plan_is_read_while_the_capture_starts_and_covers_every_key(endpoint
 
     def start() -> None:
         """The capture's start: returns only once the plan's read is seen waiting beside it."""
-        wait_for(lambda: plan_waiting_on(conn, "plan"), timeout=10, what="the plan's read, beside the start")
-        query(holder, "UNLOCK TABLES")
+        try:
+            wait_for(lambda: plan_waiting_on(conn, "plan"), timeout=10, what="the plan's read, beside the start")
+        finally:
+            query(holder, "UNLOCK TABLES")
 
     try:
         ranges = plan_beside(start, endpoints, SOURCE, planned_table, 300)
@@ -66,8 +71,10 @@ def test_a_failed_capture_start_stops_the_plan_at_its_next_bound(endpoints, conn
     query(holder, f"LOCK TABLES {DB}.plan WRITE")
 
     def start() -> None:
-        wait_for(lambda: plan_waiting_on(conn, "plan"), timeout=10, what="the plan's read, beside the start")
-        query(holder, "UNLOCK TABLES")
+        try:
+            wait_for(lambda: plan_waiting_on(conn, "plan"), timeout=10, what="the plan's read, beside the start")
+        finally:
+            query(holder, "UNLOCK TABLES")
         raise StartFailed("connector failed")
 
     try:
@@ -76,3 +83,25 @@ def test_a_failed_capture_start_stops_the_plan_at_its_next_bound(endpoints, conn
     finally:
         holder.close()
     assert 1 <= len(bounds_read) < 100   # it returned once the walk had stopped, after a few bounds
+
+
+def test_a_failed_capture_start_does_not_wait_for_a_plan_read_queued_behind_a_lock(endpoints, conn, planned_table):
+    holder = db_conn(endpoints)
+    query(holder, f"LOCK TABLES {DB}.plan WRITE")   # held throughout: the plan's read would wait for it for days
+    safety = threading.Timer(30, lambda: query(db_conn(endpoints), f"KILL {holder.thread_id()}"))
+    safety.start()   # a plan left waiting ends when the lock does, so a broken kill fails below instead of hanging
+
+    def start() -> None:
+        wait_for(lambda: plan_waiting_on(conn, "plan"), timeout=10, what="the plan's read, beside the start")
+        raise StartFailed("connector failed")
+
+    began = time.monotonic()
+    try:
+        with pytest.raises(StartFailed):
+            plan_beside(start, endpoints, SOURCE, planned_table, 300)
+        waited_s = time.monotonic() - began
+        assert not plan_waiting_on(conn, "plan")
+    finally:
+        safety.cancel()
+        holder.close()
+    assert waited_s < 15, "init's undo waited for the plan's read until the lock was released"

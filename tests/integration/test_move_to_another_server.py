@@ -6,6 +6,7 @@ through exactly although the rows travel through the tool.
 """
 from __future__ import annotations
 
+import logging
 import random
 import signal
 import struct
@@ -359,6 +360,83 @@ def test_a_recopy_that_found_no_row_does_not_delete_a_newer_recopy_of_the_key(en
     assert reads[0] == [], "the race did not happen as staged"
     assert query(target, f"SELECT id, v FROM {qualified(MOVED_DB, table)}") == [(7, 1)], \
         "the source holds the row; the target lost it"
+
+
+def raced_pair(conn: pymysql.connections.Connection, target: pymysql.connections.Connection, table: str):
+    """DB.table holding keys 1..50, its empty copy on the target, and their pair."""
+    fresh_start(conn, table)
+    query(conn, f"DROP TABLE IF EXISTS {qualified(DB, table)}")
+    query(conn, f"CREATE TABLE {qualified(DB, table)} (id INT PRIMARY KEY, v INT NOT NULL)")
+    query(conn, f"INSERT INTO {qualified(DB, table)} SELECT seq, seq FROM {DB}.seq_1_to_50")
+    query(target, f"CREATE TABLE {qualified(MOVED_DB, table)} (id INT PRIMARY KEY, v INT NOT NULL)")
+    return load_pair(conn, DB, table, table, "", target, MOVED_DB)
+
+
+def test_a_recopy_to_another_server_that_lost_a_key_to_a_race_writes_again_only_the_rows_read_differently(
+        endpoints, conn, target, monkeypatch):
+    table = "raced_among_many"
+    pair = raced_pair(conn, target, table)
+    first, second = connect(endpoints.mysql), connect(endpoints.mysql)
+    first_target, second_target = connect(endpoints.target()), connect(endpoints.target())
+    reads: list[list] = []
+    written_keys: list[tuple] = []
+    write = remote.write_rows
+
+    def read_then_race(session, pair, keys, locking=False):
+        rows = remote.read_keys(session, pair, keys, locking)
+        if session is first:
+            reads.append(keys)
+            if len(reads) == 1:   # key 77 had no row: the application inserts it, another re-copy writes it
+                query(conn, f"INSERT INTO {qualified(DB, table)} VALUES (77, 1)")
+                recopy_keys(second, pair, [(77,)], target=second_target)
+        return rows
+
+    def recorded(session, pair, where, params, rows, during_apply):
+        if session is first_target:
+            written_keys.append(tuple(params))
+        return write(session, pair, where, params, rows, during_apply)
+
+    monkeypatch.setattr(recopy, "read_keys", read_then_race)
+    monkeypatch.setattr(recopy, "write_rows", recorded)
+    try:
+        recopy_keys(first, pair, [(k,) for k in range(1, 51)] + [(77,)], target=first_target)
+    finally:
+        for session in (first, second, first_target, second_target):
+            session.close()
+    assert [len(k) for k in reads] == [51, 51]   # all keys read again once; the one read differently, written again
+    assert [len(k) for k in written_keys] == [51, 1] and written_keys[1] == (77,)
+    assert query(target, f"SELECT COUNT(*), SUM(v) FROM {qualified(MOVED_DB, table)}") == [(51, 1276)]
+
+
+def test_keys_a_recopy_to_another_server_keeps_reading_differently_are_reported_when_the_rounds_run_out(
+        endpoints, conn, target, monkeypatch, caplog):
+    table = "churned"
+    pair = raced_pair(conn, target, table)
+    session, target_session = connect(endpoints.mysql), connect(endpoints.target())
+    reads: list[list] = []
+
+    def churn_before_reads(on, pair, keys, locking=False):
+        """Before each read, keys 77 and 78 trade places: one row comes, the other goes (each write a change of its
+        own, still to be applied)."""
+        if on is session:
+            reads.append(keys)
+            coming, going = (77, 78) if len(reads) % 2 else (78, 77)
+            query(conn, f"DELETE FROM {qualified(DB, table)} WHERE id = %s", (going,))
+            query(conn, f"INSERT INTO {qualified(DB, table)} VALUES (%s, 1)", (coming,))
+        return remote.read_keys(on, pair, keys, locking)
+
+    monkeypatch.setattr(recopy, "read_keys", churn_before_reads)
+    try:
+        with caplog.at_level(logging.WARNING, logger="stream_osc"):
+            recopy_keys(session, pair, [(k,) for k in range(1, 51)] + [(77,), (78,)], target=target_session)
+    finally:
+        session.close()
+        target_session.close()
+    assert len(reads) == recopy.CONFIRM_ROUNDS and [len(k) for k in reads[2:]] == [2] * (recopy.CONFIRM_ROUNDS - 2)
+    reported = [r.fields for r in caplog.records if r.getMessage().startswith("keys read differently")]
+    assert [(f["keys"], f["rounds"], f["first"] in ("id=77", "id=78")) for f in reported] == [
+        (2, recopy.CONFIRM_ROUNDS, True)]
+    assert query(target, f"SELECT COUNT(*) FROM {qualified(MOVED_DB, table)} WHERE id <= 50") == [(50,)]
 
 
 def half_moved(conn: pymysql.connections.Connection, target: pymysql.connections.Connection, table: str,

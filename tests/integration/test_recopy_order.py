@@ -109,5 +109,50 @@ def test_a_key_the_tables_keep_disagreeing_on_is_reported_when_the_rounds_run_ou
         session.close()
     assert len(locking_reads) == recopy.CONFIRM_ROUNDS
     assert [r.fields for r in caplog.records if r.getMessage().startswith("keys still present in only one")] == [
-        {"keys": 1, "rounds": recopy.CONFIRM_ROUNDS}]
+        {"keys": 1, "rounds": recopy.CONFIRM_ROUNDS, "first": "id=77"}]
     assert query(conn, f"SELECT COUNT(*) FROM {new}") == [(50,)]   # the 50 settled rows, 77 left to its changes
+
+
+def test_a_key_the_two_tables_spell_differently_is_one_row_to_the_confirming_check(endpoints, conn, monkeypatch,
+                                                                                   caplog):
+    """A VARCHAR key the ALTER made CHAR: the source holds 'a ', the new table 'a' (CHAR drops trailing spaces), one
+    row under the PAD SPACE collation. A re-copy that also meets a key without a row must see them agree."""
+    source, new = qualified(DB, "spelled"), qualified(DB, "spelled_osc_new")
+    query(conn, f"DROP TABLE IF EXISTS {source}, {new}")
+    query(conn, f"CREATE TABLE {source} (id VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT NOT NULL)")
+    query(conn, f"CREATE TABLE {new} (id CHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT NOT NULL)")
+    query(conn, f"INSERT INTO {source} VALUES ('a ', 1)")
+    pair = load_pair(conn, DB, "spelled", "spelled_osc_new", "MODIFY id CHAR(10) COLLATE utf8mb4_general_ci")
+    session = connect(endpoints.mysql)
+    locking_reads: list[tuple] = []
+
+    def counted(on, sql, args=None):
+        if on is session and "LOCK IN SHARE MODE" in sql:
+            locking_reads.append(tuple(args))
+        return query(on, sql, args)
+
+    monkeypatch.setattr(recopy, "query", counted)
+    try:
+        with caplog.at_level(logging.WARNING, logger="stream_osc"):
+            recopy_keys(session, pair, [("a ",), ("gone",)])
+    finally:
+        session.close()
+    assert query(conn, f"SELECT id, v FROM {new}") == [("a", 1)]
+    assert len(locking_reads) == 1, "the two spellings of one row were taken for two keys, re-copied round after round"
+    assert not [r for r in caplog.records if r.getMessage().startswith("keys still present in only one")]
+
+
+def test_the_cutovers_recopy_under_lock_tables_checks_a_key_without_a_row(endpoints, conn):
+    """The cutover's drain re-copies in the session holding LOCK TABLES, where a statement may name only the locked
+    tables, each once and by the name it was locked under; a key without a row makes it run the confirming check."""
+    source, new = _raced_tables(conn)
+    query(conn, f"DELETE FROM {source} WHERE id = 50")
+    pair = load_pair(conn, DB, "churned", "churned_osc_new")
+    session = connect(endpoints.mysql)
+    try:
+        query(session, f"LOCK TABLES {source} WRITE, {new} WRITE")
+        assert recopy_keys(session, pair, [(1,), (50,)], in_transaction=False) == (1, 0)
+        query(session, "UNLOCK TABLES")
+    finally:
+        session.close()
+    assert query(conn, f"SELECT id, v FROM {new}") == [(1, 1)]
