@@ -90,9 +90,9 @@ def _keys_present_on_one_side(conn: pymysql.connections.Connection, pair: TableP
     row inserted meanwhile just before this one's delete removed it; those keys are re-copied again. (The delete
     is all such a re-copy writes for that key: it can remove a row, never write an old one, so a key present on
     both sides or on neither is settled.) The server matches the two tables' rows by key, under the key's
-    collation: a row is one row whichever way each table spells its key ('a ' in a VARCHAR, 'a' in the CHAR the
-    ALTER made of it). Tables are named, not aliased, and each once per statement: the cutover's session holds
-    them so under LOCK TABLES."""
+    collation: a row is one row whichever way each table spells its key (under a PAD SPACE collation, 'a ' in a
+    VARCHAR and 'a' in the CHAR the ALTER made of it). Tables are named, not aliased, and each once per
+    statement: the cutover's session holds them so under LOCK TABLES."""
     pk = pair.pk
 
     def only_in(outer: str, inner: str) -> str:
@@ -201,8 +201,8 @@ def _write_remote_keys(conn: pymysql.connections.Connection, target: pymysql.con
         written, previous = written + len(present), present
         if len(present) >= len(keys):
             return written, deleted   # every key's row was locked from its read to the target's commit
-    log_event(log, "keys read differently each time after their re-copies; left to their changes and to "
-                   "validation", logging.WARNING, keys=len(keys), rounds=CONFIRM_ROUNDS,
+    log_event(log, "keys whose last two reads still differed after their re-copies; left to their changes and "
+                   "to validation", logging.WARNING, keys=len(keys), rounds=CONFIRM_ROUNDS,
               first=show_key(pair.pk, keys[0]))
     return written, deleted
 

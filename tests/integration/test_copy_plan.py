@@ -11,6 +11,7 @@ from applier import chunks
 from applier.chunks import key_ranges
 from core.db import qualified, query
 from core.keys import primary_key
+from migration import init_stage
 from migration.init_stage import plan_beside
 from tests.integration.helpers import db_conn, wait_for
 
@@ -28,6 +29,15 @@ def plan_waiting_on(conn, table: str) -> bool:
     """Is a session walking `table`'s key index (the plan's bound read) waiting for the table's metadata lock?"""
     return bool(query(conn, "SELECT 1 FROM information_schema.PROCESSLIST WHERE STATE = 'Waiting for table metadata "
                             "lock' AND INFO LIKE %s", (f"%FROM {qualified(DB, table)}%OFFSET%",)))
+
+
+def end_session(endpoints, thread_id: int) -> None:
+    """KILL a session (and with it the locks it holds)."""
+    killer = db_conn(endpoints)
+    try:
+        query(killer, f"KILL {thread_id}")
+    finally:
+        killer.close()
 
 
 @pytest.fixture
@@ -67,6 +77,7 @@ def test_a_failed_capture_start_stops_the_plan_at_its_next_bound(endpoints, conn
         return walk(*args, **kwargs)
 
     monkeypatch.setattr(chunks, "next_boundary", counted)
+    monkeypatch.setattr(init_stage, "_end_plan", lambda *args: None)   # the walk's own stop, without the kill
     holder = db_conn(endpoints)
     query(holder, f"LOCK TABLES {DB}.plan WRITE")
 
@@ -88,7 +99,7 @@ def test_a_failed_capture_start_stops_the_plan_at_its_next_bound(endpoints, conn
 def test_a_failed_capture_start_does_not_wait_for_a_plan_read_queued_behind_a_lock(endpoints, conn, planned_table):
     holder = db_conn(endpoints)
     query(holder, f"LOCK TABLES {DB}.plan WRITE")   # held throughout: the plan's read would wait for it for days
-    safety = threading.Timer(30, lambda: query(db_conn(endpoints), f"KILL {holder.thread_id()}"))
+    safety = threading.Timer(30, lambda: end_session(endpoints, holder.thread_id()))
     safety.start()   # a plan left waiting ends when the lock does, so a broken kill fails below instead of hanging
 
     def start() -> None:

@@ -433,7 +433,8 @@ def test_keys_a_recopy_to_another_server_keeps_reading_differently_are_reported_
         session.close()
         target_session.close()
     assert len(reads) == recopy.CONFIRM_ROUNDS and [len(k) for k in reads[2:]] == [2] * (recopy.CONFIRM_ROUNDS - 2)
-    reported = [r.fields for r in caplog.records if r.getMessage().startswith("keys read differently")]
+    reported = [r.fields for r in caplog.records
+                if r.getMessage().startswith("keys whose last two reads still differed")]
     assert [(f["keys"], f["rounds"], f["first"] in ("id=77", "id=78")) for f in reported] == [
         (2, recopy.CONFIRM_ROUNDS, True)]
     assert query(target, f"SELECT COUNT(*) FROM {qualified(MOVED_DB, table)} WHERE id <= 50") == [(50,)]
