@@ -18,31 +18,40 @@ pytestmark = pytest.mark.integration
 DB = "osc_recopy_order"
 
 
+def raced_recopy(endpoints, conn, monkeypatch, table: str, keys: list[tuple], raced: int) -> list[tuple]:
+    """Re-copy `keys` of DB.table into DB.table_osc_new in one session while its first locking read finds key `raced`
+    without a row: the application then inserts that row and a second session re-copies it, before the first's delete
+    reaches the new table. Returns each locking read of the first session as (rows found, keys asked)."""
+    source = qualified(DB, table)
+    pair = load_pair(conn, DB, table, f"{table}_osc_new")
+    first, second = connect(endpoints.mysql), connect(endpoints.mysql)
+    locking_reads: list[tuple] = []
+
+    def read_then_race(session, sql, args=None):
+        rows = query(session, sql, args)
+        if session is first and "LOCK IN SHARE MODE" in sql:
+            locking_reads.append((rows, tuple(args)))
+            if len(locking_reads) == 1:
+                query(conn, f"INSERT INTO {source} VALUES (%s, 1)", (raced,))
+                recopy_keys(second, pair, [(raced,)])
+        return rows
+
+    monkeypatch.setattr(recopy, "query", read_then_race)
+    try:
+        recopy_keys(first, pair, keys)
+    finally:
+        first.close()
+        second.close()
+    return locking_reads
+
+
 def test_a_recopy_that_found_no_row_does_not_delete_a_newer_recopy_of_the_key(endpoints, conn, monkeypatch):
     source, new = qualified(DB, "raced"), qualified(DB, "raced_osc_new")
     for name in (source, new):
         query(conn, f"DROP TABLE IF EXISTS {name}")
         query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT NOT NULL)")
-    pair = load_pair(conn, DB, "raced", "raced_osc_new")
-    first, second = connect(endpoints.mysql), connect(endpoints.mysql)
-    locking_reads: list[list] = []
-
-    def read_then_race(session, sql, args=None):
-        rows = query(session, sql, args)
-        if session is first and "LOCK IN SHARE MODE" in sql:
-            locking_reads.append(rows)
-            if len(locking_reads) == 1:   # the first re-copy found no row: it is inserted, another re-copy runs
-                query(conn, f"INSERT INTO {source} VALUES (7, 1)")
-                recopy_keys(second, pair, [(7,)])
-        return rows
-
-    monkeypatch.setattr(recopy, "query", read_then_race)
-    try:
-        recopy_keys(first, pair, [(7,)])
-    finally:
-        first.close()
-        second.close()
-    assert locking_reads[0] == [], "the race did not happen as staged"
+    locking_reads = raced_recopy(endpoints, conn, monkeypatch, "raced", [(7,)], 7)
+    assert locking_reads[0][0] == [], "the race did not happen as staged"
     assert query(conn, f"SELECT id, v FROM {new}") == [(7, 1)], "the source holds the row; the new table lost it"
 
 
@@ -58,27 +67,9 @@ def _raced_tables(conn) -> tuple[str, str]:
 def test_a_recopy_that_lost_a_key_to_a_race_writes_again_only_the_keys_the_tables_disagree_on(endpoints, conn,
                                                                                               monkeypatch):
     source, new = _raced_tables(conn)
-    pair = load_pair(conn, DB, "churned", "churned_osc_new")
-    first, second = connect(endpoints.mysql), connect(endpoints.mysql)
-    locking_reads: list[tuple] = []
-
-    def read_then_race(session, sql, args=None):
-        rows = query(session, sql, args)
-        if session is first and "LOCK IN SHARE MODE" in sql:
-            locking_reads.append(tuple(args))
-            if len(locking_reads) == 1:   # key 77 had no row: it is inserted and re-copied by another session
-                query(conn, f"INSERT INTO {source} VALUES (77, 1)")
-                recopy_keys(second, pair, [(77,)])
-        return rows
-
-    monkeypatch.setattr(recopy, "query", read_then_race)
-    try:
-        recopy_keys(first, pair, [(k,) for k in range(1, 51)] + [(77,)])
-    finally:
-        first.close()
-        second.close()
-    assert len(locking_reads[0]) == 51
-    assert locking_reads[1:] == [(77,)], "the second round re-copies the one key the race took, nothing else"
+    locking_reads = raced_recopy(endpoints, conn, monkeypatch, "churned", [(k,) for k in range(1, 51)] + [(77,)], 77)
+    assert [asked for _, asked in locking_reads] == [tuple(range(1, 51)) + (77,), (77,)], \
+        "the second round re-copies the one key the race took, nothing else"
     assert query(conn, f"SELECT COUNT(*), SUM(v) FROM {new}") == query(conn, f"SELECT COUNT(*), SUM(v) FROM {source}")
 
 
