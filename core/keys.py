@@ -80,7 +80,10 @@ class KeyColumn:
             scale = re.search(r",\s*(\d+)\)", self.column_type)
             return f"decimal scale {scale.group(1) if scale else 0}"
         if kind in STRING_TYPES:
-            return f"text {self.collation}"
+            # CHAR drops trailing spaces: 'a ' and 'a', two keys of a VARCHAR under a NO PAD collation, are one in a
+            # CHAR (under PAD SPACE they are one key either way)
+            dropped = ", trailing spaces dropped" if kind == "char" and pads_no_space(self.collation) else ""
+            return f"text {self.collation}{dropped}"
         if kind == "binary":
             return f"binary({self.octet_length})"
         if kind in BINARY_TYPES:
@@ -318,6 +321,13 @@ def _load_value(value: Any) -> Any:
     if tag == "us":
         return timedelta(microseconds=payload)
     raise ValueError(f"unknown key value tag {tag!r}")
+
+
+def pads_no_space(collation: str | None) -> bool:
+    """Whether a collation compares trailing spaces ('a ' and 'a' differ): MariaDB's `*_nopad_*` ones and MySQL 8's
+    UCA 9.0.0 ones (`utf8mb4_0900_*`, `utf8mb4_ja_0900_*`, …), which are NO PAD."""
+    name = (collation or "").lower()
+    return "nopad" in name or "_0900_" in name
 
 
 def show_key(pk: PrimaryKey, key: Key) -> str:

@@ -92,6 +92,22 @@ def test_an_alter_that_changes_how_the_key_compares_is_refused(endpoints, conn, 
     assert_refused(endpoints, capsys, "cipk", change, shown)
 
 
+@pytest.mark.parametrize("collation, refused", [("utf8mb4_nopad_bin", True), ("utf8mb4_bin", False)])
+def test_a_key_made_char_is_refused_where_trailing_spaces_count(endpoints, conn, capsys, collation, refused):
+    """CHAR drops trailing spaces: under a NO PAD collation the VARCHAR keys 'a ' and 'a' are two rows of the
+    original and one key of the new table. Under PAD SPACE they are one key either way."""
+    query(conn, f"DROP TABLE IF EXISTS {DB}.spacedpk, {DB}.spacedpk_osc_old")
+    query(conn, f"CREATE TABLE {DB}.spacedpk (k VARCHAR(20) CHARACTER SET utf8mb4 COLLATE {collation} PRIMARY KEY, "
+                "v INT)")
+    query(conn, f"INSERT INTO {DB}.spacedpk VALUES ('a', 1), ('b ', 2)")
+    change = f"MODIFY k CHAR(20) CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
+    if refused:
+        assert_refused(endpoints, capsys, "spacedpk", change, "the ALTER changes how primary-key column k compares")
+    else:
+        code, err = run_migrate(capsys, "spacedpk", change, "--dry-run")
+        assert code == 0, err
+
+
 @pytest.mark.parametrize("key, change", [
     ("k DECIMAL(12,4) NOT NULL", "MODIFY k DECIMAL(12,2) NOT NULL"),
     ("k DATETIME(6) NOT NULL", "MODIFY k DATETIME NOT NULL"),

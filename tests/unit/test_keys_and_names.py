@@ -139,3 +139,16 @@ def test_topic_names_hold_only_kafkas_alphabet():
     assert topic_safe("x" * 64) == "x" * 64
     longest = TopicNames("streamosc_" + "x" * 64 + "_12345678", "é" * 64, "é" * 64).changes
     assert len(longest) <= 249
+
+
+@pytest.mark.parametrize("collation, same", [
+    ("utf8mb4_general_ci", True), ("utf8mb4_bin", True),                 # PAD SPACE: 'a ' = 'a' in either type
+    ("utf8mb4_nopad_bin", False), ("utf8mb4_general_nopad_ci", False),   # MariaDB's NO PAD ones
+    ("utf8mb4_0900_ai_ci", False), ("utf8mb4_ja_0900_as_cs", False),     # MySQL 8's UCA 9.0.0 ones, NO PAD
+])
+def test_a_key_made_char_compares_otherwise_only_where_trailing_spaces_count(collation, same):
+    """CHAR drops trailing spaces: under a NO PAD collation the VARCHAR keys 'a ' and 'a' would become one."""
+    varchar = KeyColumn("k", "varchar", "varchar(20)", 80, None, collation)
+    char = KeyColumn("k", "char", "char(20)", 80, None, collation)
+    assert (varchar.comparison == char.comparison) is same
+    assert varchar.comparison == KeyColumn("k", "text", "text", None, None, collation).comparison
