@@ -43,8 +43,17 @@ def applier_session(ctx: RunContext) -> pymysql.connections.Connection:
     wait bounds that; a re-copy that times out is rolled back and retried (recopy.with_retry).
     """
     conn = ctx.db(autocommit=True)
-    query(conn, "SET SESSION innodb_lock_wait_timeout = %s", (APPLIER_LOCK_WAIT_S,))
+    bound_lock_waits(conn)
     return conn
+
+
+def bound_lock_waits(conn: pymysql.connections.Connection, seconds: int | None = APPLIER_LOCK_WAIT_S) -> None:
+    """Bound the session's row-lock waits to `seconds` as an applier's are (applier_session); None: the server's
+    default again."""
+    if seconds is None:
+        query(conn, "SET SESSION innodb_lock_wait_timeout = DEFAULT")
+    else:
+        query(conn, "SET SESSION innodb_lock_wait_timeout = %s", (seconds,))
 
 
 def applier_consumer(ctx: RunContext, worker_no: int, member: str, committer: OffsetCommitter) -> Consumer:

@@ -8,7 +8,7 @@ from functools import partial
 
 import pymysql
 
-from applier.apply import APPLIER_LOCK_WAIT_S
+from applier.apply import bound_lock_waits
 from applier.chunks import ChunkQueue, next_boundary
 from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
 from applier.recopy import PK_RACE_RETRIES, recopy_keys, with_retry
@@ -166,11 +166,11 @@ def recopy_as_an_applier(conn: pymysql.connections.Connection, pair: TablePair, 
     """recopy_keys in a copy worker's session, its row-lock waits bounded as an applier's are (applier_session):
     the re-copy share-locks application rows, which a copy batch never does, and a session cut while it waits
     would keep the locks it took until its wait ends."""
-    query(conn, "SET SESSION innodb_lock_wait_timeout = %s", (APPLIER_LOCK_WAIT_S,))
+    bound_lock_waits(conn)
     try:
         with_retry(partial(recopy_keys, conn, pair, keys, target=target))
     finally:
-        query(conn, "SET SESSION innodb_lock_wait_timeout = DEFAULT")
+        bound_lock_waits(conn, None)
 
 
 def _write_batch_remote(conn: pymysql.connections.Connection, target: pymysql.connections.Connection,
