@@ -26,7 +26,7 @@ from core.yielding import Yielding
 log = logging.getLogger("stream_osc.app_latency")
 
 PROBE_EVERY_S = 0.1
-BASELINE_EVERY_S = 0.025   # faster while the baseline is taken: it is done within init, before the copy starts
+BASELINE_EVERY_S = 0.025   # faster while the baseline is taken: init waits for it before it starts the capture
 STATUS_EVERY_S = 1.0   # how often the pause is looked at
 
 

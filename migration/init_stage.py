@@ -251,14 +251,17 @@ def _end_plan(endpoints: Endpoints, planned: Future, session: list[pymysql.conne
 
 def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
              info: ServerInfo, coordinator: str,
-             on_created: Callable[[Migration], None] = lambda migration: None) -> Migration | None:
+             on_created: Callable[[Migration], None] = lambda migration: None,
+             before_capture: Callable[[], None] = lambda: None) -> Migration | None:
     """Run init as `coordinator`; returns the migration at stage `copy` (None for a dry run, after its checks).
 
-    `on_created` is called once the migration row exists (to start its coordinator heartbeat).
+    `on_created` is called once the migration row exists (to start its coordinator heartbeat and latency probe);
+    `before_capture` just before the connector and the copy plan add their load (to take the application's
+    latency baseline without it).
     """
     target = target_connection(endpoints, spec)
     try:
-        return _run_init(conn, target, endpoints, spec, info, coordinator, on_created)
+        return _run_init(conn, target, endpoints, spec, info, coordinator, on_created, before_capture)
     finally:
         if target is not None:
             target.close()
@@ -266,7 +269,7 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
 
 def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.Connection | None,
               endpoints: Endpoints, spec: MigrationSpec, info: ServerInfo, coordinator: str,
-              on_created: Callable[[Migration], None]) -> Migration | None:
+              on_created: Callable[[Migration], None], before_capture: Callable[[], None]) -> Migration | None:
     """run_init, with the target server's session when the new table moves to another server."""
     pk = preflight(conn, endpoints, spec, info, target)
     # read first: a DDL, TRUNCATE or replacement from here on is caught (core/source_check.py)
@@ -303,6 +306,7 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
             defer_indexes(target or conn, store, migration, spec)
         store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
         source = qualified(spec.database, spec.table)
+        before_capture()
         ranges = plan_beside(lambda: start_capture(conn, endpoints, spec, info, migration), endpoints, source, pk,
                              spec.chunk_size)
         top = query(conn, f"SELECT {pk.column_list()} FROM {source} ORDER BY "

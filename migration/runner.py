@@ -63,7 +63,7 @@ LOCK_OPTIONS = ("lock_wait_s", "lock_tries", "force_kill_blockers_after_s", "for
 THROTTLE_OPTIONS = ("max_load", "critical_load", "cloudwatch_max_load", "rds_instance", "throttle_replicas",
                     "max_replica_lag", "max_app_latency")
 KEPT_UNLESS_GIVEN = (*LOCK_OPTIONS, *THROTTLE_OPTIONS)
-BASELINE_WAIT_S = 5.0              # longest wait for the application latency baseline before the copy
+BASELINE_WAIT_S = 5.0              # longest wait for the application latency baseline before capture starts
 MAX_CONNECTOR_RESTARTS = 3         # failed connector tasks restarted by one coordinator before it stops
 CONNECTOR_RESTART_WAIT_S = 10.0    # how long a restart may take to show (the task leaving FAILED)
 CONNECTOR_SETTLE_S = 5.0           # and how long it must then keep running to count as recovered
@@ -150,6 +150,7 @@ class Runner:
         self.restart_copy = False               # the copy workers restart to take new settings
         self.yielding = Yielding(spec.copy_workers, spec.app_latency_target())
         self.probe: LatencyProbe | None = None
+        self.baseline_waited = False
         self.blocker_clock = BlockerClock()     # --force-kill-blockers-after counts across waits and attempts
 
     # entry ---------------------------------------------------------------------------------------
@@ -189,7 +190,8 @@ class Runner:
             self.metrics.stage(Stage.INIT)
             self.progress.say(f"init: checking {self.spec.qualified_name} and starting change capture")
             migration = run_init(self.conn, self.endpoints, self.spec, self.info, self.lease.owner,
-                                 on_created=self._created)
+                                 on_created=self._created,
+                                 before_capture=lambda: self._wait_for_baseline(lambda: False))
             if migration is None:
                 self.progress.say("dry run: every check passed and the ALTER is valid; nothing was changed")
                 return 0
@@ -254,8 +256,8 @@ class Runner:
             self.probe = None
 
     def _start_probe(self, migration_id: int) -> None:
-        """Sample the application's write latency from now on: init takes long enough for the baseline, which
-        the copy's workers (here and in joined `worker` processes) then yield against."""
+        """Sample the application's write latency from now on: init waits for the baseline before it starts the
+        capture, and the copy's workers (here and in joined `worker` processes) then yield against it."""
         if self.probe is not None:
             return
         known = self.store.get(migration_id).app_latency_baseline_ms   # resumed: the one taken before the copy
@@ -407,7 +409,7 @@ class Runner:
         `stream-osc cutover` asks)."""
         migration = ctx.migration
         if migration.stage == Stage.COPY:
-            self._wait_for_baseline(ctx)
+            self._wait_for_baseline(ctx.stop.is_set)   # resumed: taken at init unless that wait gave up
             if not deferred(migration):   # apply during the copy; deferred indexes are built before any apply
                 self._start_appliers(ctx)
                 self._start_checker(ctx)
@@ -444,12 +446,16 @@ class Runner:
         finally:
             cutover.close()
 
-    def _wait_for_baseline(self, ctx: RunContext) -> None:
-        """Start no work before the application's latency is measured without it (core/yielding.py); a probe
-        that cannot write for BASELINE_WAIT_S does not hold the copy back (copy and validation then run at
-        their settings until it can, as after any probe failure)."""
-        if self.yielding.needs_baseline() and not self.yielding.wait_for_baseline(BASELINE_WAIT_S, ctx.stop.is_set):
-            log_event(log, "no application latency baseline yet; the copy starts without waiting for it",
+    def _wait_for_baseline(self, stopped: Callable[[], bool]) -> None:
+        """Add no load before the application's latency is measured without it (core/yielding.py); a probe
+        that cannot write for BASELINE_WAIT_S does not hold the work back (copy and validation then run at
+        their settings until it can, as after any probe failure). Waits once per process: init's wait, given
+        up, is not repeated before the copy."""
+        if not self.yielding.needs_baseline() or self.baseline_waited:
+            return
+        self.baseline_waited = True
+        if not self.yielding.wait_for_baseline(BASELINE_WAIT_S, stopped):
+            log_event(log, "no application latency baseline yet; the work starts without waiting for it",
                       logging.WARNING, waited_s=BASELINE_WAIT_S)
 
     # stages --------------------------------------------------------------------------------------

@@ -11,9 +11,10 @@ import pytest
 from core.app_latency import LatencyProbe
 from core.db import DatabaseUnreachable, qualified, query
 from core.spec import MigrationSpec, helper_table_name
-from core.state import LATENCY_PROBES, StateStore
+from core.state import LATENCY_PROBES, Stage, StateStore, capture_heartbeat_table
 from core.yielding import Yielding
-from tests.integration.helpers import chunk_progress, db_conn, latest_migration_id, leftovers, start_cli, \
+from tests.integration.helpers import chunk_progress, db_conn, fresh_table, latest_migration_id, leftovers, \
+    new_migration_row, start_cli, \
     status_doc, wait_for
 from tests.integration.ledger import Ledger, create_ledger_table
 
@@ -104,6 +105,50 @@ def test_copy_runs_one_statement_at_a_time_while_application_writes_are_slow(end
     assert ledger.missing(conn) == []
     assert leftovers(endpoints, DB, table) == [f"table {DB}.{helper_table_name(table, 'old')}"]
     assert "application write latency" in cli_log.read_text()
+
+
+def first_seen(condition, timeout: float, what: str, every_s: float = 0.005):
+    """Poll `condition()` tightly until truthy (a moment of init lasts tenths of a second); its value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def test_the_latency_baseline_is_taken_before_the_capture_adds_its_load(endpoints, cli_log):
+    """`--max-app-latency auto` yields against twice the application's latency without the tool's work, and the
+    connector's start (Connect reading the binlog, the broker) is that work. The probe's writes are made slow
+    from the capture's first statement on (its heartbeat table's CREATE): a baseline that takes a sample after
+    it holds that slowness (measured under a heavy load: 12–18 ms beside the start against the application's
+    own 5–6 ms), and so would excuse the tool from yielding."""
+    table = "baseline_first"
+    conn = db_conn(endpoints)
+    fresh_table(conn, DB, table, rows=2_000, seed=17)
+    earlier = latest_migration_id(conn, DB, table)
+    proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN flag INT NULL", log=cli_log)
+
+    def running(condition):
+        assert proc.poll() is None, cli_log.read_text()[-3000:]
+        return condition()
+    try:
+        migration = first_seen(lambda: running(lambda: new_migration_row(conn, DB, table, earlier)), 60,
+                               "the migration row")
+        heartbeat = capture_heartbeat_table(migration.id)
+        first_seen(lambda: running(lambda: query(conn, "SELECT 1 FROM information_schema.TABLES WHERE "
+                                                       "TABLE_SCHEMA=%s AND TABLE_NAME=%s", (METADATA, heartbeat))),
+                   60, "the capture's first table")
+        with SlowApplicationWrites(endpoints):
+            wait_for(lambda: StateStore(conn, METADATA).get(migration.id).stage != Stage.INIT, 60, "the copy's start")
+    except BaseException:
+        proc.kill()
+        raise
+    assert proc.wait(300) == 0, cli_log.read_text()[-3000:]
+    baseline_ms = StateStore(conn, METADATA).get(migration.id).app_latency_baseline_ms
+    assert baseline_ms is not None and baseline_ms < HOLD_S * 1000 / 3, \
+        f"baseline {baseline_ms} ms: taken while the capture started"
 
 
 class CountingYielding(Yielding):
