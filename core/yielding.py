@@ -12,8 +12,8 @@ The target is `--max-app-latency`: a duration, `off`, or `auto` (the default): t
 showed before the work started, and at least AUTO_FLOOR_MS, so that the noise of an idle server does
 not hold the work back. Init starts the capture only once that baseline is taken (`wait_for_baseline`): a
 sample taken while the connector starts or the copy runs holds the tool's own load, and would raise the
-target by what the application is to be spared (measured under a heavy load: a baseline of 12–18 ms taken
-beside the connector's start, where the application's own p99 was 5–6 ms).
+target by what the application is to be spared (measured under a heavy load: baselines of 12–45 ms taken
+beside the connector's start, where the application's own p99 was 4–6 ms; docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 AUTO_FACTOR = 2.0
 AUTO_FLOOR_MS = 2.0
-BASELINE_SAMPLES = 20       # two seconds of samples before the copy starts
+BASELINE_SAMPLES = 20       # half a second of samples before the capture starts (core/app_latency.py)
 RECOVER_BELOW = 0.6         # share of the target under which work is added back
 MIN_TIME_SCALE = 0.25
 WINDOW = 10                 # samples judged together: one second

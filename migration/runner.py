@@ -150,7 +150,6 @@ class Runner:
         self.restart_copy = False               # the copy workers restart to take new settings
         self.yielding = Yielding(spec.copy_workers, spec.app_latency_target())
         self.probe: LatencyProbe | None = None
-        self.baseline_waited = False
         self.blocker_clock = BlockerClock()     # --force-kill-blockers-after counts across waits and attempts
 
     # entry ---------------------------------------------------------------------------------------
@@ -449,12 +448,9 @@ class Runner:
     def _wait_for_baseline(self, stopped: Callable[[], bool]) -> None:
         """Add no load before the application's latency is measured without it (core/yielding.py); a probe
         that cannot write for BASELINE_WAIT_S does not hold the work back (copy and validation then run at
-        their settings until it can, as after any probe failure). Waits once per process: init's wait, given
-        up, is not repeated before the copy."""
-        if not self.yielding.needs_baseline() or self.baseline_waited:
-            return
-        self.baseline_waited = True
-        if not self.yielding.wait_for_baseline(BASELINE_WAIT_S, stopped):
+        their settings until it can, as after any probe failure). Init waits before the capture starts; the
+        copy waits again only if that gave up (or on a resume without a recorded baseline)."""
+        if self.yielding.needs_baseline() and not self.yielding.wait_for_baseline(BASELINE_WAIT_S, stopped):
             log_event(log, "no application latency baseline yet; the work starts without waiting for it",
                       logging.WARNING, waited_s=BASELINE_WAIT_S)
 
