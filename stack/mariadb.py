@@ -60,12 +60,14 @@ def config_file(config: StackConfig, server: Server = SOURCE) -> Path:
     return home(config, server) / "my.cnf"
 
 
+# One day of binlog: a run of the tests or the benchmark writes gigabytes of it (70 GB in a few days of both
+# filled a disk), and a migration here that waits longer than that is told its position was purged.
 BINLOG = """\
 log_bin = binlog
 binlog_format = ROW
 binlog_row_image = FULL
 log_slave_updates = ON
-binlog_expire_logs_seconds = 604800
+binlog_expire_logs_seconds = 86400
 """
 
 

@@ -90,7 +90,7 @@ def test_mariadb_option_file_has_what_capture_and_copy_need(clean_env):
     text = mariadb.render_config(StackConfig())
     server = text.split("[client]")[0]
     for setting in ("log_bin = binlog", "binlog_format = ROW", "binlog_row_image = FULL", "server_id = 1",
-                    "log_slave_updates = ON", "binlog_expire_logs_seconds = 604800",
+                    "log_slave_updates = ON", "binlog_expire_logs_seconds = 86400",
                     "innodb_autoinc_lock_mode = 2", "innodb_buffer_pool_size = 1G", "max_connections = 500",
                     "port = 13306", "bind-address = 127.0.0.1", "user = root",
                     "plugin_load_add = metadata_lock_info"):
