@@ -13,6 +13,8 @@ from core.keys import Key, PrimaryKey
 from core.process_owner import is_dead_here, owner_name
 from core import redis_keys
 
+LEASE_MS = 15_000   # a dead worker's chunk is free again after this; a living one renews it while it waits
+
 
 def next_boundary(conn: pymysql.connections.Connection, table: str, pk: PrimaryKey, start: Key | None,
                   end: Key | None, rows: int, last: Key | None = None) -> Key | None:
@@ -54,7 +56,7 @@ class ChunkQueue:
     still running holds that row, and the new holder waits for it.
     """
 
-    def __init__(self, client: redis.Redis, migration_id: int, lease_ms: int = 15_000) -> None:
+    def __init__(self, client: redis.Redis, migration_id: int, lease_ms: int = LEASE_MS) -> None:
         self.r = client
         self.migration_id = migration_id
         self.lease_ms = lease_ms

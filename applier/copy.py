@@ -235,11 +235,11 @@ def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: Chu
             raise LeaseLost(f"lease of chunk {chunk_no} expired")
 
     while not done:
-        if not ctx.wait_while_paused_or_throttled(conn):
+        if not ctx.wait_while_paused_or_throttled(conn, waiting=renew):
             return copied
         with ctx.yielding.turn(ctx.stop.is_set, waiting=renew) as allowed:
             # a pause set while this worker waited for its turn holds it here, before the batch
-            if not allowed or not ctx.wait_while_paused_or_throttled(conn):
+            if not allowed or not ctx.wait_while_paused_or_throttled(conn, waiting=renew):
                 return copied
             renew()
             sizer.restart(ctx.spec.batch_size, ctx.spec.target_batch_s())

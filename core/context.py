@@ -152,8 +152,11 @@ class RunContext:
             self._note_throttle(reason)
         return reason
 
-    def wait_while_paused_or_throttled(self, conn: pymysql.connections.Connection) -> bool:
-        """Block while paused or over --max-load; False when the worker should stop instead.
+    def wait_while_paused_or_throttled(self, conn: pymysql.connections.Connection,
+                                       waiting: Callable[[], None] | None = None) -> bool:
+        """Block while paused or over --max-load; False when the worker should stop instead. `waiting` runs
+        about every half second of the wait (a copy worker renews its chunk's lease there: a pause or a
+        throttle may outlast the lease, and the chunk would be given up and claimed again for nothing).
 
         A migration waiting for its manual cutover is still worked on: its appliers keep the new table
         in sync, so that the cutover, whenever asked, has little to drain. Raises CriticalLoad when a
@@ -169,4 +172,6 @@ class RunContext:
                 if reason is None:
                     return True
             self.stop.wait(0.5)
+            if waiting is not None:
+                waiting()
         return False

@@ -12,10 +12,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+import redis
 
+from applier.chunks import LEASE_MS
 from connectors.rest import ConnectClient
 from cutover.compare import compare_tables
 from cutover.swap import SENTRY_COMMENT
+from core import redis_keys
 from core.db import query, scalar
 from core.state import Migration, StateStore
 from streams.topics import TopicNames, delete_topics
@@ -149,7 +152,20 @@ def unchanged_for(conn, seconds: float) -> bool:
     return write_counters(conn) == before
 
 
-def test_pause_stops_every_write_and_resume_continues(endpoints, cli_log):
+def lease_holders(endpoints, conn, migration_id: int) -> dict[int, bytes]:
+    """Who holds the lease of each unfinished chunk now (chunks nobody holds left out)."""
+    client = redis.Redis.from_url(endpoints.redis_url)
+    try:
+        pending = [c.number for c in StateStore(conn, "stream_osc").chunks(migration_id) if not c.done]
+        holders = {n: client.get(redis_keys.chunk_lease(migration_id, n)) for n in pending}
+    finally:
+        client.close()
+    return {n: holder for n, holder in holders.items() if holder is not None}
+
+
+def test_pause_stops_every_write_keeps_the_chunks_leased_and_resume_continues(endpoints, cli_log):
+    """A pause longer than a chunk's lease must not cost the paused workers their chunks: before the workers
+    renewed their leases while paused, every chunk in progress was given up (a WARNING each) and claimed again."""
     table = "paused"
     conn = db_conn(endpoints)
     fresh_table(conn, DB, table, rows=150_000, seed=5)
@@ -166,6 +182,10 @@ def test_pause_stops_every_write_and_resume_continues(endpoints, cli_log):
         assert copied[0] < 150_000, "the copy finished before the pause could be seen"
         assert unchanged_for(conn, 3.0) and chunk_progress(conn, migration.id) == copied
         assert status_doc(DB, table)["status"] == "paused" and proc.poll() is None
+        held = lease_holders(endpoints, conn, migration.id)
+        assert held, "no chunk was in progress at the pause"
+        time.sleep(LEASE_MS / 1000 + 1.5)   # what is tested is a lease's time passing: nothing else marks it
+        assert lease_holders(endpoints, conn, migration.id) == held
 
         resumed = cli("resume", "--table", f"{DB}.{table}")
         assert resumed.returncode == 0 and "resumed" in resumed.stdout + resumed.stderr
@@ -176,6 +196,7 @@ def test_pause_stops_every_write_and_resume_continues(endpoints, cli_log):
             proc.kill()
     assert migration_row(conn, DB, table).status == "done"
     assert compare_tables(conn, DB, helper_table_name(table, "old"), table).equal
+    assert "chunk given up" not in cli_log.read_text()
 
 
 @contextmanager
