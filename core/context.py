@@ -153,10 +153,11 @@ class RunContext:
         return reason
 
     def wait_while_paused_or_throttled(self, conn: pymysql.connections.Connection,
-                                       waiting: Callable[[], None] | None = None) -> bool:
-        """Block while paused or over --max-load; False when the worker should stop instead. `waiting` runs
-        about every half second of the wait (a copy worker renews its chunk's lease there: a pause or a
-        throttle may outlast the lease, and the chunk would be given up and claimed again for nothing).
+                                       while_paused: Callable[[], None] | None = None) -> bool:
+        """Block while paused or over --max-load; False when the worker should stop instead. `while_paused`
+        runs about every half second of a pause (a copy worker renews its chunk's lease there: a pause may
+        outlast the lease, and the chunk would be given up and claimed again for nothing). Not while held back:
+        a throttle may hold one process only (a replica it cannot reach), and its chunks must then go to others.
 
         A migration waiting for its manual cutover is still worked on: its appliers keep the new table
         in sync, so that the cutover, whenever asked, has little to drain. Raises CriticalLoad when a
@@ -172,6 +173,6 @@ class RunContext:
                 if reason is None:
                     return True
             self.stop.wait(0.5)
-            if waiting is not None:
-                waiting()
+            if while_paused is not None and status == Status.PAUSED and not self.stop.is_set():
+                while_paused()
         return False
