@@ -451,8 +451,8 @@ class Runner:
         their settings until it can, as after any probe failure). Init waits before the capture starts; the
         copy waits again only if that gave up (or on a resume without a recorded baseline)."""
         if self.yielding.needs_baseline() and not self.yielding.wait_for_baseline(BASELINE_WAIT_S, stopped):
-            log_event(log, "no application latency baseline yet; the work starts without waiting for it",
-                      logging.WARNING, waited_s=BASELINE_WAIT_S)
+            log_event(log, "no application latency baseline yet; going on without it (it is taken once the probe "
+                           "writes)", logging.WARNING, waited_s=BASELINE_WAIT_S)
 
     # stages --------------------------------------------------------------------------------------
     def _copy(self, ctx: RunContext) -> None:
