@@ -45,14 +45,15 @@ def db_conn(endpoints: Endpoints):
     return connect(endpoints.mysql)
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
-    """Poll until `condition()` is truthy; fail the test with `what` after `timeout` seconds."""
+def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str = "condition",
+             every_s: float = 0.1) -> object:
+    """Poll every `every_s` until `condition()` is truthy; fail the test with `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 

@@ -107,15 +107,7 @@ def test_copy_runs_one_statement_at_a_time_while_application_writes_are_slow(end
     assert "application write latency" in cli_log.read_text()
 
 
-def first_seen(condition, timeout: float, what: str, every_s: float = 0.005):
-    """Poll `condition()` tightly until truthy (a moment of init lasts tenths of a second); its value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+MOMENT_S = 0.005   # how often a moment of init (tenths of a second long) is looked for
 
 
 def test_the_latency_baseline_is_taken_before_the_capture_adds_its_load(endpoints, cli_log):
@@ -134,12 +126,12 @@ def test_the_latency_baseline_is_taken_before_the_capture_adds_its_load(endpoint
         assert proc.poll() is None, cli_log.read_text()[-3000:]
         return condition()
     try:
-        migration = first_seen(lambda: running(lambda: new_migration_row(conn, DB, table, earlier)), 60,
-                               "the migration row")
+        migration = wait_for(lambda: running(lambda: new_migration_row(conn, DB, table, earlier)), 60,
+                             "the migration row", every_s=MOMENT_S)
         heartbeat = capture_heartbeat_table(migration.id)
-        first_seen(lambda: running(lambda: query(conn, "SELECT 1 FROM information_schema.TABLES WHERE "
-                                                       "TABLE_SCHEMA=%s AND TABLE_NAME=%s", (METADATA, heartbeat))),
-                   60, "the capture's first table")
+        wait_for(lambda: running(lambda: query(conn, "SELECT 1 FROM information_schema.TABLES WHERE "
+                                                     "TABLE_SCHEMA=%s AND TABLE_NAME=%s", (METADATA, heartbeat))),
+                 60, "the capture's first table", every_s=MOMENT_S)
         with SlowApplicationWrites(endpoints):
             wait_for(lambda: running(lambda: StateStore(conn, METADATA).get(migration.id).stage != Stage.INIT), 60,
                      "the copy's start")
