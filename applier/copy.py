@@ -235,19 +235,20 @@ def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: Chu
         if not queue.renew(chunk_no):
             raise LeaseLost(f"lease of chunk {chunk_no} expired")
 
-    def keep_while_paused() -> None:
-        """Renew if Redis answers; if not, the lease may lapse, and the renewal before the next batch says so."""
+    def keep_lease() -> None:
+        """Renew while waiting (paused, or for a place); if Redis does not answer, the lease may lapse, and the
+        renewal before the next batch says so."""
         try:
             renew()
         except redis.RedisError as exc:
-            log_event(log, "chunk lease not renewed while paused", logging.DEBUG, chunk=chunk_no, reason=str(exc))
+            log_event(log, "chunk lease not renewed while waiting", logging.DEBUG, chunk=chunk_no, reason=str(exc))
 
     while not done:
-        if not ctx.wait_while_paused_or_throttled(conn, while_paused=keep_while_paused):
+        if not ctx.wait_while_paused_or_throttled(conn, while_paused=keep_lease):
             return copied
-        with ctx.yielding.turn(ctx.stop.is_set, waiting=renew) as allowed:
+        with ctx.yielding.turn(ctx.stop.is_set, waiting=keep_lease) as allowed:
             # a pause set while this worker waited for its turn holds it here, before the batch
-            if not allowed or not ctx.wait_while_paused_or_throttled(conn, while_paused=keep_while_paused):
+            if not allowed or not ctx.wait_while_paused_or_throttled(conn, while_paused=keep_lease):
                 return copied
             renew()
             sizer.restart(ctx.spec.batch_size, ctx.spec.target_batch_s())

@@ -8,16 +8,6 @@ and a quarter of the target batch time); well below it, one worker and a quarter
 back per second. This is the additive-increase / multiplicative-decrease rule of congestion control: the
 work backs off as fast as the application suffers and returns slowly.
 
-One worker running short statements back to back still keeps a core busy, and on a saturated server
-that alone holds the application over its target (measured under the heavy load: windows of 10–12 ms
-in the median against a 6 ms target with the copy at one worker and a quarter of its batch time; resting,
-the application's p99 fell from 67–95 ms to 24–32 ms, docs/benchmarks.md).
-So below that floor the work rests between statements: each statement is followed by a pause of
-`rest_ratio` times its own duration, doubled each second the latency stays over the target (from
-REST_STEP up to MAX_REST_RATIO, a fifth of the time working) and halved each second it is well under,
-before any worker or batch time comes back. The rest is the process's, not a worker's: no other worker
-of the process starts a statement during it.
-
 The target is `--max-app-latency`: a duration, `off`, or `auto` (the default): twice what the samples
 showed before the work started, and at least AUTO_FLOOR_MS, so that the noise of an idle server does
 not hold the work back. Init starts the capture only once that baseline is taken (`wait_for_baseline`): a
@@ -37,8 +27,6 @@ AUTO_FLOOR_MS = 2.0
 BASELINE_SAMPLES = 20       # half a second of samples before the capture starts (core/app_latency.py)
 RECOVER_BELOW = 0.6         # share of the target under which work is added back
 MIN_TIME_SCALE = 0.25
-REST_STEP = 0.25            # the first rest after a statement: a quarter of its duration
-MAX_REST_RATIO = 4.0        # the longest rest: four times the statement's duration (work a fifth of the time)
 WINDOW = 10                 # samples judged together: one second
 WINDOW_S = 1.0              # ... or fewer, when they take that long
 
@@ -61,13 +49,11 @@ class Yielding:
         self.baseline_ms: float | None = None
         self.allowed = workers
         self.time_scale = 1.0
-        self.rest_ratio = 0.0
         self.last_window_ms: float | None = None
         self._baseline: list[float] = []
         self._window: list[float] = []
         self._window_began: float | None = None
         self._running = 0
-        self._resting_until = 0.0
         self._changed = threading.Condition()
 
     # measurement ---------------------------------------------------------------------------------
@@ -116,16 +102,11 @@ class Yielding:
         if self.target_ms is None:
             return
         if latency_ms > self.target_ms:
-            if self.allowed == 1 and self.time_scale == MIN_TIME_SCALE:
-                self.rest_ratio = min(MAX_REST_RATIO, max(REST_STEP, 2 * self.rest_ratio))
             self.allowed = max(1, self.allowed // 2)
             self.time_scale = max(MIN_TIME_SCALE, self.time_scale / 2)
         elif latency_ms < RECOVER_BELOW * self.target_ms:
-            if self.rest_ratio > 0:
-                self.rest_ratio = self.rest_ratio / 2 if self.rest_ratio > REST_STEP else 0.0
-            else:
-                self.allowed = min(self.workers, self.allowed + 1)
-                self.time_scale = min(1.0, self.time_scale * 1.25)
+            self.allowed = min(self.workers, self.allowed + 1)
+            self.time_scale = min(1.0, self.time_scale * 1.25)
         self._changed.notify_all()
 
     def configure(self, workers: int, target: float | str | None) -> None:
@@ -137,21 +118,20 @@ class Yielding:
                 self.set_baseline(self.baseline_ms)
             self.allowed = workers if self.target_ms is None else min(max(self.allowed, 1), workers)
             if self.target_ms is None:
-                self.time_scale, self.rest_ratio = 1.0, 0.0
+                self.time_scale = 1.0
             self._changed.notify_all()
 
     # use -----------------------------------------------------------------------------------------
     def yielding(self) -> bool:
-        return self.allowed < self.workers or self.time_scale < 1.0 or self.rest_ratio > 0
+        return self.allowed < self.workers or self.time_scale < 1.0
 
     def reason(self) -> str | None:
         """Why the work runs below its settings, for `status` and the metrics; None when it does not."""
         target = self.target_ms   # read once: `set` may be changing it meanwhile
         if not self.yielding() or target is None:
             return None
-        resting = f", resting {self.rest_ratio:g}× each statement's time after it" if self.rest_ratio else ""
         return (f"application write latency {self._against(target)} (--max-app-latency): {self.allowed} of "
-                f"{self.workers} workers, batches of {self.time_scale:.0%} of the target time{resting}")
+                f"{self.workers} workers, batches of {self.time_scale:.0%} of the target time")
 
     def _against(self, target: float) -> str:
         """The last second's latency as it stands to the target: the work is held back after it came under
@@ -167,38 +147,32 @@ class Yielding:
 
     @contextmanager
     def turn(self, stopped: Callable[[], bool], waiting: Callable[[], None] | None = None) -> Iterator[bool]:
-        """Hold one of the `allowed` places while a statement runs, once the process's rest after the last
-        statement is over; yields False (without a place) when `stopped()` became true while waiting. `waiting`
-        runs about every half second of the wait (a copy worker renews its chunk's lease there, so that waiting
-        for a place does not lose the chunk)."""
-        with self._changed:
-            while not stopped():
-                wait_s = self._wait_s()
-                if wait_s <= 0:
+        """Hold one of the `allowed` places while a statement runs; yields False (without a place) when
+        `stopped()` became true while waiting. `waiting` runs about every half second of the wait, outside the
+        lock (a copy worker renews its chunk's lease there, so that waiting for a place does not lose the chunk;
+        a slow Redis must not hold up the probe's samples or the other workers' turns)."""
+        placed = False
+        while not placed:
+            with self._changed:
+                if stopped():
                     break
-                self._changed.wait(min(0.5, wait_s))
-                if waiting is not None and self._wait_s() > 0:
-                    waiting()
-            if stopped():
-                yield False
-                return
-            self._running += 1
-        began = time.monotonic()
+                if self._running < self.allowed:
+                    self._running += 1
+                    placed = True
+                    break
+                self._changed.wait(0.5)
+                still = self._running >= self.allowed and not stopped()
+            if waiting is not None and still:
+                waiting()
+        if not placed:
+            yield False
+            return
         try:
             yield True
         finally:
             with self._changed:
                 self._running -= 1
-                if self.rest_ratio > 0:
-                    ended = time.monotonic()
-                    self._resting_until = max(self._resting_until, ended + self.rest_ratio * (ended - began))
                 self._changed.notify_all()
-
-    def _wait_s(self) -> float:
-        """How long a statement must wait for a place (0: it may start now); called holding the lock."""
-        if self._running >= self.allowed:
-            return 0.5
-        return self._resting_until - time.monotonic() if self.rest_ratio > 0 else 0.0
 
 
 def never_yielding(workers: int) -> Yielding:

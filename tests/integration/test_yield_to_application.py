@@ -12,7 +12,7 @@ from core.app_latency import LatencyProbe
 from core.db import DatabaseUnreachable, qualified, query
 from core.spec import MigrationSpec, helper_table_name
 from core.state import LATENCY_PROBES, Stage, StateStore, capture_heartbeat_table
-from core.yielding import MAX_REST_RATIO, Yielding
+from core.yielding import Yielding
 from tests.integration.helpers import chunk_progress, db_conn, fresh_table, latest_migration_id, leftovers, \
     new_migration_row, start_cli, \
     status_doc, wait_for
@@ -105,50 +105,6 @@ def test_copy_runs_one_statement_at_a_time_while_application_writes_are_slow(end
     assert ledger.missing(conn) == []
     assert leftovers(endpoints, DB, table) == [f"table {DB}.{helper_table_name(table, 'old')}"]
     assert "application write latency" in cli_log.read_text()
-
-
-
-def copied_in(conn, migration_id: int, seconds: float = 2.0) -> int:
-    """Rows the copy committed over `seconds` (the chunk table's count, before and after)."""
-    before = chunk_progress(conn, migration_id)[0]
-    time.sleep(seconds)
-    return chunk_progress(conn, migration_id)[0] - before
-
-
-def test_one_worker_still_over_the_target_rests_between_its_statements(endpoints, cli_log):
-    """One worker of short statements back to back still keeps a core busy, and on a saturated server that
-    alone holds the application over its target: the copy then rests after each statement, up to four times
-    the statement's own time (core/yielding.py). Its pace with the application's writes slow must fall well
-    below its pace at the same one worker with them fast; it must still go on, and lose no write."""
-    table = "rested"
-    conn = db_conn(endpoints)
-    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")   # kept by an earlier run
-    create_ledger_table(conn, DB, table, rows=ROWS, writers=2)
-    earlier = latest_migration_id(conn, DB, table)
-    with Ledger(endpoints.mysql, DB, table, writers=2, seed=19) as ledger:
-        proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note INT NULL",
-                         "--max-app-latency", "50ms", "--copy-workers", "1", "--chunk-size", "5000",
-                         "--batch-size", "100", "--target-batch-time", "0", log=cli_log)
-        try:
-            wait_for(lambda: latest_migration_id(conn, DB, table) > earlier, 60, "the migration row")
-            migration_id = latest_migration_id(conn, DB, table)
-            wait_for(lambda: chunk_progress(conn, migration_id)[0] > 0, 60, "the copy's first batch")
-            working = copied_in(conn, migration_id)
-            with SlowApplicationWrites(endpoints):
-                wait_for(lambda: f"resting {MAX_REST_RATIO:g}×" in (status_doc(DB, table)["throttle_reason"] or ""),
-                         120, "status to show the copy resting as long as it may")
-                resting = copied_in(conn, migration_id)
-                assert chunk_progress(conn, migration_id)[1] < chunk_progress(conn, migration_id)[2], \
-                    "the copy ended before its rest could be measured"
-        except BaseException:
-            proc.kill()
-            raise
-        assert proc.wait(300) == 0, cli_log.read_text()[-3000:]
-        ledger.wait_for_writes(50)
-    # a fifth of the time working: a fifth of the pace, with room for the noise of two-second samples
-    assert 0 < resting < working / 2.5, f"{resting} rows copied in 2 s resting against {working} working"
-    assert ledger.missing(conn) == []
-    assert leftovers(endpoints, DB, table) == [f"table {DB}.{helper_table_name(table, 'old')}"]
 
 
 MOMENT_S = 0.005   # how often a moment of init (tenths of a second long) is looked for
