@@ -55,6 +55,7 @@ class Yielding:
         self._window_began: float | None = None
         self._running = 0
         self._changed = threading.Condition()
+        self.on_judged: Callable[[Yielding], None] | None = None   # told after each judged second (the metrics)
 
     # measurement ---------------------------------------------------------------------------------
     def set_baseline(self, baseline_ms: float) -> None:
@@ -95,6 +96,8 @@ class Yielding:
             if len(self._window) >= WINDOW or now - self._window_began >= WINDOW_S:
                 self._judge(window_latency(self._window))
                 self._window, self._window_began = [], now
+                if self.on_judged is not None:
+                    self.on_judged(self)
         return established
 
     def _judge(self, latency_ms: float) -> None:

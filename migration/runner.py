@@ -149,6 +149,7 @@ class Runner:
         self.settings: dict[str, object] = {}   # applied `stream-osc set` values
         self.restart_copy = False               # the copy workers restart to take new settings
         self.yielding = Yielding(spec.copy_workers, spec.app_latency_target())
+        self.metrics.follow(self.yielding)
         self.probe: LatencyProbe | None = None
         self.blocker_clock = BlockerClock()     # --force-kill-blockers-after counts across waits and attempts
 

@@ -1,9 +1,10 @@
 """The figures of one running migration, as Prometheus metrics (`--metrics-port`) and as log lines at intervals.
 
 The coordinator feeds them from what it already reads for its progress display (chunk progress,
-the applier group's lag, the throttle note, stage changes and cutover results); nothing here reads
-a service or changes the migration. Every metric carries the migration's table as a label, so one
-Prometheus job can scrape the coordinators of several migrations.
+the applier group's lag, the throttle note, stage changes and cutover results) and from the latency its
+probe judges each second (core/yielding.py); nothing here reads a service or changes the migration.
+Every metric carries the migration's table as a label, so one Prometheus job can scrape the coordinators
+of several migrations.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from core.load import throttle_cause
 from core.logs import log_event
 from core.state import Stage
+from core.yielding import Yielding
 from monitor.progress import CopyRate
 
 log = logging.getLogger("stream_osc.metrics")
@@ -83,6 +85,21 @@ class MigrationMetrics:
                                "for --max-app-latency")
         self.throttle_reason = gauge("stream_osc_throttle_reason_info",
                                      "Why the work holds back (value 1, present only while throttled)", "reason")
+        self.app_latency = gauge("stream_osc_app_write_latency_milliseconds",
+                                 "Write latency the application felt in the last second, as copy and validation "
+                                 "judge it: the worst-but-one of the probe's one-row writes (-1: not measured yet)")
+        self.app_latency_target = gauge("stream_osc_app_write_latency_target_milliseconds",
+                                        "--max-app-latency as it stands: a duration, or twice the baseline with "
+                                        "auto (-1: off, or auto before its baseline)")
+        self.app_latency_baseline = gauge("stream_osc_app_write_latency_baseline_milliseconds",
+                                          "The application's write latency measured before the capture started "
+                                          "(-1: not measured: not auto, or not yet)")
+        self.statements_allowed = gauge("stream_osc_copy_statements_allowed",
+                                        "Copy and validation statements this process may run at once now "
+                                        "(--copy-workers while not yielding)")
+        self.batch_time_ratio = gauge("stream_osc_copy_batch_time_ratio",
+                                      "Share of --target-batch-time each copy statement is sized for now "
+                                      "(1 while not yielding)")
         self.cutover_attempts = Counter("stream_osc_cutover_attempts", "Cutover attempts made by this process",
                                         ["table", "outcome"], registry=self.registry)
         self.cutover_blocked_ms = gauge("stream_osc_cutover_blocked_milliseconds",
@@ -94,6 +111,8 @@ class MigrationMetrics:
             self.cutover_attempts.labels(table, outcome)
         self.throttled.labels(table).set(0)
         self.capture(None, None)
+        for unknown in (self.app_latency, self.app_latency_target, self.app_latency_baseline):
+            unknown.labels(table).set(-1)
 
     # serving -------------------------------------------------------------------------------------
     def serve(self, port: int, address: str = DEFAULT_ADDRESS) -> None:
@@ -188,6 +207,20 @@ class MigrationMetrics:
                 log_event(log, "throttled", reason=reason)
         self._throttle_reason = reason
         self.throttled.labels(self.table).set(1 if reason else 0)
+        self._touch()
+
+    def follow(self, yielding: Yielding) -> None:
+        """Show what copy and validation yield to (core/yielding.py), each second it is judged."""
+        yielding.on_judged = self.app_write_latency
+
+    def app_write_latency(self, yielding: Yielding) -> None:
+        """The last second's latency, the target and the baseline (-1: not known), and the statements and batch
+        time they leave; called by the probe's thread."""
+        for gauge, ms in ((self.app_latency, yielding.last_window_ms), (self.app_latency_target, yielding.target_ms),
+                          (self.app_latency_baseline, yielding.baseline_ms)):
+            gauge.labels(self.table).set(-1 if ms is None else ms)
+        self.statements_allowed.labels(self.table).set(yielding.allowed)
+        self.batch_time_ratio.labels(self.table).set(yielding.time_scale)
         self._touch()
 
     def cutover_attempt(self, swapped: bool, blocked_ms: float) -> None:

@@ -34,6 +34,7 @@ def test_metrics_endpoint_shows_stage_and_lag_moving_during_a_migration(endpoint
                      "--quiet", log=tmp_path / "cli.log")
     stages: list[int] = []
     lags: list[float] = []
+    latencies: list[float] = []   # the application's write latency, as copy and validation judged it
     names: set[str] = set()
     try:
         while proc.poll() is None:
@@ -48,6 +49,9 @@ def test_metrics_endpoint_shows_stage_and_lag_moving_during_a_migration(endpoint
             lag = samples.get(("stream_osc_apply_lag_events", (("table", qualified),)))
             if lag is not None and (not lags or lags[-1] != lag):
                 lags.append(lag)
+            judged = samples.get(("stream_osc_app_write_latency_milliseconds", (("table", qualified),)))
+            if judged is not None and judged >= 0:
+                latencies.append(judged)
         assert proc.wait() == 0, (tmp_path / "cli.log").read_text()[-3000:]
     finally:
         if proc.poll() is None:
@@ -59,6 +63,7 @@ def test_metrics_endpoint_shows_stage_and_lag_moving_during_a_migration(endpoint
     assert {"copy", "cutover"} <= set(seen), seen   # apply runs during the copy: its own stage may pass unseen
     assert len(lags) >= 2 and max(lags) > 0, lags                           # lag was seen at more than one value
     assert all(name.startswith("stream_osc_") for name in names), names
+    assert latencies and all(ms > 0 for ms in latencies), "the latency copy and validation yield to was not served"
     # serving metrics costs no write: the final table holds every acknowledged write and every untouched row
     try:
         assert stats.failures == [], stats.failures[:5]

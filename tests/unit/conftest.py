@@ -6,6 +6,7 @@ import pytest
 from moto import mock_aws
 
 from core.state import Stage
+from core.yielding import BASELINE_SAMPLES, WINDOW, Yielding
 from monitor.metrics import MigrationMetrics
 
 
@@ -22,6 +23,10 @@ def _feed_every_figure(metrics: MigrationMetrics) -> MigrationMetrics:
     metrics.throttle("Threads_running=31 >= 25")
     metrics.cutover_attempt(False, 3_100.0)
     metrics.validation(3)
+    yielding = Yielding(4, "auto")
+    metrics.follow(yielding)
+    for i in range(BASELINE_SAMPLES + WINDOW):   # the baseline (samples of 2 ms), then a second of 31 ms
+        yielding.sample(2.0 if i < BASELINE_SAMPLES else 31.0, 0.1 * i)
     return metrics
 
 

@@ -131,3 +131,15 @@ def test_copy_figures_not_known_yet_are_minus_one_not_zero(served):
     assert value(samples, "stream_osc_copy_rows_estimated") == 2_000
     assert 99 < value(samples, "stream_osc_copy_rows_per_second") <= 100
     assert value(samples, "stream_osc_copy_eta_seconds") >= 0
+
+
+def test_the_latency_copy_and_validation_yield_to_is_served_each_second_it_is_judged(served, feed_every_figure):
+    samples = scrape(served)
+    assert value(samples, "stream_osc_app_write_latency_milliseconds") == -1   # before any second was judged
+    assert value(samples, "stream_osc_app_write_latency_target_milliseconds") == -1
+    samples = scrape(feed_every_figure(served))
+    assert value(samples, "stream_osc_app_write_latency_milliseconds") == 31.0
+    assert value(samples, "stream_osc_app_write_latency_target_milliseconds") == 4.0   # twice the 2 ms baseline
+    assert value(samples, "stream_osc_app_write_latency_baseline_milliseconds") == 2.0
+    assert value(samples, "stream_osc_copy_statements_allowed") == 2   # halved: 31 ms is over 4 ms
+    assert value(samples, "stream_osc_copy_batch_time_ratio") == 0.5
