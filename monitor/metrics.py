@@ -86,20 +86,21 @@ class MigrationMetrics:
         self.throttle_reason = gauge("stream_osc_throttle_reason_info",
                                      "Why the work holds back (value 1, present only while throttled)", "reason")
         self.app_latency = gauge("stream_osc_app_write_latency_milliseconds",
-                                 "Write latency the application felt in the last second, as copy and validation "
-                                 "judge it: the worst-but-one of the probe's one-row writes (-1: not measured yet)")
+                                 "Write latency the application felt in the last second judged, as copy and "
+                                 "validation judge it: the worst-but-one of the probe's one-row writes (-1: not "
+                                 "judged: before the first second, and once copy and validation are over)")
         self.app_latency_target = gauge("stream_osc_app_write_latency_target_milliseconds",
-                                        "--max-app-latency as it stands: a duration, or twice the baseline with "
-                                        "auto (-1: off, or auto before its baseline)")
+                                        "--max-app-latency as it stands: a duration, or with auto twice the "
+                                        "baseline and at least 2 ms (-1: off, auto before its baseline, or over)")
         self.app_latency_baseline = gauge("stream_osc_app_write_latency_baseline_milliseconds",
-                                          "The application's write latency measured before the capture started "
-                                          "(-1: not measured: not auto, or not yet)")
+                                          "The application's write latency measured before the work (-1: not "
+                                          "measured)")
         self.statements_allowed = gauge("stream_osc_copy_statements_allowed",
-                                        "Copy and validation statements this process may run at once now "
-                                        "(--copy-workers while not yielding)")
+                                        "Copy and validation statements the coordinator may run at once now "
+                                        "(--copy-workers while not yielding; -1: not judged)")
         self.batch_time_ratio = gauge("stream_osc_copy_batch_time_ratio",
-                                      "Share of --target-batch-time each copy statement is sized for now "
-                                      "(1 while not yielding)")
+                                      "Share of --target-batch-time each copy statement is sized for now (1 while "
+                                      "not yielding; -1: not judged)")
         self.cutover_attempts = Counter("stream_osc_cutover_attempts", "Cutover attempts made by this process",
                                         ["table", "outcome"], registry=self.registry)
         self.cutover_blocked_ms = gauge("stream_osc_cutover_blocked_milliseconds",
@@ -111,8 +112,7 @@ class MigrationMetrics:
             self.cutover_attempts.labels(table, outcome)
         self.throttled.labels(table).set(0)
         self.capture(None, None)
-        for unknown in (self.app_latency, self.app_latency_target, self.app_latency_baseline):
-            unknown.labels(table).set(-1)
+        self.unfollow()
 
     # serving -------------------------------------------------------------------------------------
     def serve(self, port: int, address: str = DEFAULT_ADDRESS) -> None:
@@ -211,17 +211,27 @@ class MigrationMetrics:
 
     def follow(self, yielding: Yielding) -> None:
         """Show what copy and validation yield to (core/yielding.py), each second it is judged."""
-        yielding.on_judged = self.app_write_latency
+        yielding.on_judged = self._judged
 
-    def app_write_latency(self, yielding: Yielding) -> None:
+    def unfollow(self) -> None:
+        """Copy and validation are over (or not begun): nothing is judged, and nothing stale is shown."""
+        for gauge in (self.app_latency, self.app_latency_target, self.app_latency_baseline, self.statements_allowed,
+                      self.batch_time_ratio):
+            gauge.labels(self.table).set(-1)
+
+    def _judged(self, yielding: Yielding) -> None:
         """The last second's latency, the target and the baseline (-1: not known), and the statements and batch
-        time they leave; called by the probe's thread."""
-        for gauge, ms in ((self.app_latency, yielding.last_window_ms), (self.app_latency_target, yielding.target_ms),
-                          (self.app_latency_baseline, yielding.baseline_ms)):
-            gauge.labels(self.table).set(-1 if ms is None else ms)
-        self.statements_allowed.labels(self.table).set(yielding.allowed)
-        self.batch_time_ratio.labels(self.table).set(yielding.time_scale)
-        self._touch()
+        time they leave. Called by the probe's thread: a display only, so a failure here is logged, never
+        raised into the probe, whose samples pace copy and validation."""
+        try:
+            for gauge, ms in ((self.app_latency, yielding.last_window_ms),
+                              (self.app_latency_target, yielding.target_ms),
+                              (self.app_latency_baseline, yielding.baseline_ms)):
+                gauge.labels(self.table).set(-1 if ms is None else ms)
+            self.statements_allowed.labels(self.table).set(yielding.allowed)
+            self.batch_time_ratio.labels(self.table).set(yielding.time_scale)
+        except Exception as exc:   # see the docstring
+            log_event(log, "application latency metrics not updated", logging.WARNING, reason=str(exc))
 
     def cutover_attempt(self, swapped: bool, blocked_ms: float) -> None:
         self.cutover_attempts.labels(self.table, "swapped" if swapped else "rolled_back").inc()
