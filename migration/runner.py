@@ -254,7 +254,7 @@ class Runner:
         if self.probe is not None:
             self.probe.stop()
             self.probe = None
-        self.metrics.unfollow()
+        self.metrics.forget_app_latency()
 
     def _start_probe(self, migration_id: int) -> None:
         """Sample the application's write latency from now on: init waits for the baseline before it starts the

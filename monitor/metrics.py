@@ -112,7 +112,7 @@ class MigrationMetrics:
             self.cutover_attempts.labels(table, outcome)
         self.throttled.labels(table).set(0)
         self.capture(None, None)
-        self.unfollow()
+        self.forget_app_latency()
 
     # serving -------------------------------------------------------------------------------------
     def serve(self, port: int, address: str = DEFAULT_ADDRESS) -> None:
@@ -213,7 +213,7 @@ class MigrationMetrics:
         """Show what copy and validation yield to (core/yielding.py), each second it is judged."""
         yielding.on_judged = self._judged
 
-    def unfollow(self) -> None:
+    def forget_app_latency(self) -> None:
         """Copy and validation are over (or not begun): nothing is judged, and nothing stale is shown."""
         for gauge in (self.app_latency, self.app_latency_target, self.app_latency_baseline, self.statements_allowed,
                       self.batch_time_ratio):

@@ -146,7 +146,7 @@ def test_the_latency_copy_and_validation_yield_to_is_served_each_second_it_is_ju
     assert value(samples, "stream_osc_copy_statements_allowed") == 2   # halved: 31 ms is over 4 ms
     assert value(samples, "stream_osc_copy_batch_time_ratio") == 0.5
 
-    served.unfollow()   # copy and validation are over: nothing stale is shown
+    served.forget_app_latency()   # copy and validation are over: nothing stale is shown
     assert value(scrape(served), "stream_osc_app_write_latency_milliseconds") == -1
 
 
