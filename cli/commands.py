@@ -68,7 +68,9 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
                              f"{DEFAULTS.target_batch_time}; 0: every statement copies --batch-size rows)")
     parser.add_argument("--max-app-latency", metavar="DURATION|auto|off",
                         help="application write latency above which copy and validation run fewer and shorter "
-                             "statements, e.g. 10ms (default auto: twice the latency measured before the copy)")
+                             "statements, e.g. 10ms (default auto: twice the latency measured before the copy, "
+                             "and only while other sessions run statements: an idle server's latency is the "
+                             "copy's own)")
     parser.add_argument("--validate-ahead", dest="validate_ahead", action="store_true", default=None,
                         help="compare each copied chunk while the copy goes on, so that validation at the end "
                              "compares in it only the keys written since: worth it when writes fall on few rows "

@@ -6,7 +6,8 @@ the migration's writes (docs/resilience.md).
 
 Such a write waits for what the application's writes wait for while a copy runs: CPU, the redo log and
 the binlog group commit that a large copy batch fills. Each sample goes to a Yielding (core/yielding.py),
-which decides how much work may run.
+which decides how much work may run, with the statements other sessions were running just after it
+(core/app_activity.py), which tell whether there is an application to yield to.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from collections.abc import Callable
 
 import pymysql
 
+from core.app_activity import sessions_of_others_running
 from core.db import DatabaseUnreachable
 from core.logs import log_event
 from core.state import StateStore, Status
@@ -46,6 +48,7 @@ class LatencyProbe:
         self.thread = threading.Thread(target=self._run, name="app-latency-probe", daemon=True)
         self._status_read_at = 0.0
         self._paused = False
+        self._activity_failing = False
 
     def start(self) -> "LatencyProbe":
         self.thread.start()
@@ -68,6 +71,20 @@ class LatencyProbe:
             self._status_read_at = time.monotonic()
         return self._paused
 
+    def _others_running(self, conn: pymysql.connections.Connection) -> int | None:
+        """The statements other sessions run now (core/app_activity.py); None when they cannot be read, and the
+        application is then taken to be busy. Logged once per streak."""
+        try:
+            others = len(sessions_of_others_running(conn))
+        except pymysql.err.MySQLError as exc:
+            if not self._activity_failing:
+                log_event(log, "cannot read the server's sessions; the application is taken to be busy",
+                          logging.WARNING, reason=str(exc))
+            self._activity_failing = True
+            return None
+        self._activity_failing = False
+        return others
+
     def _run(self) -> None:
         """Sample until stopped. A failed write gives no sample (an outage stops the work by itself) and is
         logged once per streak. A refused reconnect is such a failure too: the thread must outlive the outage,
@@ -86,6 +103,7 @@ class LatencyProbe:
                 began = time.monotonic()
                 store.stamp_latency_probe(self.migration_id, self.probe)
                 latency_ms, failing = (time.monotonic() - began) * 1000, False
+                others = self._others_running(conn) if self.yielding.judges_activity() else None
             except (pymysql.err.MySQLError, DatabaseUnreachable) as exc:
                 if not failing:
                     log_event(log, "application latency probe failed; copy and validation keep their current "
@@ -96,7 +114,7 @@ class LatencyProbe:
                 conn = None
                 self.stopped.wait(1.0)
                 continue
-            baseline = self.yielding.sample(latency_ms)
+            baseline = self.yielding.sample(latency_ms, others_running=others)
             if baseline is not None:
                 log_event(log, "application write latency before the work", baseline_ms=round(baseline, 2),
                           target_ms=round(self.yielding.target_ms or 0, 2))

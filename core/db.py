@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import ssl
+import threading
+import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable
@@ -39,6 +41,18 @@ class _Connection(pymysql.connections.Connection):
         return _Connection.preferred_context
 
 
+# This process's sessions, so that its own statements are told from the application's (core/app_activity.py).
+_OWN_SESSIONS: "weakref.WeakSet[pymysql.connections.Connection]" = weakref.WeakSet()
+_OWN_SESSIONS_LOCK = threading.Lock()
+
+
+def own_session_ids() -> set[int]:
+    """The server's connection ids of this process's open sessions."""
+    with _OWN_SESSIONS_LOCK:
+        sessions = list(_OWN_SESSIONS)
+    return {conn.thread_id() for conn in sessions if conn.open}
+
+
 def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = True,
             read_timeout: float | None = None) -> pymysql.connections.Connection:
     """Open a connection (over TLS as the DSN asks); errors name host:port, never the password."""
@@ -52,6 +66,8 @@ def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = 
     except pymysql.err.OperationalError as exc:
         raise DatabaseUnreachable(f"cannot connect to MySQL at {addr.where()} as {addr.user!r} "
                                   f"({connect_failure(exc, addr)})") from None
+    with _OWN_SESSIONS_LOCK:
+        _OWN_SESSIONS.add(conn)
     for statement in SESSION_SETUP:
         query(conn, statement)
     return conn

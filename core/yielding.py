@@ -14,6 +14,11 @@ not hold the work back. Init starts the capture only once that baseline is taken
 sample taken while the connector starts or the copy runs holds the tool's own load, and would raise the
 target by what the application is to be spared (measured under a heavy load: baselines of 12–45 ms taken
 beside the connector's start, where the application's own p99 was 4–6 ms; docs/benchmarks.md).
+
+`auto` yields only to an application that is busy: one whose statements were in flight at least BUSY_AT
+of the time over the second judged (core/app_activity.py). Without one, the latency the probe measures is
+the work's own (its commits, on an otherwise idle server), and the work comes back as if it were well under
+the target. A duration is a ceiling the operator set, kept whatever else runs.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from contextlib import contextmanager
 
 AUTO_FACTOR = 2.0
 AUTO_FLOOR_MS = 2.0
+BUSY_AT = 0.25              # other sessions' statements in flight on average: below it, no application to yield to
 BASELINE_SAMPLES = 20       # half a second of samples before the capture starts (core/app_latency.py)
 RECOVER_BELOW = 0.6         # share of the target under which work is added back
 MIN_TIME_SCALE = 0.25
@@ -38,6 +44,13 @@ def window_latency(samples: list[float]) -> float:
     return ordered[-2] if len(ordered) > WINDOW // 2 else ordered[-1]
 
 
+def window_activity(samples: list[int | None]) -> float | None:
+    """Other sessions' statements in flight on average over a window; None when none of its counts could be
+    read (then the application is taken to be busy)."""
+    known = [count for count in samples if count is not None]
+    return sum(known) / len(known) if known else None
+
+
 class Yielding:
     """How many copy/validation statements may run at once, and how long each should take, right now."""
 
@@ -50,8 +63,10 @@ class Yielding:
         self.allowed = workers
         self.time_scale = 1.0
         self.last_window_ms: float | None = None
+        self.last_window_activity: float | None = None
         self._baseline: list[float] = []
         self._window: list[float] = []
+        self._activity: list[int | None] = []
         self._window_began: float | None = None
         self._running = 0
         self._changed = threading.Condition()
@@ -78,8 +93,9 @@ class Yielding:
                 self._changed.wait(min(0.1, max(0.0, deadline - time.monotonic())))
             return not self.needs_baseline()
 
-    def sample(self, latency_ms: float, now: float | None = None) -> float | None:
-        """Take one probe sample; returns the baseline the moment it is established (else None)."""
+    def sample(self, latency_ms: float, now: float | None = None, others_running: int | None = None) -> float | None:
+        """Take one probe sample, with the statements other sessions were running at the time (None: not read);
+        returns the baseline the moment it is established (else None)."""
         now = time.monotonic() if now is None else now
         established = None
         with self._changed:
@@ -91,20 +107,24 @@ class Yielding:
                     self._window_began = now
                 return established
             self._window.append(latency_ms)
+            self._activity.append(others_running)
             if self._window_began is None:
                 self._window_began = now
             if len(self._window) >= WINDOW or now - self._window_began >= WINDOW_S:
-                self._judge(window_latency(self._window))
-                self._window, self._window_began = [], now
+                self._judge(window_latency(self._window), window_activity(self._activity))
+                self._window, self._activity, self._window_began = [], [], now
                 if self.on_judged is not None:
                     self.on_judged(self)
         return established
 
-    def _judge(self, latency_ms: float) -> None:
-        self.last_window_ms = latency_ms
+    def _judge(self, latency_ms: float, activity: float | None) -> None:
+        self.last_window_ms, self.last_window_activity = latency_ms, activity
         if self.target_ms is None:
             return
-        if latency_ms > self.target_ms:
+        if self.no_application_busy():
+            self.allowed = min(self.workers, self.allowed + 1)
+            self.time_scale = min(1.0, self.time_scale * 1.25)
+        elif latency_ms > self.target_ms:
             self.allowed = max(1, self.allowed // 2)
             self.time_scale = max(MIN_TIME_SCALE, self.time_scale / 2)
         elif latency_ms < RECOVER_BELOW * self.target_ms:
@@ -124,6 +144,15 @@ class Yielding:
                 self.time_scale = 1.0
             self._changed.notify_all()
 
+    def judges_activity(self) -> bool:
+        """Whether samples need the other sessions' statements: `auto`, once the baseline is taken."""
+        return self.mode == "auto" and self.baseline_ms is not None
+
+    def no_application_busy(self) -> bool:
+        """Whether, under `auto`, the last second showed no application to yield to (its latency was the work's)."""
+        activity = self.last_window_activity
+        return self.mode == "auto" and activity is not None and activity < BUSY_AT
+
     # use -----------------------------------------------------------------------------------------
     def yielding(self) -> bool:
         return self.allowed < self.workers or self.time_scale < 1.0
@@ -142,6 +171,9 @@ class Yielding:
         latency = self.last_window_ms
         if latency is None:
             return f"not measured yet against {target:.1f} ms"
+        if self.no_application_busy():
+            return (f"{latency:.1f} ms against {target:.1f} ms, but no application busy "
+                    f"({self.last_window_activity:.2f} statements of others at a time): work coming back")
         if latency > target:
             return f"{latency:.1f} ms over {target:.1f} ms"
         if latency < RECOVER_BELOW * target:

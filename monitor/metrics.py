@@ -95,6 +95,10 @@ class MigrationMetrics:
         self.app_latency_baseline = gauge("stream_osc_app_write_latency_baseline_milliseconds",
                                           "The application's write latency measured before the work (-1: not "
                                           "measured)")
+        self.app_statements = gauge("stream_osc_app_statements_in_flight",
+                                    "Statements other sessions ran at a time in the last second judged, on average "
+                                    "(with auto, below 0.25 no application is busy and the work does not yield; "
+                                    "-1: not read: not auto, not judged, or the sessions could not be read)")
         self.statements_allowed = gauge("stream_osc_copy_statements_allowed",
                                         "Copy and validation statements the coordinator may run at once now "
                                         "(--copy-workers while not yielding; -1: not judged)")
@@ -215,19 +219,20 @@ class MigrationMetrics:
 
     def forget_app_latency(self) -> None:
         """Copy and validation are over (or not begun): nothing is judged, and nothing stale is shown."""
-        for gauge in (self.app_latency, self.app_latency_target, self.app_latency_baseline, self.statements_allowed,
-                      self.batch_time_ratio):
+        for gauge in (self.app_latency, self.app_latency_target, self.app_latency_baseline, self.app_statements,
+                      self.statements_allowed, self.batch_time_ratio):
             gauge.labels(self.table).set(-1)
 
     def _judged(self, yielding: Yielding) -> None:
-        """The last second's latency, the target and the baseline (-1: not known), and the statements and batch
-        time they leave. Called by the probe's thread: a display only, so a failure here is logged, never
-        raised into the probe, whose samples pace copy and validation."""
+        """The last second's latency and the application's statements in flight, the target and the baseline
+        (-1: not known), and the statements and batch time they leave. Called by the probe's thread: a display
+        only, so a failure here is logged, never raised into the probe, whose samples pace copy and validation."""
         try:
-            for gauge, ms in ((self.app_latency, yielding.last_window_ms),
+            for gauge, figure in ((self.app_latency, yielding.last_window_ms),
                               (self.app_latency_target, yielding.target_ms),
-                              (self.app_latency_baseline, yielding.baseline_ms)):
-                gauge.labels(self.table).set(-1 if ms is None else ms)
+                              (self.app_latency_baseline, yielding.baseline_ms),
+                              (self.app_statements, yielding.last_window_activity)):
+                gauge.labels(self.table).set(-1 if figure is None else figure)
             self.statements_allowed.labels(self.table).set(yielding.allowed)
             self.batch_time_ratio.labels(self.table).set(yielding.time_scale)
         except Exception as exc:   # see the docstring

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import nullcontext
 
 import pytest
 
@@ -12,10 +13,10 @@ from core.app_latency import LatencyProbe
 from core.db import DatabaseUnreachable, qualified, query
 from core.spec import MigrationSpec, helper_table_name
 from core.state import LATENCY_PROBES, Stage, StateStore, capture_heartbeat_table
-from core.yielding import Yielding
+from core.yielding import BUSY_AT, Yielding
+from stack.process import free_ports
 from tests.integration.helpers import chunk_progress, db_conn, fresh_table, latest_migration_id, leftovers, \
-    new_migration_row, start_cli, \
-    status_doc, wait_for
+    new_migration_row, scrape, start_cli, status_doc, wait_for
 from tests.integration.ledger import Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
@@ -105,6 +106,68 @@ def test_copy_runs_one_statement_at_a_time_while_application_writes_are_slow(end
     assert ledger.missing(conn) == []
     assert leftovers(endpoints, DB, table) == [f"table {DB}.{helper_table_name(table, 'old')}"]
     assert "application write latency" in cli_log.read_text()
+
+
+AUTO_ROWS = 200_000   # in 50-row statements: a copy that lasts while slow probe writes are judged
+JUDGED_SLOW = 3       # seconds judged slow before the copy's workers are looked at
+
+
+def scraped(port: int, name: str, table: str) -> float | None:
+    samples = scrape(port)
+    return None if samples is None else samples.get((name, (("table", table),)))
+
+
+@pytest.mark.parametrize("application_busy", [False, True], ids=["no application", "a busy application"])
+def test_auto_yields_to_a_busy_application_and_not_to_the_copy_s_own_latency(endpoints, cli_log, application_busy):
+    """With `--max-app-latency auto`, probe writes slower than the target (held, as the copy's own commits hold
+    them on an idle server) hold the copy back only while another program runs statements: unthrottled
+    writers here. With none, all four workers keep copying; with them, one does."""
+    table = "auto_busy" if application_busy else "auto_idle"
+    qualified_table = f"{DB}.{table}"
+    conn = db_conn(endpoints)
+    query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, 'old')}")   # kept by an earlier run
+    create_ledger_table(conn, DB, table, rows=AUTO_ROWS, writers=2)
+    earlier = latest_migration_id(conn, DB, table)
+    port = free_ports(1)[0]
+    with Ledger(endpoints.mysql, DB, table, writers=2, seed=29) if application_busy else nullcontext() as ledger:
+        proc = start_cli("migrate", "--table", qualified_table, "--alter", "ADD COLUMN note INT NULL",
+                         "--copy-workers", "4", "--chunk-size", "5000", "--batch-size", "50",
+                         "--target-batch-time", "0", "--metrics-port", str(port), log=cli_log)
+        try:
+            wait_for(lambda: latest_migration_id(conn, DB, table) > earlier, 60, "the migration row")
+            migration_id = latest_migration_id(conn, DB, table)
+            wait_for(lambda: StateStore(conn, METADATA).get(migration_id).stage == Stage.COPY, 60, "the copy")
+            with SlowApplicationWrites(endpoints):
+                slow: list[float] = []
+
+                def judged_slow() -> bool:
+                    latency = scraped(port, "stream_osc_app_write_latency_milliseconds", qualified_table)
+                    if latency is not None and latency >= HOLD_S * 1000 / 2 and latency not in slow:
+                        slow.append(latency)
+                    return len(slow) >= JUDGED_SLOW
+                wait_for(judged_slow, 60, f"{JUDGED_SLOW} seconds of slow probe writes judged", every_s=0.2)
+                allowed = scraped(port, "stream_osc_copy_statements_allowed", qualified_table)
+                in_flight = scraped(port, "stream_osc_app_statements_in_flight", qualified_table)
+                most, busy = copy_statements_at_once(conn, helper_table_name(table, "new"), seconds=1.0,
+                                                     every_s=0.05)
+                stage = StateStore(conn, METADATA).get(migration_id).stage
+        except BaseException:
+            proc.kill()
+            raise
+        assert proc.wait(300) == 0, cli_log.read_text()[-3000:]
+        if ledger is not None:
+            ledger.wait_for_writes(50)
+    assert stage == Stage.COPY, f"the copy ended before the slow writes were judged ({stage})"
+    if application_busy:
+        assert allowed == 1, f"{allowed} copy statements allowed while a busy application's writes were slow"
+        assert in_flight is not None and in_flight >= BUSY_AT, in_flight
+        assert most <= 1, f"{most} copy statements ran at once while yielding ({busy} samples saw one running)"
+        assert ledger.missing(conn) == []
+    else:
+        assert allowed == 4, f"the copy yielded ({allowed} of 4 statements allowed) with no application running"
+        assert in_flight is not None and in_flight < BUSY_AT, in_flight
+        assert most >= 2, f"at most {most} copy statement ran at once with no application running"
+    assert leftovers(endpoints, DB, table) == [f"table {DB}.{helper_table_name(table, 'old')}"]
 
 
 MOMENT_S = 0.005   # how often a moment of init (tenths of a second long) is looked for

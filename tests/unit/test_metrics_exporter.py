@@ -137,17 +137,21 @@ def test_copy_figures_not_known_yet_are_minus_one_not_zero(served):
 def test_the_latency_copy_and_validation_yield_to_is_served_each_second_it_is_judged(served, feed_every_figure):
     samples = scrape(served)
     for name in ("app_write_latency_milliseconds", "app_write_latency_target_milliseconds",
-                 "app_write_latency_baseline_milliseconds", "copy_statements_allowed", "copy_batch_time_ratio"):
+                 "app_write_latency_baseline_milliseconds", "app_statements_in_flight", "copy_statements_allowed",
+                 "copy_batch_time_ratio"):
         assert value(samples, f"stream_osc_{name}") == -1, name   # before any second was judged
     samples = scrape(feed_every_figure(served))
     assert value(samples, "stream_osc_app_write_latency_milliseconds") == 31.0
     assert value(samples, "stream_osc_app_write_latency_target_milliseconds") == 4.0   # twice the 2 ms baseline
     assert value(samples, "stream_osc_app_write_latency_baseline_milliseconds") == 2.0
-    assert value(samples, "stream_osc_copy_statements_allowed") == 2   # halved: 31 ms is over 4 ms
+    assert value(samples, "stream_osc_app_statements_in_flight") == 1.0
+    assert value(samples, "stream_osc_copy_statements_allowed") == 2   # halved: 31 ms is over 4 ms, busy
     assert value(samples, "stream_osc_copy_batch_time_ratio") == 0.5
 
     served.forget_app_latency()   # copy and validation are over: nothing stale is shown
-    assert value(scrape(served), "stream_osc_app_write_latency_milliseconds") == -1
+    samples = scrape(served)
+    assert value(samples, "stream_osc_app_write_latency_milliseconds") == -1
+    assert value(samples, "stream_osc_app_statements_in_flight") == -1
 
 
 def test_a_failing_latency_display_is_logged_and_not_raised_into_the_probe(caplog):

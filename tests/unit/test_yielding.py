@@ -9,16 +9,31 @@ import pytest
 from core.endpoints import ConfigError
 from core.pacing import MAX_ROWS, MIN_ROWS, BatchSizer
 from core.spec import MigrationSpec
-from core.yielding import AUTO_FLOOR_MS, BASELINE_SAMPLES, WINDOW, Yielding
+from core.yielding import AUTO_FLOOR_MS, BASELINE_SAMPLES, BUSY_AT, WINDOW, Yielding
 
 
-def feed(yielding: Yielding, latency_ms: float, windows: int = 1, start: float = 0.0) -> float:
-    """Give `windows` full windows of samples of `latency_ms`, 0.1 s apart; returns the time reached."""
+def feed(yielding: Yielding, latency_ms: float, windows: int = 1, start: float = 0.0,
+         others: list[int | None] | None = None) -> float:
+    """Give `windows` full windows of samples of `latency_ms`, 0.1 s apart, each window's samples with the
+    other sessions' statement counts `others` (default: not read); returns the time reached."""
     now = start
-    for _ in range(windows * WINDOW):
-        now += 0.1
-        yielding.sample(latency_ms, now)
+    for _ in range(windows):
+        for i in range(WINDOW):
+            now += 0.1
+            yielding.sample(latency_ms, now, others_running=None if others is None else others[i])
     return now
+
+
+def auto_with_baseline(workers: int, baseline_ms: float) -> Yielding:
+    yielding = Yielding(workers, "auto")
+    for _ in range(BASELINE_SAMPLES):
+        yielding.sample(baseline_ms, 0.0)
+    return yielding
+
+
+IDLE = [0] * WINDOW                     # no other session ran a statement at any sample
+TRICKLE = [1, 1] + [0] * (WINDOW - 2)   # 0.2 at a time: under BUSY_AT
+BUSY = [1, 1, 1] + [0] * (WINDOW - 3)   # 0.3 at a time
 
 
 @pytest.mark.parametrize("start_rows, target_s, rows, seconds, time_scale, expected", [
@@ -103,6 +118,42 @@ def test_a_sample_that_took_seconds_is_judged_without_waiting_for_a_full_window(
     yielding.sample(1.0, 0.1)
     yielding.sample(3_000.0, 3.1)       # the probe waited three seconds: the window is judged now
     assert yielding.allowed == 2
+
+
+@pytest.mark.parametrize("others", [IDLE, TRICKLE], ids=["nothing else running", "a trickle of statements"])
+def test_auto_does_not_yield_to_its_own_latency_while_no_application_is_busy(others):
+    """On an idle server the probe's write waits for the copy's own commits: nobody to protect."""
+    yielding = auto_with_baseline(4, baseline_ms=2.0)
+    feed(yielding, 50.0, windows=3, others=others)
+    assert (yielding.allowed, yielding.time_scale) == (4, 1.0)
+    assert yielding.reason() is None
+
+
+@pytest.mark.parametrize("others", [BUSY, [None] * WINDOW, [None] * (WINDOW - 1) + [1]],
+                         ids=["busy", "sessions not read", "only a busy count read"])
+def test_auto_yields_to_a_busy_application_and_when_it_cannot_tell(others):
+    yielding = auto_with_baseline(4, baseline_ms=2.0)
+    feed(yielding, 50.0, others=others)
+    assert (yielding.allowed, yielding.time_scale) == (2, 0.5)
+    assert sum(c for c in BUSY if c) / WINDOW >= BUSY_AT > sum(c for c in TRICKLE if c) / WINDOW
+
+
+def test_work_held_back_comes_back_once_the_application_is_gone():
+    yielding = auto_with_baseline(4, baseline_ms=2.0)
+    now = feed(yielding, 50.0, windows=3, others=BUSY)
+    assert yielding.allowed == 1
+    now = feed(yielding, 50.0, others=IDLE, start=now)     # still slow, but only the work's own commits
+    assert yielding.allowed == 2
+    assert yielding.reason().startswith("application write latency 50.0 ms against 4.0 ms, but no application "
+                                        "busy (0.00 statements of others at a time): work coming back")
+    feed(yielding, 50.0, windows=8, others=IDLE, start=now)
+    assert (yielding.allowed, yielding.time_scale) == (4, 1.0)
+
+
+def test_a_duration_target_is_kept_whatever_else_runs():
+    yielding = Yielding(4, 10.0)
+    feed(yielding, 50.0, others=IDLE)
+    assert (yielding.allowed, yielding.time_scale) == (2, 0.5)
 
 
 def test_off_never_yields():
