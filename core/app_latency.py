@@ -73,10 +73,11 @@ class LatencyProbe:
 
     def _others_running(self, conn: pymysql.connections.Connection) -> int | None:
         """The statements other sessions run now (core/app_activity.py); None when they cannot be read, and the
-        application is then taken to be busy. Logged once per streak."""
+        application is then taken to be busy. Logged once per streak. Any failure is caught: this read only
+        tells whether to yield, and must not end the probe, whose samples pace copy and validation."""
         try:
             others = len(sessions_of_others_running(conn))
-        except pymysql.err.MySQLError as exc:
+        except Exception as exc:   # see the docstring
             if not self._activity_failing:
                 log_event(log, "cannot read the server's sessions; the application is taken to be busy",
                           logging.WARNING, reason=str(exc))
@@ -100,10 +101,12 @@ class LatencyProbe:
                 if self._is_paused(store):
                     self.stopped.wait(PROBE_EVERY_S)
                     continue
+                # counted before the write, not after it: the application's commits that waited with the
+                # probe's are released with it, and would be back asleep by then
+                others = self._others_running(conn) if self.yielding.judges_activity() else None
                 began = time.monotonic()
                 store.stamp_latency_probe(self.migration_id, self.probe)
                 latency_ms, failing = (time.monotonic() - began) * 1000, False
-                others = self._others_running(conn) if self.yielding.judges_activity() else None
             except (pymysql.err.MySQLError, DatabaseUnreachable) as exc:
                 if not failing:
                     log_event(log, "application latency probe failed; copy and validation keep their current "

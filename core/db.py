@@ -42,15 +42,25 @@ class _Connection(pymysql.connections.Connection):
 
 
 # This process's sessions, so that its own statements are told from the application's (core/app_activity.py).
-_OWN_SESSIONS: "weakref.WeakSet[pymysql.connections.Connection]" = weakref.WeakSet()
+# A plain dict changed only under the lock: a WeakSet's entries vanish whenever the collector runs, and iterating
+# it from another thread may then fail.
+_OWN_SESSIONS: dict[int, weakref.ref[pymysql.connections.Connection]] = {}
 _OWN_SESSIONS_LOCK = threading.Lock()
 
 
-def own_session_ids() -> set[int]:
-    """The server's connection ids of this process's open sessions."""
+def _remember(conn: pymysql.connections.Connection) -> None:
     with _OWN_SESSIONS_LOCK:
-        sessions = list(_OWN_SESSIONS)
-    return {conn.thread_id() for conn in sessions if conn.open}
+        _OWN_SESSIONS[id(conn)] = weakref.ref(conn)
+
+
+def own_session_ids(host: str, port: int) -> set[int]:
+    """The connection ids of this process's open sessions to the server at host:port (ids are per server)."""
+    with _OWN_SESSIONS_LOCK:
+        for key in [key for key, ref in _OWN_SESSIONS.items() if ref() is None]:
+            del _OWN_SESSIONS[key]
+        sessions = [ref() for ref in _OWN_SESSIONS.values()]
+    return {conn.thread_id() for conn in sessions
+            if conn is not None and conn.open and (conn.host, conn.port) == (host, port)}
 
 
 def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = True,
@@ -66,8 +76,7 @@ def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = 
     except pymysql.err.OperationalError as exc:
         raise DatabaseUnreachable(f"cannot connect to MySQL at {addr.where()} as {addr.user!r} "
                                   f"({connect_failure(exc, addr)})") from None
-    with _OWN_SESSIONS_LOCK:
-        _OWN_SESSIONS.add(conn)
+    _remember(conn)
     for statement in SESSION_SETUP:
         query(conn, statement)
     return conn

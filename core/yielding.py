@@ -45,10 +45,12 @@ def window_latency(samples: list[float]) -> float:
 
 
 def window_activity(samples: list[int | None]) -> float | None:
-    """Other sessions' statements in flight on average over a window; None when none of its counts could be
-    read (then the application is taken to be busy)."""
-    known = [count for count in samples if count is not None]
-    return sum(known) / len(known) if known else None
+    """Other sessions' statements in flight on average over a window; None (the application is then taken to
+    be busy) when a count could not be read, or when the window was cut short by slow samples: a few counts
+    say too little, and a latency that high is not left to them."""
+    if len(samples) <= WINDOW // 2 or None in samples:
+        return None
+    return sum(samples) / len(samples)
 
 
 class Yielding:
@@ -150,7 +152,9 @@ class Yielding:
 
     def no_application_busy(self) -> bool:
         """Whether, under `auto`, the last second showed no application to yield to (its latency was the work's)."""
-        activity = self.last_window_activity
+        return self._idle(self.last_window_activity)
+
+    def _idle(self, activity: float | None) -> bool:
         return self.mode == "auto" and activity is not None and activity < BUSY_AT
 
     # use -----------------------------------------------------------------------------------------
@@ -171,9 +175,10 @@ class Yielding:
         latency = self.last_window_ms
         if latency is None:
             return f"not measured yet against {target:.1f} ms"
-        if self.no_application_busy():
+        activity = self.last_window_activity   # read once: the probe's thread may be judging meanwhile
+        if self._idle(activity):
             return (f"{latency:.1f} ms against {target:.1f} ms, but no application busy "
-                    f"({self.last_window_activity:.2f} statements of others at a time): work coming back")
+                    f"({activity:.2f} statements of others at a time): work coming back")
         if latency > target:
             return f"{latency:.1f} ms over {target:.1f} ms"
         if latency < RECOVER_BELOW * target:

@@ -229,9 +229,9 @@ class MigrationMetrics:
         only, so a failure here is logged, never raised into the probe, whose samples pace copy and validation."""
         try:
             for gauge, figure in ((self.app_latency, yielding.last_window_ms),
-                              (self.app_latency_target, yielding.target_ms),
-                              (self.app_latency_baseline, yielding.baseline_ms),
-                              (self.app_statements, yielding.last_window_activity)):
+                                  (self.app_latency_target, yielding.target_ms),
+                                  (self.app_latency_baseline, yielding.baseline_ms),
+                                  (self.app_statements, yielding.last_window_activity)):
                 gauge.labels(self.table).set(-1 if figure is None else figure)
             self.statements_allowed.labels(self.table).set(yielding.allowed)
             self.batch_time_ratio.labels(self.table).set(yielding.time_scale)

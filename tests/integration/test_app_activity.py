@@ -14,7 +14,7 @@ from tests.integration.helpers import db_conn, wait_for
 
 pytestmark = pytest.mark.integration
 
-SLEEP_S = 3
+SLEEP_S = 600   # ended by KILL QUERY once looked at
 
 
 def application_session(endpoints) -> pymysql.connections.Connection:
@@ -23,11 +23,17 @@ def application_session(endpoints) -> pymysql.connections.Connection:
     return pymysql.connect(host=addr.host, port=addr.port, user=addr.user, password=addr.password, autocommit=True)
 
 
+def sleep_until_killed(conn: pymysql.connections.Connection) -> None:
+    try:
+        query(conn, f"SELECT SLEEP({SLEEP_S})")
+    except pymysql.err.OperationalError:   # the kill, as some servers report it
+        pass
+
+
 def test_a_statement_of_another_program_counts_and_one_of_this_process_does_not(endpoints):
     own, reader = db_conn(endpoints), db_conn(endpoints)
     other, sleeping_other = application_session(endpoints), application_session(endpoints)
-    sleepers = [threading.Thread(target=query, args=(conn, f"SELECT SLEEP({SLEEP_S})"), daemon=True)
-                for conn in (own, other)]
+    sleepers = [threading.Thread(target=sleep_until_killed, args=(conn,), daemon=True) for conn in (own, other)]
     try:
         for thread in sleepers:
             thread.start()
@@ -38,7 +44,9 @@ def test_a_statement_of_another_program_counts_and_one_of_this_process_does_not(
         assert own.thread_id() not in running, "this process's own statement was taken for the application's"
         assert sleeping_other.thread_id() not in running and reader.thread_id() not in running
     finally:
+        for conn in (own, other):
+            query(reader, f"KILL QUERY {conn.thread_id()}")
         for thread in sleepers:
-            thread.join(SLEEP_S + 10)
+            thread.join(30)
         for conn in (own, reader, other, sleeping_other):
             conn.close()

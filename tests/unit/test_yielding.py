@@ -129,13 +129,23 @@ def test_auto_does_not_yield_to_its_own_latency_while_no_application_is_busy(oth
     assert yielding.reason() is None
 
 
-@pytest.mark.parametrize("others", [BUSY, [None] * WINDOW, [None] * (WINDOW - 1) + [1]],
-                         ids=["busy", "sessions not read", "only a busy count read"])
+def test_the_counts_fed_are_busy_and_not_busy_as_named():
+    assert sum(BUSY) / WINDOW >= BUSY_AT > sum(TRICKLE) / WINDOW
+
+
+@pytest.mark.parametrize("others", [BUSY, [None] * WINDOW, IDLE[:-1] + [None]],
+                         ids=["busy", "sessions not read", "one count of the second not read"])
 def test_auto_yields_to_a_busy_application_and_when_it_cannot_tell(others):
     yielding = auto_with_baseline(4, baseline_ms=2.0)
     feed(yielding, 50.0, others=others)
     assert (yielding.allowed, yielding.time_scale) == (2, 0.5)
-    assert sum(c for c in BUSY if c) / WINDOW >= BUSY_AT > sum(c for c in TRICKLE if c) / WINDOW
+
+
+def test_a_second_of_few_slow_samples_is_not_let_off_by_their_counts():
+    """A probe write of seconds: its one count of 0 says too little to call the server idle."""
+    yielding = auto_with_baseline(4, baseline_ms=2.0)
+    yielding.sample(1_500.0, 1.5, others_running=0)    # the second is judged on this sample alone
+    assert (yielding.allowed, yielding.time_scale) == (2, 0.5)
 
 
 def test_work_held_back_comes_back_once_the_application_is_gone():
