@@ -3,9 +3,11 @@
 `--max-app-latency auto` yields to an application that feels the work. On a server where nothing but the
 migration runs, the probe's write still waits for the copy's own commits (its latency doubles on an idle
 server: docs/benchmarks.md), and yielding to that protects no one while it slows an idle copy by a third.
-So each probe sample also counts the statements other sessions are running at that moment; averaged over
-the judged second, that is the application's concurrency (Little's law: its statement rate times their
-latency). An application that feels the work shows up in it more, since its statements take longer.
+So a thread of its own counts the statements other sessions are running, every COUNT_EVERY_S in a session
+of its own (a slow probe write must not thin the counts, and the application's statements held up by the
+same stall are seen); averaged over the judged second, that is the application's concurrency (Little's
+law: its statement rate times their latency). An application that feels the work shows up in it more,
+since its statements take longer.
 
 Not counted: this process's own sessions (core/db.py), sessions that sleep, and the server's and
 replication's threads (binlog dumps, the connector's included). Every other command counts, so that a kind
@@ -14,14 +16,25 @@ worker`, another migration) are counted as the application's: yielding to them i
 
 What it misses: an application whose statements are in flight less than BUSY_AT of the time
 (core/yielding.py) is not yielded to until the work slows it enough that they are. By Little's law, one
-running 40 statements a second counts once they take 6 ms; a duration given to `--max-app-latency` protects
+running 50 statements a second counts once they take 5 ms; a duration given to `--max-app-latency` protects
 it from the start.
 """
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Callable
+
 import pymysql
 
 from core.db import own_session_ids, query
+from core.logs import log_event
+from core.yielding import Yielding
+
+log = logging.getLogger("stream_osc.app_activity")
+
+COUNT_EVERY_S = 0.1
 
 # commands of sessions that run nothing for a client: idle, ended, or the server's and replication's own
 NOT_RUNNING_COMMANDS = ("Sleep", "Daemon", "Killed", "Binlog Dump", "Binlog Dump GTID")
@@ -38,3 +51,49 @@ def sessions_of_others_running(conn: pymysql.connections.Connection) -> list[int
                     (*NOT_RUNNING_COMMANDS, *SERVER_USERS))
     own = own_session_ids(conn.host, conn.port)
     return [session for (session,) in running if session not in own]
+
+
+class ActivityCounter:
+    """A daemon thread giving `yielding` a count every COUNT_EVERY_S while it judges the application's activity
+    (`auto`, once the baseline is taken) and the migration is not paused. A count that cannot be read is given
+    as None, which counts as busy; no failure ends the thread (logged once per streak)."""
+
+    def __init__(self, connect: Callable[[], pymysql.connections.Connection], yielding: Yielding,
+                 paused: Callable[[], bool] = lambda: False) -> None:
+        self.connect = connect
+        self.yielding = yielding
+        self.paused = paused   # nothing is judged then, so nothing is counted
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="app-activity-count", daemon=True)
+
+    def start(self) -> "ActivityCounter":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+
+    def _run(self) -> None:
+        conn: pymysql.connections.Connection | None = None
+        failing = False
+        while not self.stopped.is_set():
+            began = time.monotonic()
+            if self.yielding.judges_activity() and not self.paused():
+                count = None
+                try:
+                    conn = conn or self.connect()
+                    count = len(sessions_of_others_running(conn))
+                    failing = False
+                except Exception as exc:   # this count only tells whether to yield: nothing may end the thread
+                    if not failing:
+                        log_event(log, "cannot count the server's running sessions; the application is taken to "
+                                       "be busy", logging.WARNING, reason=str(exc))
+                    failing = True
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                self.yielding.count_others(count)
+            self.stopped.wait(max(0.0, COUNT_EVERY_S - (time.monotonic() - began)))
+        if conn is not None:
+            conn.close()

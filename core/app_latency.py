@@ -6,8 +6,8 @@ the migration's writes (docs/resilience.md).
 
 Such a write waits for what the application's writes wait for while a copy runs: CPU, the redo log and
 the binlog group commit that a large copy batch fills. Each sample goes to a Yielding (core/yielding.py),
-which decides how much work may run, with the statements other sessions were running just after it
-(core/app_activity.py), which tell whether there is an application to yield to.
+which decides how much work may run; with `auto`, the counts of the statements other sessions run (an
+ActivityCounter beside the probe, core/app_activity.py) tell it whether there is an application to yield to.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import pymysql
 
-from core.app_activity import sessions_of_others_running
+from core.app_activity import ActivityCounter
 from core.db import DatabaseUnreachable
 from core.logs import log_event
 from core.state import StateStore, Status
@@ -48,14 +48,16 @@ class LatencyProbe:
         self.thread = threading.Thread(target=self._run, name="app-latency-probe", daemon=True)
         self._status_read_at = 0.0
         self._paused = False
-        self._activity_failing = False
+        self.counter = ActivityCounter(connect, yielding, paused=lambda: self._paused)
 
     def start(self) -> "LatencyProbe":
         self.thread.start()
+        self.counter.start()
         return self
 
     def stop(self) -> None:
         self.stopped.set()
+        self.counter.stop()
         self.thread.join(timeout=5)
 
     def _open(self) -> tuple[pymysql.connections.Connection, StateStore]:
@@ -71,21 +73,6 @@ class LatencyProbe:
             self._status_read_at = time.monotonic()
         return self._paused
 
-    def _others_running(self, conn: pymysql.connections.Connection) -> int | None:
-        """The statements other sessions run now (core/app_activity.py); None when they cannot be read, and the
-        application is then taken to be busy. Logged once per streak. Any failure is caught: this read only
-        tells whether to yield, and must not end the probe, whose samples pace copy and validation."""
-        try:
-            others = len(sessions_of_others_running(conn))
-        except Exception as exc:   # see the docstring
-            if not self._activity_failing:
-                log_event(log, "cannot read the server's sessions; the application is taken to be busy",
-                          logging.WARNING, reason=str(exc))
-            self._activity_failing = True
-            return None
-        self._activity_failing = False
-        return others
-
     def _run(self) -> None:
         """Sample until stopped. A failed write gives no sample (an outage stops the work by itself) and is
         logged once per streak. A refused reconnect is such a failure too: the thread must outlive the outage,
@@ -99,11 +86,9 @@ class LatencyProbe:
                 if conn is None or store is None:
                     conn, store = self._open()
                 if self._is_paused(store):
+                    self.yielding.restart_window()
                     self.stopped.wait(PROBE_EVERY_S)
                     continue
-                # counted before the write, not after it: the application's commits that waited with the
-                # probe's are released with it, and would be back asleep by then
-                others = self._others_running(conn) if self.yielding.judges_activity() else None
                 began = time.monotonic()
                 store.stamp_latency_probe(self.migration_id, self.probe)
                 latency_ms, failing = (time.monotonic() - began) * 1000, False
@@ -115,9 +100,10 @@ class LatencyProbe:
                 if conn is not None:
                     conn.close()
                 conn = None
+                self.yielding.restart_window()
                 self.stopped.wait(1.0)
                 continue
-            baseline = self.yielding.sample(latency_ms, others_running=others)
+            baseline = self.yielding.sample(latency_ms)
             if baseline is not None:
                 log_event(log, "application write latency before the work", baseline_ms=round(baseline, 2),
                           target_ms=round(self.yielding.target_ms or 0, 2))

@@ -50,14 +50,20 @@ _OWN_SESSIONS_LOCK = threading.Lock()
 
 def _remember(conn: pymysql.connections.Connection) -> None:
     with _OWN_SESSIONS_LOCK:
+        _forget_collected()
         _OWN_SESSIONS[id(conn)] = weakref.ref(conn)
+
+
+def _forget_collected() -> None:
+    """Drop the entries of sessions the collector took (under the lock)."""
+    for key in [key for key, ref in _OWN_SESSIONS.items() if ref() is None]:
+        del _OWN_SESSIONS[key]
 
 
 def own_session_ids(host: str, port: int) -> set[int]:
     """The connection ids of this process's open sessions to the server at host:port (ids are per server)."""
     with _OWN_SESSIONS_LOCK:
-        for key in [key for key, ref in _OWN_SESSIONS.items() if ref() is None]:
-            del _OWN_SESSIONS[key]
+        _forget_collected()
         sessions = [ref() for ref in _OWN_SESSIONS.values()]
     return {conn.thread_id() for conn in sessions
             if conn is not None and conn.open and (conn.host, conn.port) == (host, port)}

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 AUTO_FACTOR = 2.0
 AUTO_FLOOR_MS = 2.0
 BUSY_AT = 0.25              # other sessions' statements in flight on average: below it, no application to yield to
+MIN_COUNTS = 6              # counts of them a judged second needs to be called idle (core/app_activity.py)
 BASELINE_SAMPLES = 20       # half a second of samples before the capture starts (core/app_latency.py)
 RECOVER_BELOW = 0.6         # share of the target under which work is added back
 MIN_TIME_SCALE = 0.25
@@ -44,13 +46,12 @@ def window_latency(samples: list[float]) -> float:
     return ordered[-2] if len(ordered) > WINDOW // 2 else ordered[-1]
 
 
-def window_activity(samples: list[int | None]) -> float | None:
+def window_activity(counts: list[int | None]) -> float | None:
     """Other sessions' statements in flight on average over a window; None (the application is then taken to
-    be busy) when a count could not be read, or when the window was cut short by slow samples: a few counts
-    say too little, and a latency that high is not left to them."""
-    if len(samples) <= WINDOW // 2 or None in samples:
+    be busy) when a count could not be read, or when fewer than MIN_COUNTS were taken: a few say too little."""
+    if len(counts) < MIN_COUNTS or None in counts:
         return None
-    return sum(samples) / len(samples)
+    return sum(counts) / len(counts)
 
 
 class Yielding:
@@ -68,7 +69,7 @@ class Yielding:
         self.last_window_activity: float | None = None
         self._baseline: list[float] = []
         self._window: list[float] = []
-        self._activity: list[int | None] = []
+        self._activity: deque[int | None] = deque(maxlen=3 * WINDOW)   # counts since the last judgement
         self._window_began: float | None = None
         self._running = 0
         self._changed = threading.Condition()
@@ -95,9 +96,8 @@ class Yielding:
                 self._changed.wait(min(0.1, max(0.0, deadline - time.monotonic())))
             return not self.needs_baseline()
 
-    def sample(self, latency_ms: float, now: float | None = None, others_running: int | None = None) -> float | None:
-        """Take one probe sample, with the statements other sessions were running at the time (None: not read);
-        returns the baseline the moment it is established (else None)."""
+    def sample(self, latency_ms: float, now: float | None = None) -> float | None:
+        """Take one probe sample; returns the baseline the moment it is established (else None)."""
         now = time.monotonic() if now is None else now
         established = None
         with self._changed:
@@ -109,15 +109,26 @@ class Yielding:
                     self._window_began = now
                 return established
             self._window.append(latency_ms)
-            self._activity.append(others_running)
             if self._window_began is None:
                 self._window_began = now
             if len(self._window) >= WINDOW or now - self._window_began >= WINDOW_S:
-                self._judge(window_latency(self._window), window_activity(self._activity))
-                self._window, self._activity, self._window_began = [], [], now
+                self._judge(window_latency(self._window), window_activity(list(self._activity)))
+                self._window, self._window_began = [], now
+                self._activity.clear()
                 if self.on_judged is not None:
                     self.on_judged(self)
         return established
+
+    def count_others(self, count: int | None) -> None:
+        """One count of the statements other sessions run (core/app_activity.py; None: it could not be read)."""
+        with self._changed:
+            self._activity.append(count)
+
+    def restart_window(self) -> None:
+        """Forget the second under way: the probe stopped sampling (a pause, an outage), and what it had is stale."""
+        with self._changed:
+            self._window, self._window_began = [], None
+            self._activity.clear()
 
     def _judge(self, latency_ms: float, activity: float | None) -> None:
         self.last_window_ms, self.last_window_activity = latency_ms, activity
@@ -162,12 +173,14 @@ class Yielding:
         return self.allowed < self.workers or self.time_scale < 1.0
 
     def reason(self) -> str | None:
-        """Why the work runs below its settings, for `status` and the metrics; None when it does not."""
-        target = self.target_ms   # read once: `set` may be changing it meanwhile
-        if not self.yielding() or target is None:
-            return None
-        return (f"application write latency {self._against(target)} (--max-app-latency): {self.allowed} of "
-                f"{self.workers} workers, batches of {self.time_scale:.0%} of the target time")
+        """Why the work runs below its settings, for `status` and the metrics; None when it does not. Read under
+        the lock: the figures of one judged second, not of two."""
+        with self._changed:
+            target = self.target_ms
+            if not self.yielding() or target is None:
+                return None
+            return (f"application write latency {self._against(target)} (--max-app-latency): {self.allowed} of "
+                    f"{self.workers} workers, batches of {self.time_scale:.0%} of the target time")
 
     def _against(self, target: float) -> str:
         """The last second's latency as it stands to the target: the work is held back after it came under
@@ -175,7 +188,7 @@ class Yielding:
         latency = self.last_window_ms
         if latency is None:
             return f"not measured yet against {target:.1f} ms"
-        activity = self.last_window_activity   # read once: the probe's thread may be judging meanwhile
+        activity = self.last_window_activity
         if self._idle(activity):
             return (f"{latency:.1f} ms against {target:.1f} ms, but no application busy "
                     f"({activity:.2f} statements of others at a time): work coming back")

@@ -98,7 +98,7 @@ class MigrationMetrics:
         self.app_statements = gauge("stream_osc_app_statements_in_flight",
                                     "Statements other sessions ran at a time in the last second judged, on average "
                                     "(with auto, below 0.25 no application is busy and the work does not yield; "
-                                    "-1: not read: not auto, not judged, or the sessions could not be read)")
+                                    "-1: not known: not auto, not judged yet, or a count missing or too few)")
         self.statements_allowed = gauge("stream_osc_copy_statements_allowed",
                                         "Copy and validation statements the coordinator may run at once now "
                                         "(--copy-workers while not yielding; -1: not judged)")

@@ -114,9 +114,10 @@ AUTO_HOLD_S = 0.05    # ten times the target or more, yet short enough for full 
 JUDGED_SLOW = 3       # seconds judged slow before the copy's workers are looked at
 
 
-def scraped(port: int, name: str, table: str) -> float | None:
-    samples = scrape(port)
-    return None if samples is None else samples.get((name, (("table", table),)))
+def scraped(port: int, table: str, *names: str) -> list[float | None]:
+    """The named metrics of `table` from one scrape of the migration's endpoint (all None while it does not answer)."""
+    samples = scrape(port) or {}
+    return [samples.get((f"stream_osc_{name}", (("table", table),))) for name in names]
 
 
 @pytest.mark.parametrize("application_busy", [False, True], ids=["no application", "a busy application"])
@@ -144,14 +145,13 @@ def test_auto_yields_to_a_busy_application_and_not_to_the_copy_s_own_latency(end
                 slow: list[float] = []
 
                 def judged_slow() -> bool:
-                    latency = scraped(port, "stream_osc_app_write_latency_milliseconds", qualified_table)
+                    [latency] = scraped(port, qualified_table, "app_write_latency_milliseconds")
                     if latency is not None and latency >= AUTO_HOLD_S * 1000 / 2 and latency not in slow:
                         slow.append(latency)
                     return len(slow) >= JUDGED_SLOW
                 wait_for(judged_slow, 60, f"{JUDGED_SLOW} seconds of slow probe writes judged", every_s=0.2)
-                allowed = scraped(port, "stream_osc_copy_statements_allowed", qualified_table)
-                batch_time = scraped(port, "stream_osc_copy_batch_time_ratio", qualified_table)
-                in_flight = scraped(port, "stream_osc_app_statements_in_flight", qualified_table)
+                allowed, batch_time, in_flight = scraped(port, qualified_table, "copy_statements_allowed",
+                                                         "copy_batch_time_ratio", "app_statements_in_flight")
                 if application_busy:   # (sampling the sessions this often would itself count as busy)
                     most, busy = copy_statements_at_once(conn, helper_table_name(table, "new"), seconds=1.0)
                 stage = StateStore(conn, METADATA).get(migration_id).stage
@@ -225,9 +225,9 @@ class CountingYielding(Yielding):
         super().__init__(1, None)
         self.samples = 0
 
-    def sample(self, latency_ms: float, now: float | None = None, others_running: int | None = None) -> float | None:
+    def sample(self, latency_ms: float, now: float | None = None) -> float | None:
         self.samples += 1
-        return super().sample(latency_ms, now, others_running)
+        return super().sample(latency_ms, now)
 
 
 def test_latency_probe_keeps_sampling_after_the_database_was_unreachable(endpoints):

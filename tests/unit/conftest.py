@@ -26,8 +26,9 @@ def _feed_every_figure(metrics: MigrationMetrics) -> MigrationMetrics:
     yielding = Yielding(4, "auto")
     metrics.follow(yielding)
     for i in range(BASELINE_SAMPLES + WINDOW):   # the baseline (samples of 2 ms), then a second of 31 ms, busy
-        baseline = i < BASELINE_SAMPLES
-        yielding.sample(2.0 if baseline else 31.0, 0.1 * i, others_running=None if baseline else 1)
+        if i >= BASELINE_SAMPLES:
+            yielding.count_others(1)
+        yielding.sample(2.0 if i < BASELINE_SAMPLES else 31.0, 0.1 * i)
     return metrics
 
 

@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 import threading
+import time
 
+import pymysql
 import pytest
 
+from core import app_activity
+from core.db import _remember, own_session_ids
 from core.endpoints import ConfigError
 from core.pacing import MAX_ROWS, MIN_ROWS, BatchSizer
 from core.spec import MigrationSpec
-from core.yielding import AUTO_FLOOR_MS, BASELINE_SAMPLES, BUSY_AT, WINDOW, Yielding
+from core.yielding import AUTO_FLOOR_MS, BASELINE_SAMPLES, BUSY_AT, MIN_COUNTS, WINDOW, Yielding
 
 
 def feed(yielding: Yielding, latency_ms: float, windows: int = 1, start: float = 0.0,
          others: list[int | None] | None = None) -> float:
     """Give `windows` full windows of samples of `latency_ms`, 0.1 s apart, each window's samples with the
-    other sessions' statement counts `others` (default: not read); returns the time reached."""
+    other sessions' statement counts `others` (one before each sample; default: none counted); returns the time
+    reached."""
     now = start
     for _ in range(windows):
-        for i in range(WINDOW):
+        for count in others if others is not None else [None] * WINDOW:
+            if others is not None:
+                yielding.count_others(count)
             now += 0.1
-            yielding.sample(latency_ms, now, others_running=None if others is None else others[i])
+            yielding.sample(latency_ms, now)
     return now
 
 
@@ -141,10 +148,30 @@ def test_auto_yields_to_a_busy_application_and_when_it_cannot_tell(others):
     assert (yielding.allowed, yielding.time_scale) == (2, 0.5)
 
 
-def test_a_second_of_few_slow_samples_is_not_let_off_by_their_counts():
-    """A probe write of seconds: its one count of 0 says too little to call the server idle."""
+def test_a_second_of_too_few_counts_is_not_called_idle():
     yielding = auto_with_baseline(4, baseline_ms=2.0)
-    yielding.sample(1_500.0, 1.5, others_running=0)    # the second is judged on this sample alone
+    for i in range(MIN_COUNTS - 1):               # the counter fell behind: five counts in the second
+        yielding.count_others(0)
+        yielding.sample(50.0, 0.1 * (i + 1))
+    yielding.sample(50.0, 1.0)                    # the second is over: judged
+    assert (yielding.allowed, yielding.time_scale) == (2, 0.5)
+
+
+def test_a_slow_probe_write_does_not_thin_the_counts_of_its_second():
+    """The counts come on their own schedule: a second judged on one slow write is judged by them."""
+    yielding = auto_with_baseline(4, baseline_ms=2.0)
+    for _ in range(WINDOW):
+        yielding.count_others(0)
+    yielding.sample(1_500.0, 1.5)                # the probe's one write of the second took 1.5 s
+    assert (yielding.allowed, yielding.time_scale) == (4, 1.0)
+
+
+def test_counts_from_before_a_pause_do_not_judge_the_second_after_it():
+    yielding = auto_with_baseline(4, baseline_ms=2.0)
+    for _ in range(WINDOW):
+        yielding.count_others(0)
+    yielding.restart_window()                    # the probe stopped sampling: paused
+    feed(yielding, 50.0, start=100.0)            # nothing counted since: not called idle
     assert (yielding.allowed, yielding.time_scale) == (2, 0.5)
 
 
@@ -277,3 +304,50 @@ def test_the_renewal_while_waiting_for_a_turn_holds_no_lock():
         with yielding.turn(stop.is_set, waiting=renew) as allowed:
             assert allowed is False
     assert renewals == [True]
+
+
+class Session:
+    """What own_session_ids reads of a session: its server, its id, whether it is open."""
+
+    def __init__(self, host: str, port: int, thread_id: int, open: bool = True) -> None:
+        self.host, self.port, self._thread_id, self.open = host, port, thread_id, open
+
+    def thread_id(self) -> int:
+        return self._thread_id
+
+    def close(self) -> None:
+        self.open = False
+
+
+def test_own_session_ids_are_those_of_open_sessions_to_the_server_asked_about():
+    """Ids are per server: a session of the target server or a replica may have an application's id on the source."""
+    sessions = [Session("source", 3306, 7), Session("target", 3306, 8), Session("source", 3307, 9),
+                Session("source", 3306, 10, open=False)]
+    for session in sessions:
+        _remember(session)
+    assert {7, 8, 9, 10} & own_session_ids("source", 3306) == {7}
+
+
+def test_a_failing_count_is_given_as_none_and_the_counter_goes_on(monkeypatch):
+    """A count that cannot be read counts as busy, and no failure ends the counter (core/app_activity.py)."""
+    failures = [RuntimeError("no process list"), pymysql.err.OperationalError(1227, "denied")]
+
+    def count(conn):
+        if failures:
+            raise failures.pop()
+        return [41, 42]
+    monkeypatch.setattr(app_activity, "sessions_of_others_running", count)
+    yielding = auto_with_baseline(4, baseline_ms=2.0)
+    counter = app_activity.ActivityCounter(lambda: Session("source", 3306, 1), yielding).start()
+    try:
+        wait_until(lambda: 2 in yielding._activity, "a count after the failures")
+        assert list(yielding._activity)[:2] == [None, None] and counter.thread.is_alive()
+    finally:
+        counter.stop()
+
+
+def wait_until(condition, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
