@@ -35,6 +35,7 @@ from core.yielding import Yielding
 log = logging.getLogger("stream_osc.app_activity")
 
 COUNT_EVERY_S = 0.1
+RETRY_EVERY_S = 1.0   # after a failed count: a server refusing sessions is not asked ten times a second
 
 # commands of sessions that run nothing for a client: idle, ended, or the server's and replication's own
 NOT_RUNNING_COMMANDS = ("Sleep", "Daemon", "Killed", "Binlog Dump", "Binlog Dump GTID")
@@ -75,11 +76,15 @@ class ActivityCounter:
         self.thread.join(timeout=5)
 
     def _run(self) -> None:
+        """Count until stopped. The session is closed whenever nothing is counted (paused, or not `auto`), so
+        that a long pause does not leave it to the server's idle timeout."""
         conn: pymysql.connections.Connection | None = None
         failing = False
         while not self.stopped.is_set():
             began = time.monotonic()
-            if self.yielding.judges_activity() and not self.paused():
+            if not self.yielding.judges_activity() or self.paused():
+                conn = _closed(conn)
+            else:
                 count = None
                 try:
                     conn = conn or self.connect()
@@ -90,10 +95,19 @@ class ActivityCounter:
                         log_event(log, "cannot count the server's running sessions; the application is taken to "
                                        "be busy", logging.WARNING, reason=str(exc))
                     failing = True
-                    if conn is not None:
-                        conn.close()
-                    conn = None
+                    conn = _closed(conn)
                 self.yielding.count_others(count)
-            self.stopped.wait(max(0.0, COUNT_EVERY_S - (time.monotonic() - began)))
-        if conn is not None:
+            every = RETRY_EVERY_S if failing else COUNT_EVERY_S
+            self.stopped.wait(max(0.0, every - (time.monotonic() - began)))
+        _closed(conn)
+
+
+def _closed(conn: pymysql.connections.Connection | None) -> None:
+    """Close `conn` if there is one (a session already broken is closed quietly); returns None, the session
+    it leaves."""
+    if conn is not None:
+        try:
             conn.close()
+        except pymysql.err.Error:
+            pass
+    return None

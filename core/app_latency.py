@@ -33,8 +33,9 @@ STATUS_EVERY_S = 1.0   # how often the pause is looked at
 
 
 class LatencyProbe:
-    """A daemon thread feeding `yielding` with samples until stopped; with `records_baseline` (the coordinator),
-    the baseline it establishes is recorded in the migration's options."""
+    """A daemon thread feeding `yielding` with samples until stopped, beside an ActivityCounter of its own
+    (a second thread and session, under `auto`); with `records_baseline` (the coordinator), the baseline it
+    establishes is recorded in the migration's options."""
 
     def __init__(self, connect: Callable[[], pymysql.connections.Connection], schema: str, migration_id: int,
                  yielding: Yielding, records_baseline: bool = False) -> None:
@@ -91,7 +92,7 @@ class LatencyProbe:
                     continue
                 began = time.monotonic()
                 store.stamp_latency_probe(self.migration_id, self.probe)
-                latency_ms, failing = (time.monotonic() - began) * 1000, False
+                latency_ms = (time.monotonic() - began) * 1000
             except (pymysql.err.MySQLError, DatabaseUnreachable) as exc:
                 if not failing:
                     log_event(log, "application latency probe failed; copy and validation keep their current "
@@ -100,9 +101,11 @@ class LatencyProbe:
                 if conn is not None:
                     conn.close()
                 conn = None
-                self.yielding.restart_window()
                 self.stopped.wait(1.0)
                 continue
+            if failing:   # the first write after a failure: the second it interrupted is judged afresh
+                self.yielding.restart_window()
+                failing = False
             baseline = self.yielding.sample(latency_ms)
             if baseline is not None:
                 log_event(log, "application write latency before the work", baseline_ms=round(baseline, 2),

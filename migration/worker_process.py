@@ -139,9 +139,14 @@ class JoinedWorker:
                 target_conn.close()
         count = spec.copy_workers if kind == "copy" else spec.apply_workers
         yielding, probe = self._yielding(spec, migration) if kind == "copy" else (never_yielding(count), None)
-        ctx = RunContext(self.endpoints, spec, migration, pair, yielding=yielding)
-        log_event(log, "workers joined", migration=migration.id, kind=kind, count=count, stage=migration.stage)
-        group = WorkerGroup(ctx, target, count, kind).start()
+        try:
+            ctx = RunContext(self.endpoints, spec, migration, pair, yielding=yielding)
+            log_event(log, "workers joined", migration=migration.id, kind=kind, count=count, stage=migration.stage)
+            group = WorkerGroup(ctx, target, count, kind).start()
+        except BaseException:   # the probe's threads and sessions end with the group they pace
+            if probe is not None:
+                probe.stop()
+            raise
         try:
             while group.alive():
                 group.wait(1.0)

@@ -148,13 +148,16 @@ def test_auto_yields_to_a_busy_application_and_when_it_cannot_tell(others):
     assert (yielding.allowed, yielding.time_scale) == (2, 0.5)
 
 
-def test_a_second_of_too_few_counts_is_not_called_idle():
+@pytest.mark.parametrize("counts, judged", [(MIN_COUNTS - 1, (2, 0.5)), (MIN_COUNTS, (4, 1.0))],
+                         ids=["too few counts: busy", "just enough: idle"])
+def test_a_second_needs_enough_counts_to_be_called_idle(counts, judged):
     yielding = auto_with_baseline(4, baseline_ms=2.0)
-    for i in range(MIN_COUNTS - 1):               # the counter fell behind: five counts in the second
+    for i in range(counts):                       # the counter fell behind: fewer counts than samples
         yielding.count_others(0)
         yielding.sample(50.0, 0.1 * (i + 1))
     yielding.sample(50.0, 1.0)                    # the second is over: judged
-    assert (yielding.allowed, yielding.time_scale) == (2, 0.5)
+    assert yielding.last_window_ms == 50.0
+    assert (yielding.allowed, yielding.time_scale) == judged
 
 
 def test_a_slow_probe_write_does_not_thin_the_counts_of_its_second():
@@ -163,6 +166,7 @@ def test_a_slow_probe_write_does_not_thin_the_counts_of_its_second():
     for _ in range(WINDOW):
         yielding.count_others(0)
     yielding.sample(1_500.0, 1.5)                # the probe's one write of the second took 1.5 s
+    assert (yielding.last_window_ms, yielding.last_window_activity) == (1_500.0, 0.0)   # judged, by the counts
     assert (yielding.allowed, yielding.time_scale) == (4, 1.0)
 
 
@@ -328,7 +332,20 @@ def test_own_session_ids_are_those_of_open_sessions_to_the_server_asked_about():
     assert {7, 8, 9, 10} & own_session_ids("source", 3306) == {7}
 
 
-def test_a_failing_count_is_given_as_none_and_the_counter_goes_on(monkeypatch):
+class RecordingYielding(Yielding):
+    """An `auto` Yielding past its baseline that records the counts it is given."""
+
+    def __init__(self) -> None:
+        super().__init__(4, "auto")
+        self.set_baseline(2.0)
+        self.counts: list[int | None] = []
+
+    def count_others(self, count: int | None) -> None:
+        self.counts.append(count)
+        super().count_others(count)
+
+
+def test_a_failing_count_is_given_as_none_logged_once_and_the_counter_goes_on(monkeypatch, caplog):
     """A count that cannot be read counts as busy, and no failure ends the counter (core/app_activity.py)."""
     failures = [RuntimeError("no process list"), pymysql.err.OperationalError(1227, "denied")]
 
@@ -337,11 +354,43 @@ def test_a_failing_count_is_given_as_none_and_the_counter_goes_on(monkeypatch):
             raise failures.pop()
         return [41, 42]
     monkeypatch.setattr(app_activity, "sessions_of_others_running", count)
-    yielding = auto_with_baseline(4, baseline_ms=2.0)
+    monkeypatch.setattr(app_activity, "RETRY_EVERY_S", 0.01)
+    yielding = RecordingYielding()
     counter = app_activity.ActivityCounter(lambda: Session("source", 3306, 1), yielding).start()
     try:
-        wait_until(lambda: 2 in yielding._activity, "a count after the failures")
-        assert list(yielding._activity)[:2] == [None, None] and counter.thread.is_alive()
+        wait_until(lambda: 2 in yielding.counts, "a count after the failures")
+        assert yielding.counts[:3] == [None, None, 2] and counter.thread.is_alive()
+    finally:
+        counter.stop()
+    assert caplog.text.count("cannot count the server's running sessions") == 1
+
+
+def test_nothing_is_counted_while_paused_and_the_session_is_let_go(monkeypatch):
+    """A pause may outlast the server's idle timeout: the counter's session is closed, and opened again after."""
+    paused, looks = threading.Event(), []
+    sessions: list[Session] = []
+
+    def is_paused() -> bool:
+        looks.append(paused.is_set())
+        return looks[-1]
+
+    def connect() -> Session:
+        sessions.append(Session("source", 3306, len(sessions) + 1))
+        return sessions[-1]
+    monkeypatch.setattr(app_activity, "sessions_of_others_running", lambda conn: [])
+    yielding = RecordingYielding()
+    counter = app_activity.ActivityCounter(connect, yielding, paused=is_paused).start()
+    try:
+        wait_until(lambda: len(yielding.counts) >= 2, "counts while running")
+        paused.set()
+        wait_until(lambda: looks.count(True) >= 3, "three looks at the pause")
+        counted = len(yielding.counts)
+        assert not sessions[0].open
+        wait_until(lambda: looks.count(True) >= 6, "three more looks at the pause")
+        assert len(yielding.counts) == counted, "counted while paused"
+        paused.clear()
+        wait_until(lambda: len(yielding.counts) > counted, "counts again after the pause")
+        assert len(sessions) == 2 and sessions[1].open
     finally:
         counter.stop()
 
