@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import pymysql
 
-from core.db import own_session_ids, query
+from core.db import close_quietly, own_session_ids, query
 from core.logs import log_event
 from core.yielding import Yielding
 
@@ -83,7 +83,7 @@ class ActivityCounter:
         while not self.stopped.is_set():
             began = time.monotonic()
             if not self.yielding.judges_activity() or self.paused():
-                conn = _closed(conn)
+                conn = close_quietly(conn)
             else:
                 count = None
                 try:
@@ -95,19 +95,8 @@ class ActivityCounter:
                         log_event(log, "cannot count the server's running sessions; the application is taken to "
                                        "be busy", logging.WARNING, reason=str(exc))
                     failing = True
-                    conn = _closed(conn)
+                    conn = close_quietly(conn)
                 self.yielding.count_others(count)
             every = RETRY_EVERY_S if failing else COUNT_EVERY_S
             self.stopped.wait(max(0.0, every - (time.monotonic() - began)))
-        _closed(conn)
-
-
-def _closed(conn: pymysql.connections.Connection | None) -> None:
-    """Close `conn` if there is one (a session already broken is closed quietly); returns None, the session
-    it leaves."""
-    if conn is not None:
-        try:
-            conn.close()
-        except pymysql.err.Error:
-            pass
-    return None
+        close_quietly(conn)

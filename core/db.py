@@ -69,6 +69,16 @@ def own_session_ids(host: str, port: int) -> set[int]:
             if conn is not None and conn.open and (conn.host, conn.port) == (host, port)}
 
 
+def close_quietly(conn: pymysql.connections.Connection | None) -> None:
+    """Close `conn` if there is one, ignoring a session already cut; returns None for the caller's variable."""
+    if conn is not None:
+        try:
+            conn.close()
+        except pymysql.err.Error:
+            pass
+    return None
+
+
 def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = True,
             read_timeout: float | None = None) -> pymysql.connections.Connection:
     """Open a connection (over TLS as the DSN asks); errors name host:port, never the password."""

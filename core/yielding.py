@@ -134,13 +134,11 @@ class Yielding:
         self.last_window_ms, self.last_window_activity = latency_ms, activity
         if self.target_ms is None:
             return
-        if self.no_application_busy():
-            self.allowed = min(self.workers, self.allowed + 1)
-            self.time_scale = min(1.0, self.time_scale * 1.25)
-        elif latency_ms > self.target_ms:
+        idle = self._idle(activity)   # no application to yield to: the latency is the work's own
+        if latency_ms > self.target_ms and not idle:
             self.allowed = max(1, self.allowed // 2)
             self.time_scale = max(MIN_TIME_SCALE, self.time_scale / 2)
-        elif latency_ms < RECOVER_BELOW * self.target_ms:
+        elif idle or latency_ms < RECOVER_BELOW * self.target_ms:
             self.allowed = min(self.workers, self.allowed + 1)
             self.time_scale = min(1.0, self.time_scale * 1.25)
         self._changed.notify_all()
@@ -161,11 +159,8 @@ class Yielding:
         """Whether samples need the other sessions' statements: `auto`, once the baseline is taken."""
         return self.mode == "auto" and self.baseline_ms is not None
 
-    def no_application_busy(self) -> bool:
-        """Whether, under `auto`, the last second showed no application to yield to (its latency was the work's)."""
-        return self._idle(self.last_window_activity)
-
     def _idle(self, activity: float | None) -> bool:
+        """Whether, under `auto`, a second with this activity showed no application to yield to."""
         return self.mode == "auto" and activity is not None and activity < BUSY_AT
 
     # use -----------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import redis
 from confluent_kafka import Consumer, KafkaException
 
 from core import redis_keys
-from core.db import DatabaseUnreachable, connect
+from core.db import DatabaseUnreachable, close_quietly, connect
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.state import Migration, StateStore, Status
@@ -119,7 +119,7 @@ class LagWatch:
                     if not failing:
                         log_event(log, "lag not measured", logging.WARNING, error=f"{type(exc).__name__}: {exc}")
                     failing = True
-                    conn = _closed(conn)
+                    conn = close_quietly(conn)
                     backlog = _consumer_closed(backlog)
                     self._publish(notes, None, None, "unreachable")
                 if started - logged_at >= self.log_every_s:
@@ -127,7 +127,7 @@ class LagWatch:
                     self.metrics.log_lag()
                 self._stop.wait(max(STAMP_EVERY_S - (time.monotonic() - started), 0.0))
         finally:
-            _closed(conn)
+            close_quietly(conn)
             if reader is not None:
                 reader.close()
             _consumer_closed(backlog)
@@ -186,14 +186,4 @@ def _consumer_closed(consumer: Consumer | None) -> None:
     variable."""
     if consumer is not None:
         close_within(consumer, "capture-backlog")
-    return None
-
-
-def _closed(conn: pymysql.connections.Connection | None) -> None:
-    """Close `conn` if open, ignoring a connection already cut; returns None for the caller's variable."""
-    if conn is not None:
-        try:
-            conn.close()
-        except pymysql.err.Error:
-            pass
     return None

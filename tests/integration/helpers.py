@@ -6,10 +6,9 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from streams.events import decode_event
 from streams.fence import fence_ids_for
 from streams.topics import admin
 from tests.integration.ledger import create_ledger_table
+from tests.waiting import wait_for  # noqa: F401  (the integration tests' waits come from here too)
 
 
 def existing_topics(kafka: KafkaAddress) -> set[str]:
@@ -43,18 +43,6 @@ def existing_topics(kafka: KafkaAddress) -> set[str]:
 
 def db_conn(endpoints: Endpoints):
     return connect(endpoints.mysql)
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str = "condition",
-             every_s: float = 0.1) -> object:
-    """Poll every `every_s` until `condition()` is truthy; fail the test with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def leftovers(endpoints: Endpoints, db: str, table: str) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pymysql
 import pytest
@@ -14,6 +13,7 @@ from core.endpoints import ConfigError
 from core.pacing import MAX_ROWS, MIN_ROWS, BatchSizer
 from core.spec import MigrationSpec
 from core.yielding import AUTO_FLOOR_MS, BASELINE_SAMPLES, BUSY_AT, MIN_COUNTS, WINDOW, Yielding
+from tests.waiting import wait_for
 
 
 def feed(yielding: Yielding, latency_ms: float, windows: int = 1, start: float = 0.0,
@@ -358,7 +358,7 @@ def test_a_failing_count_is_given_as_none_logged_once_and_the_counter_goes_on(mo
     yielding = RecordingYielding()
     counter = app_activity.ActivityCounter(lambda: Session("source", 3306, 1), yielding).start()
     try:
-        wait_until(lambda: 2 in yielding.counts, "a count after the failures")
+        wait_for(lambda: 2 in yielding.counts, 10, "a count after the failures", every_s=0.01)
         assert yielding.counts[:3] == [None, None, 2] and counter.thread.is_alive()
     finally:
         counter.stop()
@@ -381,22 +381,16 @@ def test_nothing_is_counted_while_paused_and_the_session_is_let_go(monkeypatch):
     yielding = RecordingYielding()
     counter = app_activity.ActivityCounter(connect, yielding, paused=is_paused).start()
     try:
-        wait_until(lambda: len(yielding.counts) >= 2, "counts while running")
+        wait_for(lambda: len(yielding.counts) >= 2, 10, "counts while running", every_s=0.01)
         paused.set()
-        wait_until(lambda: looks.count(True) >= 3, "three looks at the pause")
+        wait_for(lambda: looks.count(True) >= 3, 10, "three looks at the pause", every_s=0.01)
         counted = len(yielding.counts)
         assert not sessions[0].open
-        wait_until(lambda: looks.count(True) >= 6, "three more looks at the pause")
+        wait_for(lambda: looks.count(True) >= 6, 10, "three more looks at the pause", every_s=0.01)
         assert len(yielding.counts) == counted, "counted while paused"
         paused.clear()
-        wait_until(lambda: len(yielding.counts) > counted, "counts again after the pause")
+        wait_for(lambda: len(yielding.counts) > counted, 10, "counts again after the pause", every_s=0.01)
         assert len(sessions) == 2 and sessions[1].open
     finally:
         counter.stop()
 
-
-def wait_until(condition, what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
