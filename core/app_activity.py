@@ -9,10 +9,11 @@ same stall are seen); averaged over the judged second, that is the application's
 law: its statement rate times their latency). An application that feels the work shows up in it more,
 since its statements take longer.
 
-Not counted: this process's own sessions (core/db.py), sessions that sleep, and the server's and
-replication's threads (binlog dumps, the connector's included). Every other command counts, so that a kind
-of statement not named here errs on the side of yielding. The sessions of any other process (a `stream-osc
-worker`, another migration) are counted as the application's: yielding to them is the safe side too.
+Not counted: the tool's own statements, told by the tag that opens each (core/db.py: STATEMENT_TAG) whichever
+process sent them (this one, a `stream-osc worker` on another machine, another migration) and through a proxy
+whose session ids are not the server's; sessions that sleep; and the server's and replication's threads (binlog
+dumps, the connector's included). Every other command counts, so that a kind of statement not named here errs
+on the side of yielding.
 
 What it misses: an application whose statements are in flight less than BUSY_AT of the time
 (core/yielding.py) is not yielded to until the work slows it enough that they are. By Little's law, one
@@ -28,7 +29,7 @@ from collections.abc import Callable
 
 import pymysql
 
-from core.db import close_quietly, own_session_ids, query
+from core.db import STATEMENT_TAG, close_quietly, query
 from core.logs import log_event
 from core.yielding import Yielding
 
@@ -43,15 +44,14 @@ SERVER_USERS = ("system user", "event_scheduler")
 
 
 def sessions_of_others_running(conn: pymysql.connections.Connection) -> list[int]:
-    """The ids of the sessions, not this process's, that run a statement now (PROCESS privilege, which
+    """The ids of the sessions running a statement now that is not the tool's (PROCESS privilege, which
     migration/checks.py requires, shows every user's)."""
     commands = ", ".join(["%s"] * len(NOT_RUNNING_COMMANDS))
     users = ", ".join(["%s"] * len(SERVER_USERS))
     running = query(conn, f"SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND NOT IN ({commands}) "
-                          f"AND USER NOT IN ({users}) AND ID <> CONNECTION_ID()",
-                    (*NOT_RUNNING_COMMANDS, *SERVER_USERS))
-    own = own_session_ids(conn.host, conn.port)
-    return [session for (session,) in running if session not in own]
+                          f"AND USER NOT IN ({users}) AND (INFO IS NULL OR LEFT(INFO, %s) <> %s)",
+                    (*NOT_RUNNING_COMMANDS, *SERVER_USERS, len(STATEMENT_TAG), STATEMENT_TAG))
+    return [session for (session,) in running]
 
 
 class ActivityCounter:

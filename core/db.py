@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import os
 import ssl
-import threading
-import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable
 
 import pymysql
 import pymysql.cursors
+from pymysql.constants import COMMAND
 
 from core.endpoints import MySQLAddress
 
@@ -24,8 +23,15 @@ class DatabaseUnreachable(Exception):
 CR_SSL_CONNECTION_ERROR = 2026
 
 
+# Opens the text of every statement the tool sends, so that the tool's statements are told from the application's
+# in the process list by any session: this process's, a `stream-osc worker` on another machine, another migration,
+# through a proxy whose session ids are not the server's (core/app_activity.py); and by an operator reading it.
+STATEMENT_TAG = "/* stream-osc */ "
+
+
 class _Connection(pymysql.connections.Connection):
-    """PyMySQL's connection, with ssl-mode=preferred's TLS context made once per process.
+    """PyMySQL's connection, every statement opened by STATEMENT_TAG, with ssl-mode=preferred's TLS context made
+    once per process.
 
     PyMySQL makes a new context for every connection of that mode, loading the system's CA store each time
     for a context that verifies nothing: 26 ms of CPU per session here, a second over a 1M-row migration's
@@ -40,33 +46,15 @@ class _Connection(pymysql.connections.Connection):
             _Connection.preferred_context = super()._create_ssl_ctx(sslp)
         return _Connection.preferred_context
 
-
-# This process's sessions, so that its own statements are told from the application's (core/app_activity.py).
-# A plain dict changed only under the lock: a WeakSet's entries vanish whenever the collector runs, and iterating
-# it from another thread may then fail.
-_OWN_SESSIONS: dict[int, weakref.ref[pymysql.connections.Connection]] = {}
-_OWN_SESSIONS_LOCK = threading.Lock()
-
-
-def _remember(conn: pymysql.connections.Connection) -> None:
-    with _OWN_SESSIONS_LOCK:
-        _forget_collected()
-        _OWN_SESSIONS[id(conn)] = weakref.ref(conn)
+    def _execute_command(self, command: int, sql: str | bytes) -> None:
+        """Every statement's text passes here (queries, and the COMMIT, ROLLBACK and SET that PyMySQL sends of
+        its own); the tag goes in front of each."""
+        if command == COMMAND.COM_QUERY:
+            sql = _TAG_BYTES + (sql.encode(self.encoding) if isinstance(sql, str) else sql)
+        super()._execute_command(command, sql)
 
 
-def _forget_collected() -> None:
-    """Drop the entries of sessions the collector took (under the lock)."""
-    for key in [key for key, ref in _OWN_SESSIONS.items() if ref() is None]:
-        del _OWN_SESSIONS[key]
-
-
-def own_session_ids(host: str, port: int) -> set[int]:
-    """The connection ids of this process's open sessions to the server at host:port (ids are per server)."""
-    with _OWN_SESSIONS_LOCK:
-        _forget_collected()
-        sessions = [ref() for ref in _OWN_SESSIONS.values()]
-    return {conn.thread_id() for conn in sessions
-            if conn is not None and conn.open and (conn.host, conn.port) == (host, port)}
+_TAG_BYTES = STATEMENT_TAG.encode("ascii")
 
 
 def close_quietly(conn: pymysql.connections.Connection | None) -> None:
@@ -92,7 +80,6 @@ def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = 
     except pymysql.err.OperationalError as exc:
         raise DatabaseUnreachable(f"cannot connect to MySQL at {addr.where()} as {addr.user!r} "
                                   f"({connect_failure(exc, addr)})") from None
-    _remember(conn)
     for statement in SESSION_SETUP:
         query(conn, statement)
     return conn

@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from cli.main import main
-from core.db import qualified, query, scalar
+from core.db import STATEMENT_TAG, qualified, query, scalar
 from core.deferred_indexes import DEFERRED_INDEXES_OPTION
 from core.spec import helper_table_name
 from core.state import StateStore
@@ -92,8 +92,9 @@ def test_deferred_indexes_end_exactly_as_the_alter_defines_them_after_a_kill_dur
 
 def index_builds(conn, db: str, new_table: str) -> dict[int, str]:
     """{connection id: state} of the sessions running an ALTER TABLE of the new table."""
+    building = f"{STATEMENT_TAG}ALTER TABLE `{db}`.`{new_table}` ADD %"
     return {pid: state for pid, state in query(conn, "SELECT ID, STATE FROM information_schema.PROCESSLIST WHERE "
-                                                     "INFO LIKE %s", (f"ALTER TABLE `{db}`.`{new_table}` ADD %",))}
+                                                     "INFO LIKE %s", (building,))}
 
 
 def test_kills_during_init_and_the_index_build_end_with_exactly_the_missing_indexes_added(endpoints, cli_log):
@@ -113,7 +114,7 @@ def test_kills_during_init_and_the_index_build_end_with_exactly_the_missing_inde
         try:
             killed_in_init = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
             wait_for(lambda: scalar(conn, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE "
-                                          "'INSERT%%stream_osc%%chunks%%'"), 60, "init waiting to write the plan")
+                                          "'%%INSERT%%stream_osc%%chunks%%'"), 60, "init waiting to write the plan")
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
             query(blocker, "UNLOCK TABLES")

@@ -348,7 +348,7 @@ def test_a_truncate_queued_inside_the_cutover_lock_cannot_run_before_the_rename(
         pytest.skip("MySQL renames inside the lock session")
     statements = ([f"DROP TABLE IF EXISTS {DB}.{spec.old_table}"] if sentry_dropped else []) + \
         [f"TRUNCATE TABLE {DB}.{table}"]
-    sessions = [connect(endpoints.mysql) for _ in statements]
+    sessions = [application_session(endpoints.mysql) for _ in statements]
     queued = [threading.Thread(target=query, args=(session, sql), daemon=True)
               for session, sql in zip(sessions, statements)]
     carry = cutover._carry_auto_increment

@@ -70,7 +70,7 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
         if stage == "init":
             # init ends by writing the copy plan; our read lock on the chunk table holds it there
             wait_for(lambda: scalar(conn, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE "
-                                          "'INSERT%%stream_osc%%chunks%%'"), 60, "init waiting to write the plan")
+                                          "'%%INSERT%%stream_osc%%chunks%%'"), 60, "init waiting to write the plan")
         elif stage == "copy":
             wait_for(lambda: 0 < chunk_progress(conn, migration.id)[0] < ROWS // 2, 60, "a partly done copy")
         elif stage in ("apply", "validate"):

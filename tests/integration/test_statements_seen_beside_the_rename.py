@@ -5,9 +5,9 @@ import threading
 
 import pytest
 
-from core.db import connect, qualified, query, scalar
+from core.db import qualified, query, scalar
 from cutover.queued_ddl import TABLE_MDL_WAIT, queued_statements
-from tests.integration.helpers import db_conn, wait_for
+from tests.integration.helpers import application_session, db_conn, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +19,7 @@ def test_a_truncate_waiting_for_the_table_is_seen_and_a_row_change_is_not(endpoi
     query(conn, f"CREATE TABLE IF NOT EXISTS {qualified(DB, 'other')} (id INT NOT NULL PRIMARY KEY)")
     query(conn, f"DELETE FROM {qualified(DB, 't')}")
     holder = db_conn(endpoints)
-    sessions = [connect(endpoints.mysql) for _ in range(3)]
+    sessions = [application_session(endpoints.mysql) for _ in range(3)]
     statements = [f"TRUNCATE TABLE {DB}.t", f"INSERT INTO {DB}.t VALUES (1)", f"TRUNCATE TABLE {DB}.other"]
     waiting = [threading.Thread(target=query, args=(session, sql), daemon=True)
                for session, sql in zip(sessions, statements)]

@@ -8,7 +8,6 @@ import pymysql
 import pytest
 
 from core import app_activity
-from core.db import _remember, own_session_ids
 from core.endpoints import ConfigError
 from core.pacing import MAX_ROWS, MIN_ROWS, BatchSizer
 from core.spec import MigrationSpec
@@ -311,25 +310,13 @@ def test_the_renewal_while_waiting_for_a_turn_holds_no_lock():
 
 
 class Session:
-    """What own_session_ids reads of a session: its server, its id, whether it is open."""
+    """What the activity counter does with its session: close it."""
 
-    def __init__(self, host: str, port: int, thread_id: int, open: bool = True) -> None:
-        self.host, self.port, self._thread_id, self.open = host, port, thread_id, open
-
-    def thread_id(self) -> int:
-        return self._thread_id
+    def __init__(self) -> None:
+        self.open = True
 
     def close(self) -> None:
         self.open = False
-
-
-def test_own_session_ids_are_those_of_open_sessions_to_the_server_asked_about():
-    """Ids are per server: a session of the target server or a replica may have an application's id on the source."""
-    sessions = [Session("source", 3306, 7), Session("target", 3306, 8), Session("source", 3307, 9),
-                Session("source", 3306, 10, open=False)]
-    for session in sessions:
-        _remember(session)
-    assert {7, 8, 9, 10} & own_session_ids("source", 3306) == {7}
 
 
 class RecordingYielding(Yielding):
@@ -356,7 +343,7 @@ def test_a_failing_count_is_given_as_none_logged_once_and_the_counter_goes_on(mo
     monkeypatch.setattr(app_activity, "sessions_of_others_running", count)
     monkeypatch.setattr(app_activity, "RETRY_EVERY_S", 0.01)
     yielding = RecordingYielding()
-    counter = app_activity.ActivityCounter(lambda: Session("source", 3306, 1), yielding).start()
+    counter = app_activity.ActivityCounter(lambda: Session(), yielding).start()
     try:
         wait_for(lambda: 2 in yielding.counts, 10, "a count after the failures", every_s=0.01)
         assert yielding.counts[:3] == [None, None, 2] and counter.thread.is_alive()
@@ -375,7 +362,7 @@ def test_nothing_is_counted_while_paused_and_the_session_is_let_go(monkeypatch):
         return looks[-1]
 
     def connect() -> Session:
-        sessions.append(Session("source", 3306, len(sessions) + 1))
+        sessions.append(Session())
         return sessions[-1]
     monkeypatch.setattr(app_activity, "sessions_of_others_running", lambda conn: [])
     yielding = RecordingYielding()
