@@ -30,8 +30,7 @@ STATEMENT_TAG = "/* stream-osc */ "
 
 
 class _Connection(pymysql.connections.Connection):
-    """PyMySQL's connection, every statement opened by STATEMENT_TAG, with ssl-mode=preferred's TLS context made
-    once per process.
+    """PyMySQL's connection, with ssl-mode=preferred's TLS context made once per process.
 
     PyMySQL makes a new context for every connection of that mode, loading the system's CA store each time
     for a context that verifies nothing: 26 ms of CPU per session here, a second over a 1M-row migration's
@@ -46,6 +45,10 @@ class _Connection(pymysql.connections.Connection):
             _Connection.preferred_context = super()._create_ssl_ctx(sslp)
         return _Connection.preferred_context
 
+
+class _TaggedConnection(_Connection):
+    """The tool's connection: every statement opened by STATEMENT_TAG."""
+
     def _execute_command(self, command: int, sql: str | bytes) -> None:
         """Every statement's text passes here (queries, and the COMMIT, ROLLBACK and SET that PyMySQL sends of
         its own); the tag goes in front of each."""
@@ -55,6 +58,11 @@ class _Connection(pymysql.connections.Connection):
 
 
 _TAG_BYTES = STATEMENT_TAG.encode("ascii")
+
+
+def untagged(statement: str) -> str:
+    """A statement's text without the tool's tag in front: its words (`stream`, `osc`) are not a table's name."""
+    return statement[len(STATEMENT_TAG):] if statement.startswith(STATEMENT_TAG) else statement
 
 
 def close_quietly(conn: pymysql.connections.Connection | None) -> None:
@@ -68,10 +76,12 @@ def close_quietly(conn: pymysql.connections.Connection | None) -> None:
 
 
 def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = True,
-            read_timeout: float | None = None) -> pymysql.connections.Connection:
-    """Open a connection (over TLS as the DSN asks); errors name host:port, never the password."""
+            read_timeout: float | None = None, tagged: bool = True) -> pymysql.connections.Connection:
+    """Open a connection (over TLS as the DSN asks); errors name host:port, never the password. `tagged` False
+    only for a session that stands for an application (the demo's traffic, the tests' writers): its statements
+    are then counted as an application's (core/app_activity.py)."""
     try:
-        conn = _Connection(
+        conn = (_TaggedConnection if tagged else _Connection)(
             host=addr.host, port=addr.port, user=addr.user, password=addr.password,
             database=database, autocommit=autocommit, charset="utf8mb4",
             connect_timeout=10, read_timeout=read_timeout, ssl=tls_context(addr),

@@ -23,7 +23,7 @@ from enum import StrEnum
 
 import pymysql
 
-from core.db import query, scalar
+from core.db import query, scalar, untagged
 
 MIN_AGE_S = 1.0            # an application statement holds the lock for milliseconds; a second is a long holder
 TRX_START_RESOLUTION_S = 1.0   # INNODB_TRX.trx_started is a DATETIME: whole seconds
@@ -117,11 +117,12 @@ class Session:
 
 
 def names_table(statement: str | None, table: str) -> bool:
-    """True when the statement's text mentions the table as an identifier (quoted or not, any case)."""
+    """True when the statement's text mentions the table as an identifier (quoted or not, any case); the tool's
+    tag in front is not part of what a statement names."""
     if not statement:
         return False
     pattern = r"(?<![A-Za-z0-9_$`])`?" + re.escape(table) + r"`?(?![A-Za-z0-9_$])"
-    return re.search(pattern, statement, re.IGNORECASE) is not None
+    return re.search(pattern, untagged(statement), re.IGNORECASE) is not None
 
 
 def suspected(session: Session, database: str, table: str) -> bool:

@@ -20,7 +20,7 @@ import re
 
 import pymysql
 
-from core.db import query
+from core.db import query, untagged
 
 TABLE_MDL_WAIT = "Waiting for table metadata lock"   # PROCESSLIST.STATE of a statement queued on a table
 
@@ -49,12 +49,12 @@ def is_read_or_row_change(statement: str) -> bool:
 
 def names(statement: str, database: str, table: str, session_database: str | None) -> bool:
     """Does the statement name database.table (quoted or not, qualified or in its session's database, in any
-    case)? A false match only costs an attempt."""
+    case)? A false match only costs an attempt; the tool's tag in front is not part of what it names."""
     plain = re.escape(table)
     quoted = "`" + re.escape(table.replace("`", "``")) + "`"
     pattern = re.compile(r"(?<![\w$`.])(?:(?P<db>`(?:[^`]|``)+`|[\w$]+)\s*\.\s*)?(?:" + quoted + "|" + plain +
                          r")(?![\w$`])", re.IGNORECASE)
-    for found in pattern.finditer(statement):
+    for found in pattern.finditer(untagged(statement)):
         qualifier = found.group("db")
         schema = qualifier.strip("`").replace("``", "`") if qualifier else session_database
         if schema is None or schema.lower() == database.lower():

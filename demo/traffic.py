@@ -178,7 +178,7 @@ class _Writer(threading.Thread):
         """A new session, waiting while the server is unreachable; None once the load is stopped."""
         while not self.t.stop_event.is_set():
             try:
-                return connect(self.t.addr, database=self.t.db)
+                return connect(self.t.addr, database=self.t.db, tagged=False)   # the application's
             except DatabaseUnreachable:
                 self.t.stop_event.wait(0.1)
         return None

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from core.db import SESSION_SETUP, connect, qualified, query
+from core.db import connect, qualified, query
 from core.endpoints import MySQLAddress
 
 LEDGER_TABLE_DDL = """CREATE TABLE {name} (
@@ -31,17 +31,6 @@ LEDGER_TABLE_DDL = """CREATE TABLE {name} (
 
 COUNTER_SEQ = -1   # the seq of each writer's counter row
 SLOW_WRITE_S = 0.05   # acknowledged writes at least this slow are noted with their time
-
-
-def writer_session(addr: MySQLAddress) -> pymysql.connections.Connection:
-    """A session as an application's writer opens it: PyMySQL's own, not the tool's, so that its statements carry
-    no tag and count as the application's where the tool looks for one (core/app_activity.py); with the tool's
-    session settings (core/db.py: SESSION_SETUP), so that each write means what it meant in the tool's sessions."""
-    conn = pymysql.connect(host=addr.host, port=addr.port, user=addr.user, password=addr.password, autocommit=True,
-                           charset="utf8mb4")
-    for statement in SESSION_SETUP:
-        query(conn, statement)
-    return conn
 
 
 def create_ledger_table(conn: pymysql.connections.Connection, db: str, table: str, rows: int, writers: int) -> None:
@@ -76,7 +65,8 @@ class AcknowledgedWriter(threading.Thread):
         self.doing = ""   # the write under way, named in an error's note
 
     def session(self) -> pymysql.connections.Connection:
-        return writer_session(self.addr)
+        """An application's session: its statements carry no tag, so the tool counts them (core/app_activity.py)."""
+        return connect(self.addr, tagged=False)
 
     def write(self, conn: pymysql.connections.Connection) -> bool | None:
         raise NotImplementedError

@@ -3,6 +3,7 @@ import pytest
 
 from cli.main import build_parser
 from cli.commands import spec_from_args
+from core.db import STATEMENT_TAG
 from core.endpoints import ConfigError
 from core.spec import MigrationSpec, parse_duration
 from cutover.blocker_wait import BlockerClock, kill_refusal
@@ -26,6 +27,14 @@ def test_a_statement_naming_the_table_is_recognised(statement):
 @pytest.mark.parametrize("statement", ["SELECT * FROM orders_osc_new", "SELECT * FROM myorders", "SELECT 'x'", None])
 def test_a_statement_on_another_table_is_not_taken_for_it(statement):
     assert not names_table(statement, "orders")
+
+
+@pytest.mark.parametrize("table", ["stream", "osc", "STREAM"])
+def test_the_tool_s_tag_is_not_taken_for_a_table_it_names(table):
+    """Every statement of the tool opens with `/* stream-osc */`: a table named after one of its words is not
+    held by every session of the tool (another migration's, a worker's)."""
+    assert not names_table(STATEMENT_TAG + "SELECT * FROM shop.orders", table)
+    assert names_table(STATEMENT_TAG + f"SELECT * FROM shop.{table}", table)
 
 
 def test_the_fallback_suspects_open_transactions_in_the_schema_or_naming_the_table():

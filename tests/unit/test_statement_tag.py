@@ -10,8 +10,8 @@ from pymysql.constants import COMMAND
 from core import db
 
 
-class Recorded(db._Connection):
-    """The tool's connection class, sending into a list instead of a socket (no server: the packets are the point)."""
+class Recording:
+    """A connection class sending into a list instead of a socket (no server: the packets are the point)."""
 
     def __init__(self) -> None:
         super().__init__(defer_connect=True, charset="utf8mb4", autocommit=True)
@@ -33,6 +33,14 @@ class Recorded(db._Connection):
     def texts(self) -> list[bytes]:
         """The statement texts of the COM_QUERY packets sent (4 bytes of length and sequence, then the command)."""
         return [packet[5:] for packet in self.sent if packet[4] == COMMAND.COM_QUERY]
+
+
+class Recorded(Recording, db._TaggedConnection):
+    """The tool's sessions."""
+
+
+class RecordedApplication(Recording, db._Connection):
+    """The session connect(tagged=False) opens for an application's writes."""
 
 
 @pytest.mark.parametrize("send", [
@@ -57,3 +65,15 @@ def test_commands_without_a_statement_text_are_sent_as_they_are():
     conn = Recorded()
     conn._execute_command(COMMAND.COM_INIT_DB, "sbtest")
     assert conn.sent[0][5:] == b"sbtest"
+
+
+def test_an_application_s_session_sends_its_statements_untagged():
+    conn = RecordedApplication()
+    conn.query("UPDATE t SET c = 1")
+    conn.commit()
+    assert conn.texts() == [b"UPDATE t SET c = 1", b"COMMIT"]
+
+
+def test_untagged_takes_off_the_tag_in_front_only():
+    assert db.untagged(db.STATEMENT_TAG + "SELECT 1") == "SELECT 1"
+    assert db.untagged("SELECT 1 " + db.STATEMENT_TAG) == "SELECT 1 " + db.STATEMENT_TAG
