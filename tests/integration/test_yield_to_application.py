@@ -151,23 +151,21 @@ def test_auto_yields_to_a_busy_application_and_not_to_the_copy_s_own_latency(end
                         slow.append(latency)
                     return len(slow) >= JUDGED_SLOW
                 wait_for(judged_slow, 60, f"{JUDGED_SLOW} seconds of slow probe writes judged", every_s=0.2)
+                def copy_figures() -> list[float | None]:
+                    return scraped(port, qualified_table, "copy_statements_allowed", "copy_batch_time_ratio",
+                                   "app_statements_in_flight")
                 if application_busy:
-                    allowed, batch_time, in_flight = scraped(port, qualified_table, "copy_statements_allowed",
-                                                             "copy_batch_time_ratio", "app_statements_in_flight")
+                    allowed, batch_time, in_flight = copy_figures()
                     # (sampling the sessions this often would itself count as busy)
                     most, busy = copy_statements_at_once(conn, helper_table_name(table, "new"), seconds=1.0)
                 else:   # a second judged busy meanwhile (a count not read, or fewer than six, errs that way) is
                     # let pass: the work must be back in full while the writes are still slow
-                    def full_copy() -> list[float | None] | None:
-                        figures = scraped(port, qualified_table, "copy_statements_allowed", "copy_batch_time_ratio",
-                                          "app_statements_in_flight")
-                        return figures if figures[:2] == [4, 1.0] else None
-                    try:
-                        allowed, batch_time, in_flight = wait_for(full_copy, FULL_AGAIN_S, "the copy at full work",
-                                                                  every_s=0.2)
+                    try:   # (the figures of the scrape that found the copy at full work)
+                        allowed, batch_time, in_flight = wait_for(
+                            lambda: (figures := copy_figures())[:2] == [4, 1.0] and figures, FULL_AGAIN_S,
+                            "the copy at full work", every_s=0.2)
                     except AssertionError:   # told below, with the figures
-                        allowed, batch_time, in_flight = scraped(port, qualified_table, "copy_statements_allowed",
-                                                                 "copy_batch_time_ratio", "app_statements_in_flight")
+                        allowed, batch_time, in_flight = copy_figures()
                 stage = StateStore(conn, METADATA).get(migration_id).stage
             released = cli("set", "--table", qualified_table, "max-app-latency=off")   # the rest at full speed
             assert released.returncode == 0, released.stderr
