@@ -201,17 +201,17 @@ def apply_changed_keys(conn: pymysql.connections.Connection, ctx: RunContext, ke
     a batch that may be reading its row, or, for a key without a row, by every batch running."""
     def recopy(some: set[Key]) -> int:
         if some:
-            with_retry(lambda: recopy_keys(conn, ctx.pair, some, target=target))
+            with_retry(lambda: recopy_keys(conn, ctx.pair, some, target=target), stop=ctx.stop)
         return len(some)
 
     if sorter.copy_complete or not keys:
         return recopy(keys)
-    sorted_keys = with_retry(lambda: sorter.sort(conn, ctx, list(keys)))
+    sorted_keys = with_retry(lambda: sorter.sort(conn, ctx, list(keys)), stop=ctx.stop)
     if sorted_keys is None:
         return recopy(keys)
     written = recopy(sorted_keys.now)
     if sorted_keys.behind:
-        left = with_retry(lambda: settle_behind_batches(conn, ctx, sorted_keys))
+        left = with_retry(lambda: settle_behind_batches(conn, ctx, sorted_keys), stop=ctx.stop)
         written += recopy(sorted_keys.behind - left)
     return written
 
@@ -254,7 +254,7 @@ def apply_worker(ctx: RunContext, worker_no: int, member: str) -> None:
                 change = decode_key(msg.key(), pk)
                 if change is not None and not change.is_fence:
                     keys.add(change.pk)
-            keys = with_retry(partial(with_zero_date_rows, conn, ctx.pair, keys, target))
+            keys = with_retry(partial(with_zero_date_rows, conn, ctx.pair, keys, target), stop=ctx.stop)
             written = apply_changed_keys(conn, ctx, keys, target, sorter)
             committer.after_batch(messages)
             stats.add(len(messages), written, (time.monotonic() - started) * 1000)

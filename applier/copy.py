@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -157,19 +158,19 @@ def _copy_batch_remote(conn: pymysql.connections.Connection, target: pymysql.con
             refusal = colliding.refusal
             log_event(log, "rows of the target collided with a copy batch under a UNIQUE key; re-copied from the "
                            "source, the batch written again", chunk=chunk_no, rows=len(colliding.keys))
-            recopy_as_an_applier(conn, pair, colliding.keys, target)
+            recopy_as_an_applier(conn, pair, colliding.keys, target, ctx.stop)
     assert refusal is not None
     raise kept_colliding(pair, refusal, during_apply=False)
 
 
 def recopy_as_an_applier(conn: pymysql.connections.Connection, pair: TablePair, keys: list[Key],
-                         target: pymysql.connections.Connection) -> None:
+                         target: pymysql.connections.Connection, stop: threading.Event) -> None:
     """recopy_keys in a copy worker's session, its row-lock waits bounded as an applier's are (applier_session):
     the re-copy share-locks application rows, which a copy batch never does, and a session cut while it waits
     would keep the locks it took until its wait ends."""
     bound_lock_waits(conn)
     try:
-        with_retry(partial(recopy_keys, conn, pair, keys, target=target))
+        with_retry(partial(recopy_keys, conn, pair, keys, target=target), stop=stop)
     finally:
         bound_lock_waits(conn, None)
 

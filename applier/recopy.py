@@ -5,6 +5,7 @@ State-based apply: docs/invariants.md, 2.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
@@ -14,6 +15,7 @@ import pymysql
 
 from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
 from applier.remote import CollidingKeys, kept_colliding, read_keys, write_rows
+from core.context import StopRequested
 from core.keys import Key, show_key
 from core.table import TablePair
 from core.db import query, query_count
@@ -207,13 +209,22 @@ def _write_remote_keys(conn: pymysql.connections.Connection, target: pymysql.con
     return written, deleted
 
 
-def with_retry(action: Callable[[], T], attempts: int = 20) -> T:
-    """Run a DB action, retrying on deadlock / lock wait timeout with a short backoff."""
+def with_retry(action: Callable[[], T], attempts: int = 20, stop: threading.Event | None = None) -> T:
+    """Run a DB action, retrying on deadlock / lock wait timeout with a short backoff.
+
+    With `stop`, a worker asked to stop gives up at its next retry (StopRequested) instead of trying on: a row
+    lock an application holds for minutes would otherwise hold the worker's stop, and the coordinator joining
+    it (at a `set`, a stage's end), for every attempt's wait.
+    """
     for attempt in range(attempts):
         try:
             return action()
         except pymysql.err.OperationalError as exc:
             if exc.args[0] not in RETRYABLE or attempt == attempts - 1:
                 raise
-            time.sleep(min(0.05 * 2 ** attempt, 2.0))
+            backoff = min(0.05 * 2 ** attempt, 2.0)
+            if stop is None:
+                time.sleep(backoff)
+            elif stop.wait(backoff):
+                raise StopRequested(f"asked to stop while retrying after error {exc.args[0]}") from exc
     raise AssertionError("unreachable")

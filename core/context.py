@@ -24,6 +24,12 @@ from core.yielding import Yielding, never_yielding
 STATUS_REREAD_S = 1.0   # a worker sees a pause, resume or abort within this long (and its batch in flight)
 
 
+class StopRequested(Exception):
+    """A worker was asked to stop while it waited to try a step again (a row lock an application holds): the step
+    is left undone, as at any stop (an applier's batch whose positions were not stored is read again, a copy
+    batch not committed is written again), and the worker ends stopped, not failed."""
+
+
 def throttle_for(spec: MigrationSpec, endpoints: Endpoints) -> LoadThrottle:
     """The server's status counters, and what else may hold the work back: CloudWatch, the target server of a
     move (whose critical thresholds are read before a lock too), replicas (whose sessions the throttle closes

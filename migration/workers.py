@@ -5,7 +5,7 @@ import dataclasses
 import threading
 from collections.abc import Callable
 
-from core.context import RunContext
+from core.context import RunContext, StopRequested
 
 
 class WorkerGroup:
@@ -21,6 +21,8 @@ class WorkerGroup:
     def _run(self, worker_no: int) -> None:
         try:
             self.target(self.ctx, worker_no)
+        except StopRequested:   # asked to stop mid-step: a stop like any other
+            pass
         except BaseException as exc:  # noqa: BLE001 - handed to the coordinator
             self.errors.append(exc)
             self.ctx.stop.set()

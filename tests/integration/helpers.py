@@ -156,19 +156,38 @@ def fresh_ledger_table(conn, db: str, table: str, rows: int, writers: int) -> No
     create_ledger_table(conn, db, table, rows=rows, writers=writers)
 
 
-def hold_apply_open(conn, blocker, db: str, table: str, migration_id: int) -> None:
-    """Make apply unable to finish: an applier re-copying id 5 waits on `blocker`'s row lock in the new table.
+# Options that keep a migration's copy going for seconds after its first chunk (one worker, 20-row batches):
+# hold_apply_open needs the copy still running when its change reaches an applier
+HELD_COPY = ("--copy-workers", "1", "--batch-size", "20", "--target-batch-time", "0")
 
-    Returns once the migration is in stage apply with that applier waiting; `blocker` ROLLBACK releases it.
-    """
+
+def make_an_applier_wait(conn, blocker, db: str, table: str, migration_id: int) -> None:
+    """During the copy of a migration started with HELD_COPY, make an applier re-copying id 5 wait on `blocker`'s
+    row lock in the new table; returns once it waits, the copy still running. `blocker` ROLLBACK releases it."""
     wait_for(lambda: [tuple(r) for r in query(conn, "SELECT done FROM stream_osc.chunks WHERE migration_id=%s "
                                                     "AND chunk_no=0", (migration_id,))] == [(1,)],
              60, "the first chunk copied")
     query(blocker, "BEGIN")
     query(blocker, f"SELECT * FROM {db}.{helper_table_name(table, 'new')} WHERE id = 5 FOR UPDATE")
     query(conn, f"UPDATE {db}.{table} SET c = 'changed during the copy' WHERE id = 5")
-    wait_for(lambda: migration_row(conn, db, table).stage == "apply" and applier_waits_on_lock(conn), 90,
-             "an applier waiting on the row lock")
+    wait_for(lambda: applier_waits_on_lock(conn), 60, "an applier waiting on the row lock")
+    assert migration_row(conn, db, table).stage == "copy", "the copy ended before the change reached an applier"
+
+
+def hold_apply_open(conn, blocker, db: str, table: str, migration_id: int) -> None:
+    """Make apply unable to finish: an applier re-copying id 5 waits on `blocker`'s row lock in the new table.
+
+    The migration must have been started with HELD_COPY. Apply ends as soon as the group's lag is within
+    --max-lag, and a change not yet captured is in no lag: made at the copy's end, it could reach the applier
+    after apply had already ended (a capture a second late, on a freshly started stack). So the applier is
+    made to wait while the copy still runs, and only then is the rest of the copy let go in full batches.
+    Returns once the migration is in stage apply with that applier waiting; `blocker` ROLLBACK releases it.
+    """
+    make_an_applier_wait(conn, blocker, db, table, migration_id)
+    released = cli("set", "--table", f"{db}.{table}", "batch-size=5000")
+    assert released.returncode == 0, released.stderr
+    wait_for(lambda: migration_row(conn, db, table).stage == "apply" and applier_waits_on_lock(conn), 60,
+             "stage apply with an applier waiting on the row lock")
 
 
 def applier_waits_on_lock(conn) -> bool:

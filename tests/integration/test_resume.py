@@ -22,7 +22,7 @@ from core import redis_keys
 from core.db import query, scalar
 from core.state import Migration, StateStore
 from streams.topics import TopicNames, delete_topics
-from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_table, hold_apply_open,
+from tests.integration.helpers import (HELD_COPY, chunk_progress, cli, db_conn, fresh_table, hold_apply_open,
                                        latest_migration_id, leftovers, migration_row, new_migration_row, start_cli,
                                        status_doc, table_is_original, wait_for, waiting_without_coordinator)
 from core.spec import helper_table_name
@@ -64,7 +64,8 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
         query(blocker, "LOCK TABLES stream_osc.chunks READ")
     earlier = latest_migration_id(conn, DB, table)
     manual = ["--cutover", "manual"] if stage == "cutover" else []
-    proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, *OPTIONS, *manual, log=cli_log)
+    held = HELD_COPY if stage in ("apply", "validate") else ()
+    proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, *OPTIONS, *manual, *held, log=cli_log)
     try:
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
         if stage == "init":

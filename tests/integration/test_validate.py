@@ -6,7 +6,7 @@ import pytest
 from cutover.compare import compare_tables
 from core.db import query, scalar
 from core.state import StateStore
-from tests.integration.helpers import (cli, db_conn, fresh_table, hold_apply_open, latest_migration_id,
+from tests.integration.helpers import (HELD_COPY, cli, db_conn, fresh_table, hold_apply_open, latest_migration_id,
                                        migration_row, new_migration_row, start_cli, status_doc, wait_for)
 from core.spec import helper_table_name
 
@@ -24,7 +24,7 @@ def test_a_wrong_row_in_the_new_table_is_found_and_repaired(endpoints, cli_log):
     blocker = db_conn(endpoints)
     earlier = latest_migration_id(conn, DB, table)
     proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--chunk-size", "5000",
-                     "--max-lag", "0", "--apply-workers", "1", log=cli_log)
+                     "--max-lag", "0", "--apply-workers", "1", *HELD_COPY, log=cli_log)
     try:
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
         # Hold apply open, pause, and damage a row of the new table behind the tool's back:
