@@ -95,6 +95,9 @@ def test_copy_runs_one_statement_at_a_time_while_application_writes_are_slow(end
                 copied_after = chunk_progress(conn, migration_id)[0]
                 assert "1 of 4 workers" in (status_doc(DB, table)["throttle_reason"] or ""), \
                     "the copy stopped yielding while the application's writes were still slow"
+                # the rest in full batches: what follows is the ledger's check, not the yield
+                released = cli("set", "--table", f"{DB}.{table}", "batch-size=5000")
+                assert released.returncode == 0, released.stderr
             except BaseException:
                 proc.kill()
                 raise
@@ -167,7 +170,8 @@ def test_auto_yields_to_a_busy_application_and_not_to_the_copy_s_own_latency(end
                     except AssertionError:   # told below, with the figures
                         allowed, batch_time, in_flight = copy_figures()
                 stage = StateStore(conn, METADATA).get(migration_id).stage
-            released = cli("set", "--table", qualified_table, "max-app-latency=off")   # the rest at full speed
+            # the rest at full speed, in full batches
+            released = cli("set", "--table", qualified_table, "max-app-latency=off", "batch-size=5000")
             assert released.returncode == 0, released.stderr
         except BaseException:
             proc.kill()
