@@ -6,11 +6,12 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pymysql
@@ -20,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from connectors.rest import ConnectClient
 from cutover.swap import SENTRY_COMMENT
 from core.process_owner import pid_space
-from core.db import connect, query
+from core.db import connect, query, scalar
 from core.endpoints import Endpoints, KafkaAddress, MySQLAddress
 from core.keys import Key, KeyColumn, PrimaryKey
 from core.spec import MigrationSpec, helper_table_name
@@ -156,43 +157,64 @@ def fresh_ledger_table(conn, db: str, table: str, rows: int, writers: int) -> No
     create_ledger_table(conn, db, table, rows=rows, writers=writers)
 
 
-# Options that keep a migration's copy going for seconds after its first chunk (one worker, 20-row batches):
-# hold_apply_open needs the copy still running when its change reaches an applier
-HELD_COPY = ("--copy-workers", "1", "--batch-size", "20", "--target-batch-time", "0")
+# Options that keep a migration's copy going after its first chunk (one worker, 100-row batches), long enough for
+# the copy to be held there (held_copy)
+HELD_COPY = ("--copy-workers", "1", "--batch-size", "100", "--target-batch-time", "0")
 
 
-def make_an_applier_wait(conn, blocker, db: str, table: str, migration_id: int) -> None:
-    """During the copy of a migration started with HELD_COPY, make an applier re-copying id 5 wait on `blocker`'s
-    row lock in the new table; returns once it waits, the copy still running. `blocker` ROLLBACK releases it."""
+@contextmanager
+def held_copy(conn, holder, db: str, table: str, migration_id: int) -> Iterator[None]:
+    """Hold the copy of a migration started with HELD_COPY once its first chunk is copied, until the block ends:
+    `holder` locks the gap above the rows copied so far in the new table (a key the copy has yet to write,
+    read FOR UPDATE), and the copy's next write waits for it."""
     wait_for(lambda: [tuple(r) for r in query(conn, "SELECT done FROM stream_osc.chunks WHERE migration_id=%s "
                                                     "AND chunk_no=0", (migration_id,))] == [(1,)],
              60, "the first chunk copied")
+    top = scalar(conn, f"SELECT MAX(id) FROM {db}.{table}")
+    query(holder, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")   # a gap lock, not a row's
+    query(holder, "BEGIN")
+    try:
+        assert not query(holder, f"SELECT id FROM {db}.{helper_table_name(table, 'new')} WHERE id = %s FOR UPDATE",
+                         (top,)), "the copy ended before it could be held"
+        yield
+    finally:
+        query(holder, "ROLLBACK")
+
+
+def waits_on_session(conn, holder) -> bool:
+    """Whether some transaction waits for a row lock `holder`'s transaction holds."""
+    return bool(query(conn, "SELECT 1 FROM information_schema.INNODB_LOCK_WAITS w "
+                            "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
+                            "WHERE b.trx_mysql_thread_id=%s", (holder.thread_id(),)))
+
+
+def make_an_applier_wait(conn, blocker, db: str, table: str) -> None:
+    """Make an applier re-copying id 5 wait on `blocker`'s row lock in the new table (the copy held, so that id 5 is
+    copied and the change reaches the applier during the copy); returns once it waits. `blocker` ROLLBACK
+    releases it."""
     query(blocker, "BEGIN")
     query(blocker, f"SELECT * FROM {db}.{helper_table_name(table, 'new')} WHERE id = 5 FOR UPDATE")
     query(conn, f"UPDATE {db}.{table} SET c = 'changed during the copy' WHERE id = 5")
-    wait_for(lambda: applier_waits_on_lock(conn), 60, "an applier waiting on the row lock")
-    assert migration_row(conn, db, table).stage == "copy", "the copy ended before the change reached an applier"
+    wait_for(lambda: waits_on_session(conn, blocker), 60, "an applier waiting on the row lock")
 
 
-def hold_apply_open(conn, blocker, db: str, table: str, migration_id: int) -> None:
+def hold_apply_open(endpoints: Endpoints, conn, blocker, db: str, table: str, migration_id: int) -> None:
     """Make apply unable to finish: an applier re-copying id 5 waits on `blocker`'s row lock in the new table.
 
     The migration must have been started with HELD_COPY. Apply ends as soon as the group's lag is within
     --max-lag, and a change not yet captured is in no lag: made at the copy's end, it could reach the applier
-    after apply had already ended (a capture a second late, on a freshly started stack). So the applier is
-    made to wait while the copy still runs, and only then is the rest of the copy let go in full batches.
-    Returns once the migration is in stage apply with that applier waiting; `blocker` ROLLBACK releases it.
+    after apply had already ended (a capture a second late, on a freshly started stack). So the copy is held
+    until the applier waits. Returns once the migration is in stage apply with that applier waiting; `blocker`
+    ROLLBACK releases it.
     """
-    make_an_applier_wait(conn, blocker, db, table, migration_id)
-    released = cli("set", "--table", f"{db}.{table}", "batch-size=5000")
-    assert released.returncode == 0, released.stderr
-    wait_for(lambda: migration_row(conn, db, table).stage == "apply" and applier_waits_on_lock(conn), 60,
+    holder = db_conn(endpoints)
+    try:
+        with held_copy(conn, holder, db, table, migration_id):
+            make_an_applier_wait(conn, blocker, db, table)
+    finally:
+        holder.close()
+    wait_for(lambda: migration_row(conn, db, table).stage == "apply" and waits_on_session(conn, blocker), 60,
              "stage apply with an applier waiting on the row lock")
-
-
-def applier_waits_on_lock(conn) -> bool:
-    """True while some transaction waits for a row lock (here: an applier behind a test's lock)."""
-    return bool(query(conn, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state='LOCK WAIT'")[0][0])
 
 
 @dataclass
@@ -203,6 +225,7 @@ class BatchPlan:
     pair: TablePair
     id: int
     copy_until: Key | None
+    stop: threading.Event = field(default_factory=threading.Event)   # a worker's, never set here
 
     @property
     def migration(self) -> "BatchPlan":

@@ -75,7 +75,7 @@ def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, st
         elif stage == "copy":
             wait_for(lambda: 0 < chunk_progress(conn, migration.id)[0] < ROWS // 2, 60, "a partly done copy")
         elif stage in ("apply", "validate"):
-            hold_apply_open(conn, blocker, DB, table, migration.id)
+            hold_apply_open(endpoints, conn, blocker, DB, table, migration.id)
             if stage == "validate":
                 assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
                 query(blocker, "ROLLBACK")

@@ -11,9 +11,9 @@ import pytest
 from core.db import query, scalar
 from core.state import StateStore
 from applier.apply import APPLIER_LOCK_WAIT_S
-from tests.integration.helpers import (HELD_COPY, applier_waits_on_lock, chunk_progress, cli, db_conn, fresh_table,
+from tests.integration.helpers import (HELD_COPY, chunk_progress, cli, db_conn, fresh_table, held_copy,
                                        latest_migration_id, make_an_applier_wait, migration_row, new_migration_row,
-                                       start_cli, status_doc, wait_for)
+                                       start_cli, status_doc, wait_for, waits_on_session)
 
 pytestmark = pytest.mark.integration
 
@@ -82,36 +82,38 @@ def test_options_changed_by_two_commands_at_once_keep_both_changes(endpoints, co
 
 
 # A stopped applier ends its re-copy's current lock wait, then stops at the retry. Joined until the re-copy gave
-# up (twenty lock waits, over 100 s), the coordinator took a `set` up only then.
+# up (twenty lock waits, over 100 s), the coordinator went on only then.
 TAKEN_UP_S = 6 * APPLIER_LOCK_WAIT_S
 
 
 def test_a_setting_is_taken_up_while_an_applier_waits_on_an_application_s_row_lock(endpoints, conn, tmp_path):
     """`set` restarts the appliers. One retrying a re-copy behind a row lock that an application keeps stops at its
-    next retry, so the coordinator takes the setting up and goes on (here the copy, let go in full batches, ends
-    and apply begins) while the lock is still held; once it is released, the change is in the final table."""
+    next retry, so the coordinator goes on with the copy (let go in full batches here) to its end and to apply
+    while the lock is still held; once it is released, the change is in the final table."""
     table = "held_applier"
     fresh_table(conn, DB, table, rows=20_000, seed=52)
     StateStore(conn, "stream_osc").ensure_schema()
-    blocker = db_conn(endpoints)
+    blocker, holder = db_conn(endpoints), db_conn(endpoints)
     earlier = latest_migration_id(conn, DB, table)
     log = tmp_path / "cli.log"
     proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN flag INT NULL", "--max-lag", "0",
                      "--chunk-size", "5000", "--apply-workers", "1", *HELD_COPY, log=log)
     try:
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
-        make_an_applier_wait(conn, blocker, DB, table, migration.id)
-        asked = time.monotonic()
-        assert cli("set", "--table", f"{DB}.{table}", "batch-size=5000").returncode == 0
+        with held_copy(conn, holder, DB, table, migration.id):   # so that the coordinator reads `set` mid-copy
+            make_an_applier_wait(conn, blocker, DB, table)
+            assert cli("set", "--table", f"{DB}.{table}", "batch-size=5000").returncode == 0
+            wait_for(lambda: "settings changed: batch_size=5000" in log.read_text(), 30, "the coordinator to read it")
+        read = time.monotonic()
         wait_for(lambda: migration_row(conn, DB, table).stage == "apply", 3 * TAKEN_UP_S, "the copy's end")
-        taken_up_s = time.monotonic() - asked
-        assert taken_up_s < TAKEN_UP_S, f"the setting was taken up {taken_up_s:.0f} s after `set`"
-        wait_for(lambda: applier_waits_on_lock(conn), 60, "the restarted applier waiting on the row lock again")
+        went_on_s = time.monotonic() - read
+        assert went_on_s < TAKEN_UP_S, f"the copy ended {went_on_s:.0f} s after the setting was read"
+        wait_for(lambda: waits_on_session(conn, blocker), 60, "the restarted applier waiting on the row lock again")
         query(blocker, "ROLLBACK")
         assert proc.wait(120) == 0, log.read_text()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
         blocker.close()
-    assert "settings changed: batch_size=5000" in log.read_text()
+        holder.close()
     assert scalar(conn, f"SELECT c FROM {DB}.{table} WHERE id = 5") == "changed during the copy"

@@ -29,7 +29,7 @@ def test_a_wrong_row_in_the_new_table_is_found_and_repaired(endpoints, cli_log):
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
         # Hold apply open, pause, and damage a row of the new table behind the tool's back:
         # only validation can notice it.
-        hold_apply_open(conn, blocker, DB, table, migration.id)
+        hold_apply_open(endpoints, conn, blocker, DB, table, migration.id)
         assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
         query(conn, f"UPDATE {DB}.{helper_table_name(table, 'new')} SET c = 'damaged' WHERE id = 7")
         query(blocker, "ROLLBACK")

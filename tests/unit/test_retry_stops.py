@@ -36,8 +36,8 @@ def test_a_retry_stops_within_its_backoff_when_asked_meanwhile():
 
     def action() -> None:
         attempts.append(1)
-        if len(attempts) == 3:
-            stop.set()
+        if len(attempts) == 3:   # asked while the third attempt's backoff (0.2 s) is waited out
+            threading.Timer(0.05, stop.set).start()
         lock_wait_timeout()
     with pytest.raises(StopRequested):
         with_retry(action, stop=stop)
