@@ -71,6 +71,7 @@ CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Con
 WAITING_NOTE_S = 30.0              # a coordinator waiting for its cutover logs so (with the lag) this often
 LAG_SHOW_S = 5.0                   # and reads the lag for the progress display and metrics this often
 CHECKER_RETRY_S = 10.0             # validation ahead, stopped by a passing failure, starts again this much later
+SNAPSHOT_TRIES = 3                 # validation snapshots tried (2, 4 s apart) before the live tables are compared
 LAG_POLL_S = 0.1                   # the applier group's lag is read this often while a stage waits for it to fall
 #                                    (one reader for the whole wait: two requests a read); the stage moves on this
 #                                    much after the lag allows; sessions holding the table are looked for as often
@@ -610,7 +611,9 @@ class Runner:
 
     def _consistent_snapshots(self, ctx: RunContext, cutover: Cutover) -> list[Sessions] | None:
         """Sessions sharing one snapshot in which the new table equals the source, or None if that
-        moment could not be had within the cutover window (validation then compares live tables).
+        moment could not be had within the cutover window in SNAPSHOT_TRIES tries (validation then compares
+        live tables, which under steady writes to the same rows may not settle). One drain too slow for the
+        window (a freshly started Connect worker, a burst) is no reason to give up the snapshot.
 
         Taking it blocks writes as briefly as a cutover does; it spares validation under traffic from
         re-reading every range that a write touched meanwhile. Sessions holding the table are waited for as
@@ -624,7 +627,7 @@ class Runner:
         there they are stopped.
         """
         stop_appliers = ctx.pair.remote
-        postponed = 0
+        postponed = tries = 0
         while True:
             self._wait_for_lag(ctx, self.spec.max_lag_events)
             self._wait_for_blockers(ctx, "validate")
@@ -652,8 +655,16 @@ class Runner:
                     postponed += 1
                     self._postpone(ctx, f"validate: {exc}", postponed)
                     continue
-                log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc))
-                self.progress.say(f"validate: no consistent snapshot within the window ({exc})")
+                tries += 1
+                if tries < SNAPSHOT_TRIES:   # a drain a moment too slow (a burst of writes, a worker warming up)
+                    delay = 2 ** tries
+                    self.progress.say(f"validate: no consistent snapshot within the window ({exc}); trying again "
+                                      f"in {delay} s ({tries} of {SNAPSHOT_TRIES})")
+                    time.sleep(delay)
+                    continue
+                log_event(log, "no consistent snapshot for validation", logging.WARNING, reason=str(exc),
+                          tries=tries)
+                self.progress.say(f"validate: no consistent snapshot within the window in {tries} tries ({exc})")
                 return None
             if stop_appliers:
                 self._start_appliers(ctx)
