@@ -71,7 +71,7 @@ CONNECTOR_MISSING_GRACE_S = 60.0   # how long a connector may be absent from Con
 WAITING_NOTE_S = 30.0              # a coordinator waiting for its cutover logs so (with the lag) this often
 LAG_SHOW_S = 5.0                   # and reads the lag for the progress display and metrics this often
 CHECKER_RETRY_S = 10.0             # validation ahead, stopped by a passing failure, starts again this much later
-SNAPSHOT_TRIES = 3                 # validation snapshots tried (2, 4 s apart) before the live tables are compared
+SNAPSHOT_TRIES = 3                 # validation snapshot tries in all (2, 4 s apart) before live tables are compared
 LAG_POLL_S = 0.1                   # the applier group's lag is read this often while a stage waits for it to fall
 #                                    (one reader for the whole wait: two requests a read); the stage moves on this
 #                                    much after the lag allows; sessions holding the table are looked for as often
@@ -612,8 +612,9 @@ class Runner:
     def _consistent_snapshots(self, ctx: RunContext, cutover: Cutover) -> list[Sessions] | None:
         """Sessions sharing one snapshot in which the new table equals the source, or None if that
         moment could not be had within the cutover window in SNAPSHOT_TRIES tries (validation then compares
-        live tables, which under steady writes to the same rows may not settle). One drain too slow for the
-        window (a freshly started Connect worker, a burst) is no reason to give up the snapshot.
+        live tables, which under steady writes to the same rows may not settle). One lock or drain too slow
+        for the window (a freshly started Connect worker, a burst) is no reason to give up the snapshot; each
+        try that misses costs the application what a cutover attempt that misses costs it.
 
         Taking it blocks writes as briefly as a cutover does; it spares validation under traffic from
         re-reading every range that a write touched meanwhile. Sessions holding the table are waited for as
@@ -655,9 +656,11 @@ class Runner:
                     postponed += 1
                     self._postpone(ctx, f"validate: {exc}", postponed)
                     continue
-                tries += 1
+                postponed, tries = 0, tries + 1
                 if tries < SNAPSHOT_TRIES:   # a drain a moment too slow (a burst of writes, a worker warming up)
                     delay = 2 ** tries
+                    log_event(log, "validation snapshot missed; tried again", logging.WARNING, reason=str(exc),
+                              tries=tries, retry_in_s=delay)
                     self.progress.say(f"validate: no consistent snapshot within the window ({exc}); trying again "
                                       f"in {delay} s ({tries} of {SNAPSHOT_TRIES})")
                     time.sleep(delay)

@@ -195,7 +195,8 @@ def make_an_applier_wait(conn, blocker, db: str, table: str) -> None:
     query(blocker, "BEGIN")
     query(blocker, f"SELECT * FROM {db}.{helper_table_name(table, 'new')} WHERE id = 5 FOR UPDATE")
     query(conn, f"UPDATE {db}.{table} SET c = 'changed during the copy' WHERE id = 5")
-    wait_for(lambda: waits_on_session(conn, blocker), 60, "an applier waiting on the row lock")
+    # within the held copy batch's own lock wait (the server's 50 s), which would restart the run
+    wait_for(lambda: waits_on_session(conn, blocker), 40, "an applier waiting on the row lock")
 
 
 def hold_apply_open(endpoints: Endpoints, conn, blocker, db: str, table: str, migration_id: int) -> None:

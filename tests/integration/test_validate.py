@@ -53,7 +53,8 @@ def test_a_wrong_row_in_the_new_table_is_found_and_repaired(endpoints, cli_log):
 def test_a_validation_snapshot_that_misses_its_window_is_tried_again_before_the_live_tables_are_compared(
         endpoints, cli_log):
     """Live tables under steady writes to the same rows may never compare equal: one drain too slow for the
-    window must not give the snapshot up. Here no drain can fit (a 1 ms window), so every try misses."""
+    window must not give the snapshot up. Here no drain can fit (a 1 ms window: the drain gets its floor of
+    10 ms), so every try misses."""
     table = "snapshot_tries"
     conn = db_conn(endpoints)
     fresh_table(conn, DB, table, rows=2_000, seed=37)

@@ -34,14 +34,17 @@ def test_a_retry_stops_within_its_backoff_when_asked_meanwhile():
     stop = threading.Event()
     attempts: list[int] = []
 
+    asking = threading.Timer(0.05, stop.set)
+
     def action() -> None:
         attempts.append(1)
-        if len(attempts) == 3:   # asked while the third attempt's backoff (0.2 s) is waited out
-            threading.Timer(0.05, stop.set).start()
+        if len(attempts) == 5:   # asked while the fifth attempt's backoff (0.8 s) is waited out
+            asking.start()
         lock_wait_timeout()
     with pytest.raises(StopRequested):
         with_retry(action, stop=stop)
-    assert len(attempts) == 3
+    asking.join()
+    assert len(attempts) == 5
 
 
 def test_without_a_stop_the_retries_run_out_and_the_error_is_raised():
