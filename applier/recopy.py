@@ -214,7 +214,7 @@ def with_retry(action: Callable[[], T], attempts: int = 20, stop: threading.Even
 
     With `stop`, a worker asked to stop gives up at its next retry (StopRequested) instead of trying on: a row
     lock an application holds for minutes would otherwise hold the worker's stop, and the coordinator joining
-    it (at a `set`, a stage's end), for every attempt's wait.
+    it (at a `set`, a cutover attempt), for every attempt's wait.
     """
     for attempt in range(attempts):
         try:
