@@ -183,9 +183,7 @@ def held_copy(conn, holder, db: str, table: str, migration_id: int) -> Iterator[
 
 def waits_on_session(conn, holder) -> bool:
     """Whether some transaction waits for a row lock `holder`'s transaction holds."""
-    return bool(query(conn, "SELECT 1 FROM information_schema.INNODB_LOCK_WAITS w "
-                            "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
-                            "WHERE b.trx_mysql_thread_id=%s", (holder.thread_id(),)))
+    return _lock_waits(conn, holder)
 
 
 def make_an_applier_wait(conn, blocker, db: str, table: str) -> None:
@@ -238,11 +236,17 @@ class BatchPlan:
 
 def waiting_on(conn, session, holder) -> bool:
     """Whether `session` waits for a row lock `holder` holds (not merely for some lock)."""
+    return _lock_waits(conn, holder, session)
+
+
+def _lock_waits(conn, holder, session=None) -> bool:
+    """Whether `session` (or, without one, any transaction) waits for a row lock `holder` holds."""
+    requester = "" if session is None else " AND r.trx_mysql_thread_id=%s"
+    ids = (holder.thread_id(),) if session is None else (holder.thread_id(), session.thread_id())
     return bool(query(conn, "SELECT 1 FROM information_schema.INNODB_LOCK_WAITS w "
                             "JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id "
                             "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
-                            "WHERE r.trx_mysql_thread_id=%s AND b.trx_mysql_thread_id=%s",
-                      (session.thread_id(), holder.thread_id())))
+                            "WHERE b.trx_mysql_thread_id=%s" + requester, ids))
 
 
 def chunk_progress(conn, migration_id: int) -> tuple[int, int, int]:
