@@ -7,8 +7,9 @@ from cutover.compare import compare_tables
 from core.db import query, scalar
 from core.state import StateStore
 from migration.runner import SNAPSHOT_TRIES
-from tests.integration.helpers import (HELD_COPY, cli, db_conn, fresh_table, hold_apply_open, latest_migration_id,
-                                       migration_row, new_migration_row, start_cli, status_doc, wait_for)
+from tests.integration.helpers import (HELD_COPY, cli, db_conn, fresh_table, held_copy, hold_apply_open,
+                                       latest_migration_id, migration_row, new_migration_row, start_cli, status_doc,
+                                       wait_for)
 from core.spec import helper_table_name
 
 pytestmark = pytest.mark.integration
@@ -52,23 +53,32 @@ def test_a_wrong_row_in_the_new_table_is_found_and_repaired(endpoints, cli_log):
 
 def test_a_validation_snapshot_that_misses_its_window_is_tried_again_before_the_live_tables_are_compared(
         endpoints, cli_log):
-    """Live tables under steady writes to the same rows may never compare equal: one drain too slow for the
-    window must not give the snapshot up. Here no drain can fit (a 1 ms window: the drain gets its floor of
-    10 ms), so every try misses."""
+    """Live tables under steady writes to the same rows may never compare equal: one lock or drain too slow for
+    the window must not give the snapshot up. Here every try misses whatever the machine's speed: a session the
+    test holds open on the migration's fence table makes each lock try time out (no application session holds
+    the source, so the tool has no holder to wait for)."""
     table = "snapshot_tries"
     conn = db_conn(endpoints)
-    fresh_table(conn, DB, table, rows=2_000, seed=37)
+    fresh_table(conn, DB, table, rows=20_000, seed=37)
     StateStore(conn, "stream_osc").ensure_schema()
-    proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--cutover-window", "0.001",
-                     log=cli_log)
+    copy_holder, fence_holder = db_conn(endpoints), db_conn(endpoints)
+    earlier = latest_migration_id(conn, DB, table)
+    proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--chunk-size", "5000",
+                     "--lock-wait-timeout", "1", "--lock-tries", "1", *HELD_COPY, log=cli_log)
     try:
+        migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
+        with held_copy(conn, copy_holder, DB, table, migration.id):
+            query(fence_holder, "BEGIN")
+            query(fence_holder, f"SELECT * FROM stream_osc.{migration.fence_table} LIMIT 1")
         wait_for(lambda: "against the live tables" in cli_log.read_text() or proc.poll() is not None, 120,
                  "validation against the live tables")
     finally:
         proc.kill()
         proc.wait(30)
+        copy_holder.close()
+        fence_holder.close()
     assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
     log = cli_log.read_text()
     assert log.count("validate: no consistent snapshot within the window") == SNAPSHOT_TRIES, log[-3000:]
-    assert log.count("trying again in") == SNAPSHOT_TRIES - 1, log[-3000:]
+    assert log.count("trying again in") == SNAPSHOT_TRIES - 1 >= 1, log[-3000:]
     assert "validate: comparing checksums of every PK range against the live tables" in log
