@@ -1,6 +1,7 @@
 """Helpers for integration tests: connections, leftovers, waiting on conditions."""
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import socket
@@ -142,9 +143,21 @@ def table_is_original(conn, db: str, table: str) -> bool:
                                                                 old_comment[0][0] == SENTRY_COMMENT)
 
 
+def abort_leftover(conn, db: str, table: str, schema: str = "stream_osc") -> None:
+    """`stream-osc abort` of what an earlier, interrupted run left of db.table's migration. The command (a process
+    start of half a second, before nearly every migration of the suite) runs only when the metadata shows an
+    unfinished migration of a table of that name in any letter case; otherwise it would refuse and do nothing."""
+    if not scalar(conn, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                        "AND TABLE_NAME='migrations'", (schema,)):
+        return
+    if scalar(conn, f"SELECT COUNT(*) FROM `{schema}`.migrations WHERE active_key IS NOT NULL "
+                    "AND LOWER(db)=LOWER(%s) AND LOWER(tbl)=LOWER(%s)", (db, table)):
+        cli("abort", "--table", f"{db}.{table}")
+
+
 def fresh_table(conn, db: str, table: str, rows: int, seed: int) -> None:
     """A new sample table db.table, with whatever an earlier, interrupted run left of its migration removed."""
-    cli("abort", "--table", f"{db}.{table}")
+    abort_leftover(conn, db, table)
     query(conn, f"DROP TABLE IF EXISTS `{db}`.`{helper_table_name(table, 'old')}`")
     create_sample_table(conn, db, table, rows=rows, seed=seed)
 
@@ -152,7 +165,7 @@ def fresh_table(conn, db: str, table: str, rows: int, seed: int) -> None:
 def fresh_ledger_table(conn, db: str, table: str, rows: int, writers: int) -> None:
     """A new ledger table db.table (tests/integration/ledger.py), with whatever an earlier, interrupted run left of
     its migration removed."""
-    cli("abort", "--table", f"{db}.{table}")
+    abort_leftover(conn, db, table)
     query(conn, f"DROP TABLE IF EXISTS `{db}`.`{helper_table_name(table, 'old')}`")
     create_ledger_table(conn, db, table, rows=rows, writers=writers)
 
@@ -262,7 +275,6 @@ def status_doc(db: str, table: str) -> dict:
     return json.loads(result.stdout)
 
 
-
 def waiting_for_cutover(conn, db: str, table: str, *migrate_args: str, log: Path | None = None) -> subprocess.Popen:
     """Start `migrate --cutover manual ARGS` on db.table and return its process once the migration waits, in
     sync, for its cutover (the process keeps running and applying)."""
@@ -287,11 +299,12 @@ def waiting_without_coordinator(conn, db: str, table: str, *migrate_args: str) -
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float] | None:
-    """{(sample name, sorted labels): value} of /metrics on 127.0.0.1:`port`, or None while nothing answers."""
+    """{(sample name, sorted labels): value} of /metrics on 127.0.0.1:`port`, or None while nothing answers (a
+    response cut short counts as none: the process serving it may have exited mid-answer)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             text = response.read().decode()
-    except (urllib.error.URLError, ConnectionError):
+    except (urllib.error.URLError, ConnectionError, http.client.IncompleteRead):
         return None
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}

@@ -14,7 +14,7 @@ from migration.runner import Runner
 from core.spec import MigrationSpec
 from core.state import StateStore
 from monitor.progress import Progress
-from tests.integration.helpers import cli, db_conn, fresh_table, leftovers
+from tests.integration.helpers import abort_leftover, db_conn, fresh_table, leftovers
 from tests.integration.ledger import AcknowledgedWriter
 
 pytestmark = pytest.mark.integration
@@ -96,7 +96,7 @@ def test_a_renamed_column_carries_every_value(endpoints, alter):
 def test_generated_columns_come_through_recomputed(endpoints):
     table = "generated"
     conn = db_conn(endpoints)
-    cli("abort", "--table", f"{DB}.{table}")
+    abort_leftover(conn, DB, table)
     spec = MigrationSpec(DB, table, "MODIFY a BIGINT NOT NULL, ADD COLUMN h BIGINT AS (a * 3) STORED")
     query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
     query(conn, f"DROP TABLE IF EXISTS {DB}.{spec.old_table}")

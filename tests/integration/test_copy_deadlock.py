@@ -17,7 +17,7 @@ from core.db import query
 from core.spec import MigrationSpec
 from migration.runner import Runner
 from monitor.progress import Progress
-from tests.integration.helpers import cli, db_conn, migration_row, wait_for, waiting_on
+from tests.integration.helpers import abort_leftover, db_conn, migration_row, wait_for, waiting_on
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ def test_a_copy_batch_that_loses_a_deadlock_is_written_again_without_restarting_
     waits for that batch's chunk row while the batch waits for its row: the server rolls the lighter
     transaction, the batch, back (with the server's deadlock detection on, its default). The batch must be
     written again and the migration complete, with no transient-failure restart and every row in place."""
-    cli("abort", "--table", f"{DB}.t")   # a run killed midway leaves its migration (in a process of its own:
+    abort_leftover(conn, DB, "t")   # a run killed midway leaves its migration (in a process of its own:
     # the command sets up logging anew, which would take the test's log capture away)
     for name in ("t", "t_osc_new", "t_osc_old", "weight"):
         query(conn, f"DROP TABLE IF EXISTS {DB}.{name}")

@@ -27,7 +27,7 @@ from core.load import CriticalLoad
 from core.spec import MigrationSpec
 from core.table import load_pair
 from core.target_load import TargetLoad
-from tests.integration.helpers import BatchPlan, chunk_progress, cli, latest_migration_id, leftovers, \
+from tests.integration.helpers import BatchPlan, abort_leftover, chunk_progress, cli, latest_migration_id, leftovers, \
     new_migration_row, start_cli, wait_for, waiting_on, waiting_without_coordinator
 from tests.integration.ledger import AcknowledgedWriter, Ledger, create_ledger_table
 
@@ -52,7 +52,7 @@ def target(endpoints, monkeypatch):
 
 def fresh_start(conn: pymysql.connections.Connection, table: str) -> None:
     """Whatever an earlier, interrupted run left of a migration of DB.table removed, and its old table."""
-    cli("abort", "--table", f"{DB}.{table}")
+    abort_leftover(conn, DB, table)
     query(conn, f"CREATE DATABASE IF NOT EXISTS {DB}")
     query(conn, f"DROP TABLE IF EXISTS {qualified(DB, table + '_osc_old')}")
 

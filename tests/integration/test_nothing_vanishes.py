@@ -26,7 +26,7 @@ from core.source_check import SourceChanged
 from core.state import PROTOCOL, STALE_S, Chunk, StateStore
 from demo.traffic import create_sample_table
 from monitor.progress import Progress
-from tests.integration.helpers import (application_session, cli, leftovers, migration_row, wait_for,
+from tests.integration.helpers import (abort_leftover, application_session, cli, leftovers, migration_row, wait_for,
                                        waiting_without_coordinator)
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,7 @@ def spec_for(table: str, alter: str, **options) -> MigrationSpec:
 
 def fresh(conn, table: str) -> None:
     """Whatever an earlier, interrupted run of a test left of db.table's migration is removed."""
-    cli("abort", "--table", f"{DB}.{table}")
+    abort_leftover(conn, DB, table)
     for role in ("new", "old"):
         query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, role)}")
 

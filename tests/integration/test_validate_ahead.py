@@ -22,7 +22,7 @@ from cutover.validate import validate
 from cutover.validate_ahead import reusable_checks, validate_ahead
 from demo.traffic import create_sample_table
 from streams.topics import TopicNames, consumer_config, end_offsets, group_reader
-from tests.integration.helpers import cli, leftovers, status_doc, wait_for, waiting_for_cutover
+from tests.integration.helpers import abort_leftover, cli, leftovers, status_doc, wait_for, waiting_for_cutover
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ def waiting_migration(endpoints, conn, table: str, log: Path, rows: int = ROWS,
                       chunk_size: int = 1_000) -> tuple[RunContext, str]:
     """db.table migrated up to its manual cutover, coordinator killed; the migration's context and what the
     coordinator printed."""
-    cli("abort", "--table", f"{DB}.{table}")
+    abort_leftover(conn, DB, table)
     for role in ("new", "old"):
         query(conn, f"DROP TABLE IF EXISTS {DB}.{helper_table_name(table, role)}")
     create_sample_table(conn, DB, table, rows=rows, seed=7)
