@@ -304,7 +304,7 @@ def scrape(port: int) -> dict[tuple[str, tuple], float] | None:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             text = response.read().decode()
-    except (urllib.error.URLError, ConnectionError, http.client.IncompleteRead):
+    except (urllib.error.URLError, ConnectionError, http.client.HTTPException):
         return None
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}

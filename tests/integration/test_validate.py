@@ -8,8 +8,8 @@ from core.db import query, scalar
 from core.state import StateStore
 from migration.runner import SNAPSHOT_TRIES
 from tests.integration.helpers import (HELD_COPY, cli, db_conn, fresh_table, held_copy, hold_apply_open,
-                                       latest_migration_id, migration_row, new_migration_row, start_cli, status_doc,
-                                       wait_for)
+                                       latest_migration_id, leftovers, migration_row, new_migration_row, start_cli,
+                                       status_doc, wait_for)
 from core.spec import helper_table_name
 
 pytestmark = pytest.mark.integration
@@ -82,3 +82,4 @@ def test_a_validation_snapshot_that_misses_its_window_is_tried_again_before_the_
     assert log.count("validate: no consistent snapshot within the window") == SNAPSHOT_TRIES, log[-3000:]
     assert log.count("trying again in") == SNAPSHOT_TRIES - 1 >= 1, log[-3000:]
     assert "validate: comparing checksums of every PK range against the live tables" in log
+    assert leftovers(endpoints, DB, table) == []
