@@ -19,6 +19,7 @@ import pymysql
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
+from cli.commands import spec_table
 from connectors.rest import ConnectClient
 from cutover.swap import SENTRY_COMMENT
 from core.process_owner import pid_space
@@ -143,15 +144,11 @@ def table_is_original(conn, db: str, table: str) -> bool:
                                                                 old_comment[0][0] == SENTRY_COMMENT)
 
 
-def abort_leftover(conn, db: str, table: str, schema: str = "stream_osc") -> None:
+def abort_leftover(conn, db: str, table: str) -> None:
     """`stream-osc abort` of what an earlier, interrupted run left of db.table's migration. The command (a process
-    start of half a second, before nearly every migration of the suite) runs only when the metadata shows an
-    unfinished migration of a table of that name in any letter case; otherwise it would refuse and do nothing."""
-    if not scalar(conn, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
-                        "AND TABLE_NAME='migrations'", (schema,)):
-        return
-    if scalar(conn, f"SELECT COUNT(*) FROM `{schema}`.migrations WHERE active_key IS NOT NULL "
-                    "AND LOWER(db)=LOWER(%s) AND LOWER(tbl)=LOWER(%s)", (db, table)):
+    start of half a second, before nearly every migration of the suite) runs only when the metadata holds the
+    unfinished migration it would look up; otherwise it would refuse and do nothing."""
+    if StateStore(conn, "stream_osc").active(*spec_table(f"{db}.{table}")) is not None:
         cli("abort", "--table", f"{db}.{table}")
 
 

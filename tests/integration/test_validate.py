@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from cutover.compare import compare_tables
-from core.db import query, scalar
+from core.db import qualified, query, scalar
 from core.state import StateStore
 from migration.runner import SNAPSHOT_TRIES
 from tests.integration.helpers import (HELD_COPY, cli, db_conn, fresh_table, held_copy, hold_apply_open,
@@ -69,7 +69,7 @@ def test_a_validation_snapshot_that_misses_its_window_is_tried_again_before_the_
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
         with held_copy(conn, copy_holder, DB, table, migration.id):
             query(fence_holder, "BEGIN")
-            query(fence_holder, f"SELECT * FROM stream_osc.{migration.fence_table} LIMIT 1")
+            query(fence_holder, f"SELECT * FROM {qualified('stream_osc', migration.fence_table)} LIMIT 1")
         wait_for(lambda: "against the live tables" in cli_log.read_text() or proc.poll() is not None, 120,
                  "validation against the live tables")
     finally:
