@@ -104,6 +104,7 @@ def marker_payload(conn, name: str) -> str | None:
     return scalar(conn, f"SELECT payload FROM {name} WHERE writer = %s AND seq = 1", (MARKER_WRITER,))
 
 
+@pytest.mark.slow   # a crash, a resume and the applier group's settling after each
 def test_a_manual_cutover_waits_applying_in_its_own_process_through_pause_and_crash(endpoints, conn, cli_log):
     """`migrate --cutover manual` stays running once in sync, its own appliers keeping the lag small under
     unthrottled writes; pause, resume and a crash leave it waiting (resume keeps manual); `stream-osc cutover`

@@ -53,7 +53,9 @@ def cutover_waits_for(db: str, table: str, connection_id: int) -> bool:
     return any(b["connection_id"] == connection_id for b in status_doc(db, table).get("blockers") or [])
 
 
-@pytest.mark.parametrize("stage", ["init", "copy", "apply", "validate", "cutover"])
+# a kill in apply and in validate: in the slow suite (make test-slow); init, copy and cutover run in every make test
+@pytest.mark.parametrize("stage", ["init", "copy", pytest.param("apply", marks=pytest.mark.slow),
+                                   pytest.param("validate", marks=pytest.mark.slow), "cutover"])
 def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, stage):
     table = f"kill_{stage}"
     conn = db_conn(endpoints)
@@ -245,6 +247,7 @@ def test_purged_binlog_position_stops_with_a_clear_error(endpoints):
         assert "FAILED" in status.stdout and "binlog position is no longer on the server" in status.stdout
 
 
+@pytest.mark.slow   # three restarts, each waited out as the product waits for them
 def test_failing_connector_is_restarted_then_stops_the_migration(endpoints):
     table = "brokenhist"
     with waiting_migration(endpoints, table, seed=4) as (conn, migration, connect):

@@ -157,6 +157,7 @@ def side(tmp_path_factory):
     assert processes_of(run_dir, env) == []
 
 
+@pytest.mark.slow   # a whole stack started without the plugin
 def test_connect_without_debezium_fails_naming_its_log_and_leaves_nothing_running(side, tmp_path):
     run_dir, env = side
     empty_plugins = tmp_path / "no-plugins"
