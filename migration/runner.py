@@ -18,7 +18,7 @@ from applier.chunks import ChunkQueue
 from applier.conflicts import ConstraintViolated
 from applier.copy import copy_worker
 from connectors.health import binlog_gone, describe_failure
-from connectors.rest import ConnectorState, connect_client
+from connectors.rest import ConnectError, ConnectorState, connect_client
 from cutover.blocker_wait import POLL_S as BLOCKER_POLL_S, BlockerClock, BlockerWait
 from cutover.blockers import find_blockers
 from cutover.move import MoveCutover
@@ -105,9 +105,13 @@ class MigrationStopped(Exception):
         self.resumable = resumable
 
 
-def stopped_coordinator_error(error: str) -> Exception:
-    """The error a coordinator asked to cut over stopped with, as the asking command reports it: with the
-    coordinator's own exit code where the stored message tells it (--critical-load: 4), else a resumable stop."""
+def stopped_coordinator_error(error: str, ended_for_good: Exception | None = None) -> Exception:
+    """The error a coordinator asked to cut over stopped with, as the asking command reports it, with the
+    coordinator's own exit code: `ended_for_good`, the fact the asking command found that no resume can get past
+    (Runner._why_it_cannot_continue); else the --critical-load stop the stored message tells (4); else a
+    resumable stop."""
+    if ended_for_good is not None:
+        return ended_for_good
     if is_critical_load_error(error):
         return CriticalLoad(error)
     return MigrationStopped(f"the coordinator stopped before the swap: {error}")
@@ -344,9 +348,34 @@ class Runner:
             self.progress.say(f"cutover: {owner} swapped {self.spec.qualified_name}")
             return True
         if answer.error:
-            raise stopped_coordinator_error(answer.error)
+            raise stopped_coordinator_error(answer.error, self._why_it_cannot_continue(migration.id, answer.error))
         self.progress.say(f"{owner} stopped before the swap; cutting over in this process")
         return False
+
+    def _why_it_cannot_continue(self, migration_id: int, error: str) -> Exception | None:
+        """What ended a migration for good, read again from the facts its coordinator stopped on (not parsed
+        from its message): the ALTER refused by the data (the row discarded: exit 2, as the coordinator's), an
+        abort, the source changed since init, or the connector's binlog position purged (exit 5); None when
+        `stream-osc resume` can continue it, or when the facts cannot be read now."""
+        current = self.store.find(migration_id)
+        if current is None:
+            return ConstraintViolated(f"{error}: the ALTER cannot be applied to the table's rows (the coordinator's "
+                                      f"output names the row); {self.spec.qualified_name} is unchanged")
+        if current.status == Status.ABORTED:
+            return MigrationStopped(f"migration {migration_id} was aborted", resumable=False)
+        if current.stage not in WORKING_STAGES:
+            return None
+        try:
+            check_source_unchanged(self.conn, current)
+            state = self.connect.state(current.connector)
+        except SourceChanged as changed:
+            return changed
+        except (pymysql.err.Error, ConnectError):   # unknown here: the resume that follows finds it out
+            return None
+        if state is not None and state.failed and binlog_gone(state):
+            return MigrationStopped(describe_failure(current.connector, state, self.spec.qualified_name),
+                                    resumable=False)
+        return None
 
     def _context(self, migration: Migration) -> RunContext:
         target = target_connection(self.endpoints, self.spec)

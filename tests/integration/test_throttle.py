@@ -169,6 +169,42 @@ def test_cutover_asked_of_a_coordinator_that_meets_the_critical_load_exits_as_it
     assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
 
 
+@pytest.mark.parametrize("ending", ["aborted", "source_altered"])
+def test_cutover_asked_of_a_coordinator_that_stops_for_good_exits_as_it_does(endpoints, conn, cli_log, tmp_path,
+                                                                             ending):
+    """`stream-osc cutover` asks the waiting coordinator, whose swap --max-load holds back; the migration is then
+    aborted, or its source altered. The coordinator stops with exit 5 (nothing can continue it), and so must the
+    asking command: not 3, which tells a scheduler that `stream-osc resume` would continue it."""
+    table = f"asked_{ending}"
+    fresh_ledger_table(conn, DB, table, rows=2_000, writers=2)
+    asked_log = tmp_path / "cutover.log"
+    coordinator = waiting_for_cutover(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
+                                      "--max-load", LIMIT, log=cli_log)
+    asked = None
+    try:
+        with Sleepers(endpoints.mysql):
+            asked = start_cli("cutover", "--table", f"{DB}.{table}", log=asked_log)
+            wait_for(lambda: "cutover: held while throttled" in cli_log.read_text() or coordinator.poll() is not None,
+                     120, "the cutover to be held back")
+            if ending == "aborted":
+                aborted = cli("abort", "--table", f"{DB}.{table}")
+                assert aborted.returncode == 0, aborted.stdout + aborted.stderr
+            else:
+                query(conn, f"ALTER TABLE {DB}.{table} ADD COLUMN added_meanwhile INT NULL")
+            assert exit_code(coordinator, cli_log) == 5
+            assert exit_code(asked, asked_log) == 5, asked_log.read_text()[-3000:]
+    finally:
+        stop_all(coordinator, asked)
+    said = asked_log.read_text()
+    assert ("was aborted" if ending == "aborted" else "was altered during the migration") in said, said[-3000:]
+    assert "cutting over in this process" not in said
+    assert "note" not in table_columns(conn, DB, table)
+    assert not table_columns(conn, DB, helper_table_name(table, "old"))
+    if ending == "source_altered":
+        assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
+    assert leftovers(endpoints, DB, table) == []
+
+
 def holds_still(read: Callable[[], object], for_s: float) -> Callable[[], bool]:
     """A condition true once read() has returned the same value for `for_s` seconds."""
     last: list = [read(), time.monotonic()]
