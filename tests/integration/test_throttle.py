@@ -7,8 +7,9 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -138,33 +139,48 @@ def test_max_load_postpones_the_cutover_until_the_load_drops(endpoints, conn, cl
     assert "note" in table_columns(conn, DB, table) and migration_row(conn, DB, table).status == "done"
 
 
+@contextmanager
+def cutover_asked_while_held(endpoints, conn, table: str, log: Path, asked_log: Path,
+                             *options: str) -> Iterator[tuple[subprocess.Popen, subprocess.Popen]]:
+    """A fresh table's `migrate --cutover manual` (its output in `log`), asked to cut over by `stream-osc cutover`
+    (in `asked_log`) while SLEEPERS sessions keep --max-load holding the swap back; yields (coordinator, asking
+    command) with the load still there. Whichever still runs afterwards is killed."""
+    fresh_ledger_table(conn, DB, table, rows=2_000, writers=2)
+    coordinator = waiting_for_cutover(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
+                                      "--max-load", LIMIT, *options, log=log)
+    asked = None
+    try:
+        with Sleepers(endpoints.mysql):
+            asked = start_cli("cutover", "--table", f"{DB}.{table}", log=asked_log)
+            wait_for(lambda: "cutover: held while throttled" in log.read_text() or coordinator.poll() is not None,
+                     120, "the cutover to be held back")
+            yield coordinator, asked
+    finally:
+        stop_all(coordinator, asked)
+
+
+def said_unswapped(conn, table: str, asked_log: Path) -> str:
+    """What the asking command said, checked to show that the table was not swapped, by the coordinator or by
+    the asking command itself (the coordinator's stop is its answer: no second try)."""
+    said = asked_log.read_text()
+    assert "cutting over in this process" not in said
+    assert "note" not in table_columns(conn, DB, table)
+    assert not table_columns(conn, DB, helper_table_name(table, "old"))
+    return said
+
+
 def test_cutover_asked_of_a_coordinator_that_meets_the_critical_load_exits_as_it_does(endpoints, conn, cli_log,
                                                                                       tmp_path):
     """`stream-osc cutover` asks the waiting coordinator; held back by --max-load, the coordinator then reaches its
     --critical-load and stops unswapped. The asking command must say so with the same exit code (4: resumable
     once the load is gone), not as any other stop, and the original table must be untouched."""
-    table = "asked_critical"
-    fresh_ledger_table(conn, DB, table, rows=2_000, writers=2)
-    asked_log = tmp_path / "cutover.log"
-    coordinator = waiting_for_cutover(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
-                                      "--max-load", LIMIT, "--critical-load", f"Threads_running={2 * SLEEPERS}",
-                                      log=cli_log)
-    asked = None
-    try:
+    table, asked_log = "asked_critical", tmp_path / "cutover.log"
+    with cutover_asked_while_held(endpoints, conn, table, cli_log, asked_log,
+                                  "--critical-load", f"Threads_running={2 * SLEEPERS}") as (coordinator, asked):
         with Sleepers(endpoints.mysql):
-            asked = start_cli("cutover", "--table", f"{DB}.{table}", log=asked_log)
-            wait_for(lambda: "cutover: held while throttled" in cli_log.read_text() or coordinator.poll() is not None,
-                     120, "the cutover to be held back")
-            with Sleepers(endpoints.mysql):
-                assert exit_code(coordinator, cli_log) == 4
-                assert exit_code(asked, asked_log) == 4, asked_log.read_text()[-3000:]
-    finally:
-        stop_all(coordinator, asked)
-    said = asked_log.read_text()
-    assert "critical load reached (Threads_running=" in said
-    assert "cutting over in this process" not in said   # the coordinator's stop is its answer: no second try here
-    assert "note" not in table_columns(conn, DB, table)
-    assert not table_columns(conn, DB, helper_table_name(table, "old"))
+            assert exit_code(coordinator, cli_log) == 4
+            assert exit_code(asked, asked_log) == 4, asked_log.read_text()[-3000:]
+    assert "critical load reached (Threads_running=" in said_unswapped(conn, table, asked_log)
     assert migration_row(conn, DB, table).stage == "cutover"
     assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
 
@@ -175,31 +191,17 @@ def test_cutover_asked_of_a_coordinator_that_stops_for_good_exits_as_it_does(end
     """`stream-osc cutover` asks the waiting coordinator, whose swap --max-load holds back; the migration is then
     aborted, or its source altered. The coordinator stops with exit 5 (nothing can continue it), and so must the
     asking command: not 3, which tells a scheduler that `stream-osc resume` would continue it."""
-    table = f"asked_{ending}"
-    fresh_ledger_table(conn, DB, table, rows=2_000, writers=2)
-    asked_log = tmp_path / "cutover.log"
-    coordinator = waiting_for_cutover(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
-                                      "--max-load", LIMIT, log=cli_log)
-    asked = None
-    try:
-        with Sleepers(endpoints.mysql):
-            asked = start_cli("cutover", "--table", f"{DB}.{table}", log=asked_log)
-            wait_for(lambda: "cutover: held while throttled" in cli_log.read_text() or coordinator.poll() is not None,
-                     120, "the cutover to be held back")
-            if ending == "aborted":
-                aborted = cli("abort", "--table", f"{DB}.{table}")
-                assert aborted.returncode == 0, aborted.stdout + aborted.stderr
-            else:
-                query(conn, f"ALTER TABLE {DB}.{table} ADD COLUMN added_meanwhile INT NULL")
-            assert exit_code(coordinator, cli_log) == 5
-            assert exit_code(asked, asked_log) == 5, asked_log.read_text()[-3000:]
-    finally:
-        stop_all(coordinator, asked)
-    said = asked_log.read_text()
+    table, asked_log = f"asked_{ending}", tmp_path / "cutover.log"
+    with cutover_asked_while_held(endpoints, conn, table, cli_log, asked_log) as (coordinator, asked):
+        if ending == "aborted":
+            aborted = cli("abort", "--table", f"{DB}.{table}")
+            assert aborted.returncode == 0, aborted.stdout + aborted.stderr
+        else:
+            query(conn, f"ALTER TABLE {DB}.{table} ADD COLUMN added_meanwhile INT NULL")
+        assert exit_code(coordinator, cli_log) == 5
+        assert exit_code(asked, asked_log) == 5, asked_log.read_text()[-3000:]
+    said = said_unswapped(conn, table, asked_log)
     assert ("was aborted" if ending == "aborted" else "was altered during the migration") in said, said[-3000:]
-    assert "cutting over in this process" not in said
-    assert "note" not in table_columns(conn, DB, table)
-    assert not table_columns(conn, DB, helper_table_name(table, "old"))
     if ending == "source_altered":
         assert cli("abort", "--table", f"{DB}.{table}").returncode == 0
     assert leftovers(endpoints, DB, table) == []
