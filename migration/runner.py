@@ -42,7 +42,7 @@ from core.logs import bind_fields, log_event
 from core.spec import TARGET_OPTIONS, MigrationSpec, with_overrides
 from core.source_check import SourceChanged, check_source_unchanged
 from core.swap_preconditions import UnsafeServerSetting, read_swap_settings, swap_setting_problem
-from core.state import WORKING_STAGES, Migration, Stage, StateStore, Status
+from core.state import STALE_S, WORKING_STAGES, Migration, Stage, StateStore, Status
 from migration.transient import MAX_TRANSIENT_FAILURES, is_transient, retrying_transient
 from migration.workers import WorkerGroup
 from core.yielding import Yielding
@@ -77,6 +77,7 @@ LAG_POLL_S = 0.1                   # the applier group's lag is read this often 
 #                                    much after the lag allows; sessions holding the table are looked for as often
 #                                    as the cutover's own wait for them does (BLOCKER_POLL_S)
 THROTTLE_POLL_S = 0.5              # a lock postponed while throttled looks at the load again this often
+COORDINATOR_EXIT_POLL_S = 0.5      # `cutover` waits for an asked coordinator that saw an abort to stop
 
 
 def close_sessions(sessions: list[Sessions]) -> None:
@@ -353,29 +354,37 @@ class Runner:
         return False
 
     def _why_it_cannot_continue(self, migration_id: int, error: str) -> Exception | None:
-        """What ended a migration for good, read again from the facts its coordinator stopped on (not parsed
-        from its message): the ALTER refused by the data (the row discarded: exit 2, as the coordinator's), an
-        abort, the source changed since init, or the connector's binlog position purged (exit 5); None when
-        `stream-osc resume` can continue it, or when the facts cannot be read now."""
-        current = self.store.find(migration_id)
-        if current is None:
-            return ConstraintViolated(f"{error}: the ALTER cannot be applied to the table's rows (the coordinator's "
-                                      f"output names the row); {self.spec.qualified_name} is unchanged")
-        if current.status == Status.ABORTED:
-            return MigrationStopped(f"migration {migration_id} was aborted", resumable=False)
-        if current.stage not in WORKING_STAGES:
-            return None
+        """What ended a migration for good, read again, once its coordinator is gone, from the facts it stopped on
+        (not parsed from its message): its row removed (the ALTER refused by the rows, or a failed init: exit 2,
+        as the coordinator's), an abort, the source changed since init, or the connector's binlog position purged
+        (exit 5). None when `stream-osc resume` can continue it, when the tables were swapped (an abort or a
+        crash met the swap: `status` tells), or when the facts cannot be read now."""
         try:
+            self._wait_for_coordinator_exit(migration_id)
+            current = self.store.find(migration_id)
+            if current is None:
+                return PreflightError(f"{error}: nothing of it is left, and {self.spec.qualified_name} is unchanged "
+                                      "(the coordinator's output says why)")
+            if current.stage not in WORKING_STAGES or self._swap_already_done():
+                return None
+            if current.status == Status.ABORTED:
+                return MigrationStopped(f"migration {migration_id} was aborted", resumable=False)
             check_source_unchanged(self.conn, current)
             state = self.connect.state(current.connector)
         except SourceChanged as changed:
             return changed
-        except (pymysql.err.Error, ConnectError):   # unknown here: the resume that follows finds it out
+        except (pymysql.err.Error, ConnectError, LookupError):   # unknown here: the resume that follows finds out
             return None
         if state is not None and state.failed and binlog_gone(state):
             return MigrationStopped(describe_failure(current.connector, state, self.spec.qualified_name),
                                     resumable=False)
         return None
+
+    def _wait_for_coordinator_exit(self, migration_id: int) -> None:
+        """Give a coordinator that saw an abort the time to stop (it may be swapping meanwhile)."""
+        deadline = time.monotonic() + 2 * STALE_S
+        while live_coordinator(self.store, migration_id) is not None and time.monotonic() < deadline:
+            time.sleep(COORDINATOR_EXIT_POLL_S)
 
     def _context(self, migration: Migration) -> RunContext:
         target = target_connection(self.endpoints, self.spec)
