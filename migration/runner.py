@@ -42,7 +42,7 @@ from core.logs import bind_fields, log_event
 from core.spec import TARGET_OPTIONS, MigrationSpec, with_overrides
 from core.source_check import SourceChanged, check_source_unchanged
 from core.swap_preconditions import UnsafeServerSetting, read_swap_settings, swap_setting_problem
-from core.state import STALE_S, WORKING_STAGES, Migration, Stage, StateStore, Status
+from core.state import STALE_S, SWAPPED_STAGES, WORKING_STAGES, Migration, Stage, StateStore, Status
 from migration.transient import MAX_TRANSIENT_FAILURES, is_transient, retrying_transient
 from migration.workers import WorkerGroup
 from core.yielding import Yielding
@@ -106,13 +106,13 @@ class MigrationStopped(Exception):
         self.resumable = resumable
 
 
-def stopped_coordinator_error(error: str, ended_for_good: Exception | None = None) -> Exception:
+def stopped_coordinator_error(error: str, found: Exception | None = None) -> Exception:
     """The error a coordinator asked to cut over stopped with, as the asking command reports it, with the
-    coordinator's own exit code: `ended_for_good`, the fact the asking command found that no resume can get past
-    (Runner._why_it_cannot_continue); else the --critical-load stop the stored message tells (4); else a
-    resumable stop."""
-    if ended_for_good is not None:
-        return ended_for_good
+    coordinator's own exit code: `found`, what the asking command read from the facts once the coordinator was
+    gone (Runner._stop_as_found); else the --critical-load stop the stored message tells (4); else a resumable
+    stop."""
+    if found is not None:
+        return found
     if is_critical_load_error(error):
         return CriticalLoad(error)
     return MigrationStopped(f"the coordinator stopped before the swap: {error}")
@@ -349,26 +349,32 @@ class Runner:
             self.progress.say(f"cutover: {owner} swapped {self.spec.qualified_name}")
             return True
         if answer.error:
-            raise stopped_coordinator_error(answer.error, self._why_it_cannot_continue(migration.id, answer.error))
+            self._wait_for_coordinator_exit(migration.id)   # an abort is answered before its coordinator stops
+            if self._finished(migration.id):   # it swapped meanwhile: an abort came too late
+                self.progress.say(f"cutover: {owner} swapped {self.spec.qualified_name}")
+                return True
+            raise stopped_coordinator_error(answer.error, self._stop_as_found(migration.id, answer.error))
         self.progress.say(f"{owner} stopped before the swap; cutting over in this process")
         return False
 
-    def _why_it_cannot_continue(self, migration_id: int, error: str) -> Exception | None:
-        """What ended a migration for good, read again, once its coordinator is gone, from the facts it stopped on
-        (not parsed from its message): its row removed (the ALTER refused by the rows, or a failed init: exit 2,
-        as the coordinator's), an abort, the source changed since init, or the connector's binlog position purged
-        (exit 5). None when `stream-osc resume` can continue it, when the tables were swapped (an abort or a
-        crash met the swap: `status` tells), or when the facts cannot be read now."""
+    def _stop_as_found(self, migration_id: int, error: str) -> Exception | None:
+        """The stop of an asked coordinator, read again from the facts once it is gone, where its message alone
+        would misreport it: its row removed (the ALTER refused by the rows, or a failed init: exit 2, as the
+        coordinator's), the tables swapped all the same (resume finishes: 3), an abort, the source changed since
+        init or the connector's binlog position purged (5). None when nothing of these is found, or the facts
+        cannot be read now (stopped_coordinator_error then goes by the message)."""
         try:
-            self._wait_for_coordinator_exit(migration_id)
             current = self.store.find(migration_id)
             if current is None:
                 return PreflightError(f"{error}: nothing of it is left, and {self.spec.qualified_name} is unchanged "
                                       "(the coordinator's output says why)")
-            if current.stage not in WORKING_STAGES or self._swap_already_done():
-                return None
+            if current.stage in SWAPPED_STAGES or self._swap_already_done():
+                return MigrationStopped(f"{error}; the tables were swapped all the same: `stream-osc resume --table "
+                                        f"{self.spec.qualified_name}` finishes the migration")
             if current.status == Status.ABORTED:
                 return MigrationStopped(f"migration {migration_id} was aborted", resumable=False)
+            if current.stage not in WORKING_STAGES:
+                return None
             check_source_unchanged(self.conn, current)
             state = self.connect.state(current.connector)
         except SourceChanged as changed:
@@ -379,6 +385,14 @@ class Runner:
             return MigrationStopped(describe_failure(current.connector, state, self.spec.qualified_name),
                                     resumable=False)
         return None
+
+    def _finished(self, migration_id: int) -> bool:
+        """Whether the migration is done (False when that cannot be read now)."""
+        try:
+            current = self.store.find(migration_id)
+        except pymysql.err.Error:
+            return False
+        return current is not None and current.stage == Stage.DONE
 
     def _wait_for_coordinator_exit(self, migration_id: int) -> None:
         """Give a coordinator that saw an abort the time to stop (it may be swapping meanwhile)."""
