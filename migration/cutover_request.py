@@ -52,7 +52,9 @@ def ask_coordinator(store: StateStore, migration_id: int, say: Callable[[str], N
                 say(f"migration {migration_id} is paused: it cuts over once resumed")
                 paused_said = True
             if live_coordinator(store, migration_id) is None:
-                after = store.get(migration_id)
+                after = store.find(migration_id)
+                if after is None:   # discarded between the two reads
+                    return CutoverAnswer(False, f"migration {migration_id} was discarded by its coordinator")
                 if after.stage == Stage.DONE:
                     return CutoverAnswer(True)
                 return CutoverAnswer(False, after.error)

@@ -106,13 +106,9 @@ class MigrationStopped(Exception):
         self.resumable = resumable
 
 
-def stopped_coordinator_error(error: str, found: Exception | None = None) -> Exception:
-    """The error a coordinator asked to cut over stopped with, as the asking command reports it, with the
-    coordinator's own exit code: `found`, what the asking command read from the facts once the coordinator was
-    gone (Runner._stop_as_found); else the --critical-load stop the stored message tells (4); else a resumable
-    stop."""
-    if found is not None:
-        return found
+def stopped_coordinator_error(error: str) -> Exception:
+    """The error a coordinator asked to cut over stopped with, as its stored message tells it: the
+    --critical-load stop (4), else a resumable stop (3). Runner._asked_coordinator_stop reads the facts first."""
     if is_critical_load_error(error):
         return CriticalLoad(error)
     return MigrationStopped(f"the coordinator stopped before the swap: {error}")
@@ -334,8 +330,9 @@ class Runner:
         return 0
 
     def _ask_live_coordinator(self, migration: Migration, owner: str) -> bool:
-        """`stream-osc cutover` while a coordinator runs the migration: it swaps (True), it stops with an error
-        (MigrationStopped), or it went away without a word (False: this process takes over)."""
+        """`stream-osc cutover` while a coordinator runs the migration: it swaps (True, also when it swaps after
+        an abort's answer), it stops with an error (raised: Runner._asked_coordinator_stop), or it went away
+        without a word (False: this process takes over)."""
         self.progress.say(f"asking {owner}, which runs migration {migration.id}, to cut over "
                           f"{self.spec.qualified_name} now (its own options apply)")
         log_event(log, "cutover requested", migration=migration.id, coordinator=owner)
@@ -349,56 +346,56 @@ class Runner:
             self.progress.say(f"cutover: {owner} swapped {self.spec.qualified_name}")
             return True
         if answer.error:
-            self._wait_for_coordinator_exit(migration.id)   # an abort is answered before its coordinator stops
-            if self._finished(migration.id):   # it swapped meanwhile: an abort came too late
+            stop = self._asked_coordinator_stop(migration.id, answer.error)
+            if stop is None:   # it swapped all the same: an abort came too late
                 self.progress.say(f"cutover: {owner} swapped {self.spec.qualified_name}")
                 return True
-            raise stopped_coordinator_error(answer.error, self._stop_as_found(migration.id, answer.error))
+            raise stop
         self.progress.say(f"{owner} stopped before the swap; cutting over in this process")
         return False
 
-    def _stop_as_found(self, migration_id: int, error: str) -> Exception | None:
-        """The stop of an asked coordinator, read again from the facts once it is gone, where its message alone
-        would misreport it: its row removed (the ALTER refused by the rows, or a failed init: exit 2, as the
-        coordinator's), the tables swapped all the same (resume finishes: 3), an abort, the source changed since
-        init or the connector's binlog position purged (5). None when nothing of these is found, or the facts
-        cannot be read now (stopped_coordinator_error then goes by the message)."""
+    def _asked_coordinator_stop(self, migration_id: int, error: str) -> Exception | None:
+        """The error of an asked coordinator's stop, with its exit code, read again from the facts once it is gone
+        (an abort is answered before its coordinator stops, and it may swap meanwhile), where its message alone
+        would misreport it. None: the tables were swapped and the coordinator finished, or is finishing, the
+        migration. Its row removed (the ALTER refused by the rows, or a failed init): exit 2, as the
+        coordinator's; swapped, its cleanup left unfinished: 3 (resume finishes); an abort, the source changed
+        since init, or the connector's binlog position purged: 5; otherwise, or when the facts cannot be read
+        now, as its message tells (stopped_coordinator_error)."""
         try:
+            alive = self._wait_for_coordinator_exit(migration_id)
             current = self.store.find(migration_id)
             if current is None:
                 return PreflightError(f"{error}: nothing of it is left, and {self.spec.qualified_name} is unchanged "
                                       "(the coordinator's output says why)")
+            if current.stage == Stage.DONE or (current.stage in SWAPPED_STAGES and alive):
+                return None
             if current.stage in SWAPPED_STAGES or self._swap_already_done():
                 return MigrationStopped(f"{error}; the tables were swapped all the same: `stream-osc resume --table "
                                         f"{self.spec.qualified_name}` finishes the migration")
             if current.status == Status.ABORTED:
                 return MigrationStopped(f"migration {migration_id} was aborted", resumable=False)
-            if current.stage not in WORKING_STAGES:
-                return None
-            check_source_unchanged(self.conn, current)
-            state = self.connect.state(current.connector)
+            if current.stage in WORKING_STAGES:
+                check_source_unchanged(self.conn, current)
+                state = self.connect.state(current.connector)
+                if state is not None and state.failed and binlog_gone(state):
+                    return MigrationStopped(describe_failure(current.connector, state, self.spec.qualified_name),
+                                            resumable=False)
         except SourceChanged as changed:
             return changed
         except (pymysql.err.Error, ConnectError, LookupError):   # unknown here: the resume that follows finds out
-            return None
-        if state is not None and state.failed and binlog_gone(state):
-            return MigrationStopped(describe_failure(current.connector, state, self.spec.qualified_name),
-                                    resumable=False)
-        return None
+            pass
+        return stopped_coordinator_error(error)
 
-    def _finished(self, migration_id: int) -> bool:
-        """Whether the migration is done (False when that cannot be read now)."""
-        try:
-            current = self.store.find(migration_id)
-        except pymysql.err.Error:
-            return False
-        return current is not None and current.stage == Stage.DONE
-
-    def _wait_for_coordinator_exit(self, migration_id: int) -> None:
-        """Give a coordinator that saw an abort the time to stop (it may be swapping meanwhile)."""
+    def _wait_for_coordinator_exit(self, migration_id: int) -> bool:
+        """Give a coordinator that saw an abort the time to stop (it may be swapping meanwhile); True if it is
+        still alive after 2 × STALE_S (a long cleanup)."""
         deadline = time.monotonic() + 2 * STALE_S
-        while live_coordinator(self.store, migration_id) is not None and time.monotonic() < deadline:
+        while live_coordinator(self.store, migration_id) is not None:
+            if time.monotonic() > deadline:
+                return True
             time.sleep(COORDINATOR_EXIT_POLL_S)
+        return False
 
     def _context(self, migration: Migration) -> RunContext:
         target = target_connection(self.endpoints, self.spec)

@@ -1,11 +1,10 @@
 """The exit code of `stream-osc cutover` when the coordinator it asked stopped: the coordinator's own, where the
-stored message tells it, or the fact the asking command found that ended the migration for good."""
+stored message tells it (what the facts tell first is tested in tests/integration/test_throttle.py)."""
 from __future__ import annotations
 
 from cli.exit_codes import ExitCode, exit_code_for
 from core.load import critical_load_reached
-from core.source_check import SourceChanged
-from migration.runner import MigrationStopped, stopped_coordinator_error
+from migration.runner import stopped_coordinator_error
 
 
 def test_a_coordinator_stopped_at_the_critical_load_gives_the_asking_command_exit_4():
@@ -28,9 +27,3 @@ def test_a_message_that_only_quotes_a_critical_load_is_not_taken_for_one():
     error = stopped_coordinator_error("cannot connect: 'critical load reached (' is a table comment")
     assert exit_code_for(error) == ExitCode.STOPPED
 
-
-def test_a_fact_that_ended_the_migration_for_good_outranks_the_stored_message():
-    stored = str(critical_load_reached("Threads_running=63 >= 60"))
-    assert exit_code_for(stopped_coordinator_error(stored, SourceChanged("altered"))) == ExitCode.FAILED
-    aborted = MigrationStopped("migration 3 was aborted", resumable=False)
-    assert exit_code_for(stopped_coordinator_error("cutover did not fit", aborted)) == ExitCode.FAILED
