@@ -16,8 +16,7 @@ from core.db import connect
 from core.logs import log_event
 from core.replica_lag import ReplicaLag
 from stack.config import StackConfig
-from core.state import STALE_S
-from migration.lease import live_coordinator
+from migration.lease import coordinator_gone, live_coordinator
 from migration.runner import Runner
 from migration.teardown import Metadata, finish_swapped, tables_swapped, tear_down
 from core.spec import TARGET_OPTIONS, MigrationSpec, load_migration_file
@@ -338,7 +337,8 @@ def cmd_abort(args: argparse.Namespace) -> int:
                                  "is finishing the cleanup, nothing to abort")
     else:
         store.update(migration.id, status=Status.ABORTED)
-        _wait_for_coordinator_exit(store, migration.id)
+        if not coordinator_gone(store, migration.id):
+            raise PreflightError(f"the coordinator of migration {migration.id} did not stop; try the abort again")
     migration = store.get(migration.id)
     if migration.stage in SWAPPED_STAGES or tables_swapped(conn, spec):
         finish_swapped(conn, endpoints, spec, migration)
@@ -358,15 +358,6 @@ def cmd_abort(args: argparse.Namespace) -> int:
     print(f"migration {migration.id} of {args.table} aborted; connector, topics, {new} and its copy plan "
           f"removed (its row stays, marked aborted); {args.table} is the original table")
     return 0
-
-
-def _wait_for_coordinator_exit(store: StateStore, migration_id: int) -> None:
-    """Give a live coordinator the time to see the abort and stop (it checks every few seconds)."""
-    deadline = time.monotonic() + 2 * STALE_S
-    while live_coordinator(store, migration_id) is not None:
-        if time.monotonic() > deadline:
-            raise PreflightError(f"the coordinator of migration {migration_id} did not stop; try the abort again")
-        time.sleep(0.5)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pymysql
 
@@ -13,13 +14,24 @@ from core.process_owner import is_dead_here
 from core.state import HEARTBEAT_S, STALE_S, StateStore
 
 log = logging.getLogger("stream_osc.lease")
-
+EXIT_WAIT_S = 2 * STALE_S   # how long a coordinator that saw an abort is given to stop (it checks every few seconds)
+EXIT_POLL_S = 0.5
 
 
 def live_coordinator(store: StateStore, migration_id: int) -> tuple[str, float] | None:
     """The migration's running coordinator as (owner, seconds since heartbeat), or None."""
     live = store.live_coordinator(migration_id, STALE_S)
     return None if live is None or is_dead_here(live[0]) else live
+
+
+def coordinator_gone(store: StateStore, migration_id: int) -> bool:
+    """Wait up to EXIT_WAIT_S for the migration's coordinator to stop; False if it still runs then."""
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while live_coordinator(store, migration_id) is not None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(EXIT_POLL_S)
+    return True
 
 
 class CoordinatorLease:

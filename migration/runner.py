@@ -35,14 +35,14 @@ from migration.index_stage import build_deferred_indexes, deferred
 from migration.init_stage import run_init
 from migration.settings import SETTINGS_OPTION, settings_of, with_settings
 from migration.teardown import Metadata, tables_swapped, tear_down
-from migration.lease import CoordinatorLease, live_coordinator
+from migration.lease import CoordinatorLease, coordinator_gone, live_coordinator
 from core.process_owner import owner_name
 from core.load import CriticalLoad, is_critical_load_error, throttle_change
 from core.logs import bind_fields, log_event
 from core.spec import TARGET_OPTIONS, MigrationSpec, with_overrides
 from core.source_check import SourceChanged, check_source_unchanged
 from core.swap_preconditions import UnsafeServerSetting, read_swap_settings, swap_setting_problem
-from core.state import STALE_S, SWAPPED_STAGES, WORKING_STAGES, Migration, Stage, StateStore, Status
+from core.state import SWAPPED_STAGES, WORKING_STAGES, Migration, Stage, StateStore, Status
 from migration.transient import MAX_TRANSIENT_FAILURES, is_transient, retrying_transient
 from migration.workers import WorkerGroup
 from core.yielding import Yielding
@@ -77,7 +77,6 @@ LAG_POLL_S = 0.1                   # the applier group's lag is read this often 
 #                                    much after the lag allows; sessions holding the table are looked for as often
 #                                    as the cutover's own wait for them does (BLOCKER_POLL_S)
 THROTTLE_POLL_S = 0.5              # a lock postponed while throttled looks at the load again this often
-COORDINATOR_EXIT_POLL_S = 0.5      # `cutover` waits for an asked coordinator that saw an abort to stop
 
 
 def close_sessions(sessions: list[Sessions]) -> None:
@@ -363,7 +362,7 @@ class Runner:
         since init, or the connector's binlog position purged: 5; otherwise, or when the facts cannot be read
         now, as its message tells (stopped_coordinator_error)."""
         try:
-            alive = self._wait_for_coordinator_exit(migration_id)
+            alive = not coordinator_gone(self.store, migration_id)
             current = self.store.find(migration_id)
             if current is None:
                 return PreflightError(f"{error}: nothing of it is left, and {self.spec.qualified_name} is unchanged "
@@ -386,16 +385,6 @@ class Runner:
         except (pymysql.err.Error, ConnectError, LookupError):   # unknown here: the resume that follows finds out
             pass
         return stopped_coordinator_error(error)
-
-    def _wait_for_coordinator_exit(self, migration_id: int) -> bool:
-        """Give a coordinator that saw an abort the time to stop (it may be swapping meanwhile); True if it is
-        still alive after 2 × STALE_S (a long cleanup)."""
-        deadline = time.monotonic() + 2 * STALE_S
-        while live_coordinator(self.store, migration_id) is not None:
-            if time.monotonic() > deadline:
-                return True
-            time.sleep(COORDINATOR_EXIT_POLL_S)
-        return False
 
     def _context(self, migration: Migration) -> RunContext:
         target = target_connection(self.endpoints, self.spec)

@@ -26,4 +26,3 @@ def test_any_other_stop_of_the_coordinator_is_a_resumable_stop():
 def test_a_message_that_only_quotes_a_critical_load_is_not_taken_for_one():
     error = stopped_coordinator_error("cannot connect: 'critical load reached (' is a table comment")
     assert exit_code_for(error) == ExitCode.STOPPED
-
