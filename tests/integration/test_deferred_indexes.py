@@ -16,9 +16,9 @@ from core.db import STATEMENT_TAG, qualified, query, scalar
 from core.deferred_indexes import DEFERRED_INDEXES_OPTION
 from core.spec import helper_table_name
 from core.state import StateStore
-from tests.integration.helpers import (abort_leftover, chunk_progress, cli, db_conn, latest_migration_id, leftovers,
+from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_ledger_table, latest_migration_id, leftovers,
                                        migration_row, new_migration_row, start_cli, wait_for)
-from tests.integration.ledger import Ledger, create_ledger_table
+from tests.integration.ledger import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -51,9 +51,7 @@ def index_names(conn, db: str, table: str) -> set[str]:
 
 def ledger_table_with_indexes(conn, table: str, rows: int) -> str:
     """The ledger table with INDEXES, and its reference: the same table with the ALTER applied directly."""
-    abort_leftover(conn, DB, table)   # whatever an interrupted earlier run left
-    query(conn, f"DROP TABLE IF EXISTS {qualified(DB, helper_table_name(table, 'old'))}")
-    create_ledger_table(conn, DB, table, rows=rows, writers=WRITERS)
+    fresh_ledger_table(conn, DB, table, rows=rows, writers=WRITERS)
     query(conn, f"ALTER TABLE {qualified(DB, table)} {INDEXES}")
     reference = f"{table}_ref"
     query(conn, f"DROP TABLE IF EXISTS {qualified(DB, reference)}")

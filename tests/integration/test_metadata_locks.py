@@ -28,7 +28,7 @@ from core.state import StateStore
 from core.table import load_pair
 from migration.runner import Runner
 from monitor.progress import Progress
-from tests.integration.helpers import (abort_leftover, cli, db_conn, leftovers, migration_row, wait_for,
+from tests.integration.helpers import (cli, db_conn, fresh_ledger_table, leftovers, migration_row, wait_for,
                                        waiting_without_coordinator)
 from tests.integration.ledger import Ledger, create_ledger_table
 
@@ -265,8 +265,7 @@ def test_while_a_session_holds_the_table_an_attempt_prepares_nothing_and_request
     no catch-up fence written, no lock requested; the holder is named so that the wait (and its kill clock)
     goes on."""
     table = "unprepared"
-    abort_leftover(conn, DB, table)
-    create_ledger_table(conn, DB, table, rows=2_000, writers=1)
+    fresh_ledger_table(conn, DB, table, rows=2_000, writers=1)
     spec = spec_for(table, cutover="manual")
     waiting_without_coordinator(conn, DB, table, "--alter", spec.alter, "--partitions", "4", "--chunk-size", "5000",
                                 "--quiet")

@@ -16,9 +16,9 @@ from core.spec import MigrationSpec
 from core.swap_preconditions import MIN_WRITE_LOCK_COUNT, check_swap_settings
 from migration.runner import MigrationStopped, Runner
 from monitor.progress import Progress
-from tests.integration.helpers import (abort_leftover, cli, latest_migration_id, leftovers, migration_row,
+from tests.integration.helpers import (cli, fresh_ledger_table, latest_migration_id, leftovers, migration_row,
                                        table_columns, target_schema, waiting_for_cutover)
-from tests.integration.ledger import Ledger, create_ledger_table
+from tests.integration.ledger import Ledger
 
 pytestmark = pytest.mark.integration
 
@@ -42,9 +42,7 @@ def lowered(conn):
 
 def test_a_server_letting_writes_pass_the_rename_is_refused_before_anything_is_made(endpoints, conn, lowered):
     table = "refused"
-    abort_leftover(conn, DB, table)   # whatever an interrupted run left
-    query(conn, f"DROP TABLE IF EXISTS {DB}.{table}_osc_old")
-    create_ledger_table(conn, DB, table, rows=1_000, writers=2)
+    fresh_ledger_table(conn, DB, table, rows=1_000, writers=2)
     before = latest_migration_id(conn, DB, table)
     lowered(1)
     result = cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note INT NULL")
@@ -58,9 +56,7 @@ def test_a_server_letting_writes_pass_the_rename_is_refused_before_anything_is_m
 def test_a_setting_lowered_during_the_migration_stops_it_before_the_swap_and_loses_no_write(endpoints, conn, lowered,
                                                                                              cli_log):
     table = "lowered_later"
-    abort_leftover(conn, DB, table)   # whatever an interrupted run left
-    query(conn, f"DROP TABLE IF EXISTS {DB}.{table}_osc_old")
-    create_ledger_table(conn, DB, table, rows=5_000, writers=8)
+    fresh_ledger_table(conn, DB, table, rows=5_000, writers=8)
     with Ledger(endpoints.mysql, DB, table, writers=8, seed=7) as ledger:
         proc = waiting_for_cutover(conn, DB, table, "--alter", "ADD COLUMN note INT NULL", "--partitions", "4",
                                    log=cli_log)
@@ -92,9 +88,7 @@ def test_a_setting_lowered_after_the_attempt_began_is_caught_inside_the_lock_bef
     """The attempt's first check passes; the setting is lowered right after it, while the attempt catches up and
     locks: the check inside the lock, just before the RENAME is queued, must refuse it."""
     table = f"lowered_in_attempt_{int(move)}"
-    abort_leftover(conn, DB, table)   # whatever an interrupted run left
-    query(conn, f"DROP TABLE IF EXISTS {DB}.{table}_osc_old")
-    create_ledger_table(conn, DB, table, rows=5_000, writers=4)
+    fresh_ledger_table(conn, DB, table, rows=5_000, writers=4)
     cutover_class = move_module.MoveCutover if move else swap_module.Cutover
     calls: list[str] = []   # every check, and every attempt
     check_now, attempt_now = check_swap_settings, cutover_class.attempt
