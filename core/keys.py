@@ -237,6 +237,19 @@ class PrimaryKey:
             params += list(key)
         return " OR ".join(disjuncts), params
 
+    @functools.cached_property
+    def integer_change_key_prefix(self) -> bytes | None:
+        """What a change key opens with when this key is one integer column with a plain name (`{"id":`, the JSON
+        converter writing no spaces), the digits and `}` following: appliers read such a key without a JSON
+        parser (streams/events.py). None for any other key."""
+        if len(self.columns) != 1:
+            return None
+        column = self.columns[0]
+        if not (column.data_type in INTEGER_TYPES or column.data_type == "year") \
+                or not re.fullmatch(r"[A-Za-z0-9_]+", column.name):
+            return None
+        return b'{"' + column.name.encode("ascii") + b'":'
+
     def from_change(self, doc: dict[str, Any]) -> Key | None:
         """The key of a Debezium change key document, or None if it is not this table's key."""
         try:

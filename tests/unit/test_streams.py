@@ -1,6 +1,9 @@
 """Partitioning, key decoding and fence placement."""
 import json
+import random
 from decimal import Decimal
+
+import pytest
 
 from core.keys import KeyColumn, PrimaryKey
 from streams.events import FENCE_KEY_COLUMN, decode_event, decode_key, encode_key, fence_token
@@ -61,3 +64,38 @@ def test_fence_token_and_full_event():
                       "source": {"table": "t", "gtid": "0-1-10", "file": "b.000001", "pos": 99}}).encode()
     event = decode_event(b'{"id":5}', row, ID)
     assert (event.op, event.pk, event.table, event.pos) == ("d", (5,), "t", 99)
+
+
+def test_an_integer_key_read_from_its_bytes_is_the_key_the_parser_reads():
+    """The bytes shortcut for one plainly named integer column must give what the JSON parser gives, for every
+    key an applier may meet: negative, wider than 64 bits, written as a decimal, with other fields or spaces."""
+    rng = random.Random(20261206)
+    keys = [encode_key("id", rng.randint(-2**65, 2**65)) for _ in range(2_000)]
+    keys += [b'{"id":0}', b'{"id":-0}', b'{"id":007}', b'{"id":18446744073709551615}', b'{"id":7.0}',
+             b'{"id":1e3}', b'{"id": 7}', b'{"id":7,"x":1}', b'{"id":"7"}', b'{"Id":7}', b'{"id":-}', b'{"id":}',
+             b'{"idx":7}', b'{"id":7}}', encode_key(FENCE_KEY_COLUMN, 3)]
+    for key in keys:
+        try:
+            doc = json.loads(key, parse_float=Decimal)
+        except ValueError:
+            with pytest.raises(ValueError):
+                decode_key(key, ID)
+            continue
+        parsed = ID.from_change(doc) if FENCE_KEY_COLUMN not in doc else None
+        got = decode_key(key, ID)
+        assert (None if got is None or got.is_fence else got.pk) == parsed, key
+        assert type(got.pk[0]) is int if parsed is not None else True
+
+
+def test_a_table_keyed_by_the_fence_column_name_is_read_as_the_parser_reads_it():
+    fence_named = PrimaryKey((KeyColumn(FENCE_KEY_COLUMN, "bigint", "bigint(20)", None, None),))
+    assert decode_key(encode_key(FENCE_KEY_COLUMN, 3), fence_named).fence_id == 3
+
+
+def test_only_a_single_plainly_named_integer_key_is_read_from_its_bytes():
+    assert ID.integer_change_key_prefix == b'{"id":'
+    assert PrimaryKey((KeyColumn("id", "varchar", "varchar(9)", 9, None, "utf8mb4_bin"),)).integer_change_key_prefix \
+        is None
+    assert PrimaryKey((KeyColumn("näme", "int", "int(11)", None, None),)).integer_change_key_prefix is None
+    assert PrimaryKey((KeyColumn("a", "int", "int(11)", None, None),
+                       KeyColumn("b", "int", "int(11)", None, None))).integer_change_key_prefix is None
