@@ -73,7 +73,7 @@ def test_an_integer_key_read_from_its_bytes_is_the_key_the_parser_reads():
     keys = [encode_key("id", rng.randint(-2**65, 2**65)) for _ in range(2_000)]
     keys += [b'{"id":0}', b'{"id":-0}', b'{"id":007}', b'{"id":18446744073709551615}', b'{"id":7.0}',
              b'{"id":1e3}', b'{"id": 7}', b'{"id":7,"x":1}', b'{"id":"7"}', b'{"Id":7}', b'{"id":-}', b'{"id":}',
-             b'{"idx":7}', b'{"id":7}}', encode_key(FENCE_KEY_COLUMN, 3)]
+             b'{"idx":7}', b'{"id":7}}', b'{"id":12', b'{"id":+7}', b'{"id":\t7}', encode_key(FENCE_KEY_COLUMN, 3)]
     for key in keys:
         try:
             doc = json.loads(key, parse_float=Decimal)
