@@ -45,11 +45,10 @@ class _Connection(pymysql.connections.Connection):
             _Connection.preferred_context = super()._create_ssl_ctx(sslp)
         return _Connection.preferred_context
 
-
     def escape(self, obj: Any, mapping: dict | None = None) -> str:
         """An integer as PyMySQL writes it (its `escape_int`: the decimal digits), without its dispatch by
-        type: appliers send every changed key two to four times per batch, and the dispatch was a sixth of
-        their CPU under a load of 4,000 row changes a second (docs/benchmarks.md)."""
+        type: appliers send every changed key two to four times per batch, and escaping took a seventh of the
+        process's Python time under a load of 4,000 row changes a second (docs/benchmarks.md)."""
         if type(obj) is int and mapping is None:
             return str(obj)
         return super().escape(obj, mapping)
