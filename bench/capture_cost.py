@@ -1,0 +1,194 @@
+"""What change data capture alone costs the application on the machine the benchmark runs on.
+
+`python -m bench.capture_cost --rows 1M --rate 1000 --seconds 30 --repetitions 3` runs, in each repetition, four
+phases of the same sysbench load, each on its own sysbench process:
+
+1. the load alone;
+2. the load beside a stream-osc migration that has copied the table and is kept in sync waiting for its cutover
+   (`--cutover manual`): capture and apply, no copy, no validation;
+3. the load beside the same migration paused (`stream-osc pause`): capture only, Debezium reading the binlog and
+   the broker storing it, nothing applied;
+4. the load alone again, after `stream-osc abort` removed the migration.
+
+A first repetition, not recorded, lets a broker and Connect worker just started compile their code.
+
+The copy runs between phases 1 and 2 with no load. Each phase's application p99 (the median over its seconds of
+sysbench's per-second p99) is reported as a ratio to the mean of the two load-alone phases of its repetition,
+beside the cores each process took. A phase with capture running is the floor under any migration built on it:
+no pace of the copy brings the application below what the capture alone costs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench import cpu
+from bench.config import ALTER, row_count
+from bench.load import SysbenchLoad
+from bench.run import WARMUP_S
+from bench.sysbench import BenchError
+from bench.table import BenchTable
+from bench.tools import ToolRun, compile_measured_code, stream_osc_abort, stream_osc_command
+from core.db import connect
+from core.endpoints import Endpoints
+from core.state import StateStore, Status
+from stack import services
+from stack.config import StackConfig
+from stack.process import proc_stat
+
+PHASES = ("alone", "in sync", "capture only", "alone again")
+WAIT_FOR_SYNC_S = 600.0
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What the application got, and who took the cores, in one phase."""
+
+    name: str
+    tps: float
+    p99_ms: float
+    cores: dict[str, float | None]
+
+
+def migration_status(endpoints: Endpoints, table: BenchTable) -> str | None:
+    """The status of the table's newest stream-osc migration (None before there is one)."""
+    conn = connect(endpoints.mysql)
+    try:
+        latest = StateStore(conn, "stream_osc").latest(table.database, table.table)
+    finally:
+        conn.close()
+    return None if latest is None else str(latest.status)
+
+
+def await_status(endpoints: Endpoints, table: BenchTable, status: Status, process: subprocess.Popen[str]) -> None:
+    """Return once the migration reports `status`; raise if its process ends first or the wait runs out."""
+    deadline = time.monotonic() + WAIT_FOR_SYNC_S
+    while migration_status(endpoints, table) != status:
+        if process.poll() is not None:
+            raise BenchError(f"stream-osc exited with {process.returncode} before reaching status {status}")
+        if time.monotonic() > deadline:
+            raise BenchError(f"stream-osc did not reach status {status} within {WAIT_FOR_SYNC_S:.0f} s")
+        time.sleep(0.5)
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds of one process so far (0 once it is gone)."""
+    stat = proc_stat(pid)
+    return 0.0 if stat is None else (int(stat[13]) + int(stat[14])) / cpu.CLOCK_TICKS
+
+
+def measure(name: str, run: ToolRun, rate: int, threads: int, seconds: float, tool_pid: int | None) -> Phase:
+    """Run the load for a warm-up and `seconds`; the application's figures and the cores by role over them."""
+    load = SysbenchLoad(run.endpoints.mysql, run.table.database, run.table.rows, rate, threads).start()
+    try:
+        time.sleep(WARMUP_S)
+        start, before, tool_before = load.now(), cpu.snapshot(), process_cpu_s(tool_pid) if tool_pid else 0.0
+        time.sleep(seconds)
+        end, after = load.now(), cpu.snapshot()
+        tool_after = process_cpu_s(tool_pid) if tool_pid else 0.0
+    finally:
+        load.stop()
+    window = load.window(start, end)
+    if window.tps is None or window.p99_ms_median is None:
+        raise BenchError(f"phase {name}: sysbench reported no second")
+    cores = cpu.cores_by_role(before, after)
+    cores["cpu_cores_tool"] = round((tool_after - tool_before) / (after.at - before.at), 2) if tool_pid else None
+    return Phase(name, window.tps, window.p99_ms_median, cores)
+
+
+def one_repetition(run: ToolRun, rate: int, threads: int, seconds: float, say: Callable[[str], None]
+                   ) -> list[Phase]:
+    """The four phases on a freshly restored table."""
+    run.table.restore()
+    phases = [measure(PHASES[0], run, rate, threads, seconds, None)]
+    cmd, env = stream_osc_command(run)
+    with open(os.devnull, "w") as quiet:
+        process = subprocess.Popen([*cmd, "--cutover", "manual"], env=env, stdout=quiet, stderr=quiet, text=True)
+    try:
+        await_status(run.endpoints, run.table, Status.WAITING, process)
+        say("  in sync, waiting for cutover")
+        phases.append(measure(PHASES[1], run, rate, threads, seconds, process.pid))
+        subprocess.run([*cmd[:3], "pause", "--table", f"{run.table.database}.{run.table.table}"], env=env,
+                       check=True, capture_output=True)
+        phases.append(measure(PHASES[2], run, rate, threads, seconds, process.pid))
+    finally:
+        stream_osc_abort(run)
+        process.wait(timeout=120)
+    phases.append(measure(PHASES[3], run, rate, threads, seconds, None))
+    return phases
+
+
+def report(repetitions: list[list[Phase]]) -> str:
+    """A markdown table: each phase's median figures over the repetitions, its p99 as a ratio to the load alone
+    of the same repetition."""
+    roles = ("database", "kafka_connect", "kafka", "tool", "load")
+    lines = ["| phase | app tx/s | app p99 ms | × load alone (per repetition) | "
+             + " | ".join(f"{r} cores" for r in roles) + " | machine busy |",
+             "| --- | ---: | ---: | --- | " + " | ".join("---:" for _ in roles) + " | ---: |"]
+    for index, name in enumerate(PHASES):
+        rows = [rep[index] for rep in repetitions]
+        ratios = [rep[index].p99_ms / statistics.fmean((rep[0].p99_ms, rep[3].p99_ms)) for rep in repetitions]
+        cells = [_median([r.cores.get(f"cpu_cores_{role}") for r in rows]) for role in roles]
+        busy = _median([r.cores.get("cpu_machine_busy") for r in rows])
+        lines.append(f"| {name} | {statistics.median(r.tps for r in rows):.0f} | "
+                     f"{statistics.median(r.p99_ms for r in rows):.1f} | "
+                     + ", ".join(f"{x:.1f}" for x in ratios) + " | "
+                     + " | ".join(cells) + f" | {busy} |")
+    return "\n".join(lines)
+
+
+def _median(values: list[Any]) -> str:
+    known = [v for v in values if v is not None]
+    return f"{statistics.median(known):.2f}" if known else "–"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.capture_cost", description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=row_count, default=1_000_000, help="rows of the sysbench table (default 1M)")
+    parser.add_argument("--rate", type=int, default=1000, help="sysbench transactions/s (default 1000)")
+    parser.add_argument("--threads", type=int, default=8, help="sysbench threads (default 8)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured seconds per phase (default 30)")
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--database", default="sbtest")
+    parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                        help="skip the unrecorded first repetition (a broker and Connect worker just started spend "
+                             "their first minutes compiling their code, which a long-running worker has done)")
+    args = parser.parse_args(argv)
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    services.up(StackConfig())
+    endpoints = StackConfig().endpoints()
+    compile_measured_code()
+    table = BenchTable(endpoints.mysql, args.database, "sbtest1", args.rows)
+    table.ensure_template()
+    table.fit_buffer_pool()
+    table.fit_redo_log()
+    run = ToolRun(endpoints, table, ALTER, WAIT_FOR_SYNC_S, None)
+    repetitions = []
+    try:
+        if args.warm_up:
+            say("warm-up repetition, not recorded")
+            one_repetition(run, args.rate, args.threads, args.seconds, say)
+        for rep in range(args.repetitions):
+            say(f"repetition {rep + 1}")
+            repetitions.append(one_repetition(run, args.rate, args.threads, args.seconds, say))
+            for phase in repetitions[-1]:
+                say(f"  {phase.name:<12} {phase.tps:6.0f} tx/s  p99 {phase.p99_ms:8.1f} ms  {phase.cores}")
+    except BenchError as exc:
+        say(f"bench.capture_cost: error: {exc}")
+        return 2
+    print(report(repetitions))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

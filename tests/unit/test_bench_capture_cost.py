@@ -1,0 +1,29 @@
+"""What the capture alone costs the application (bench/capture_cost.py) is reported against the load alone of the
+same repetition, so that a machine slowing down between repetitions does not pass for the capture's cost."""
+from __future__ import annotations
+
+from bench.capture_cost import PHASES, Phase, report
+
+
+def phases(*p99s: float) -> list[Phase]:
+    return [Phase(name, 1000.0, p99, {"cpu_cores_kafka": 0.1 * i}) for i, (name, p99) in enumerate(zip(PHASES, p99s))]
+
+
+def row(table: str, phase: str) -> list[str]:
+    return next(line for line in table.splitlines() if line.startswith(f"| {phase} |")).strip("|").split(" | ")
+
+
+def test_each_phase_is_a_ratio_to_the_mean_of_its_own_repetitions_two_load_alone_phases():
+    fast, slow = phases(4.0, 40.0, 12.0, 6.0), phases(20.0, 100.0, 60.0, 20.0)
+    table = report([fast, slow])
+    assert row(table, "in sync")[3].strip() == "8.0, 5.0"         # 40 / mean(4, 6); 100 / mean(20, 20)
+    assert row(table, "capture only")[3].strip() == "2.4, 3.0"
+    assert row(table, "alone")[3].strip() == "0.8, 1.0"
+
+
+def test_the_tables_figures_are_medians_over_repetitions_and_a_role_never_seen_is_a_dash():
+    table = report([phases(4.0, 40.0, 12.0, 6.0), phases(20.0, 100.0, 60.0, 20.0), phases(8.0, 70.0, 30.0, 8.0)])
+    cells = row(table, "in sync")
+    assert cells[2] == "70.0"                     # median of 40, 100, 70
+    assert cells[6] == "0.10"                     # kafka cores of the phase
+    assert cells[4] == "–"                        # no database figure was recorded
