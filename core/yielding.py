@@ -19,6 +19,12 @@ beside the connector's start, where the application's own p99 was 4–6 ms; docs
 of the time over the second judged (core/app_activity.py). Without one, the latency the probe measures is
 the work's own (its commits, on an otherwise idle server), and the work comes back as if it were well under
 the target. A duration is a ceiling the operator set, kept whatever else runs.
+
+Work held at its slowest while the latency stays over the target is told once, after HELD_NOTE_S
+(`slowest_note`): on a server whose other load (the application's, the capture's and the apply's) keeps the
+latency there, yielding further buys the application nothing and lengthens every stage (measured on a
+saturated 2-core machine: twice the time, with more of the application's transactions held back over the
+run; docs/benchmarks.md). The operator decides: the work keeps yielding until told otherwise.
 """
 from __future__ import annotations
 
@@ -37,6 +43,7 @@ RECOVER_BELOW = 0.6         # share of the target under which work is added back
 MIN_TIME_SCALE = 0.25
 WINDOW = 10                 # samples judged together: one second
 WINDOW_S = 1.0              # ... or fewer, when they take that long
+HELD_NOTE_S = 60.0          # held at the slowest, the latency over the target all along, this long: told once
 
 
 def window_latency(samples: list[float]) -> float:
@@ -72,6 +79,8 @@ class Yielding:
         self._activity: deque[int | None] = deque(maxlen=3 * WINDOW)   # counts since the last judgement
         self._window_began: float | None = None
         self._running = 0
+        self._slowest_since: float | None = None   # since when every judged second held the work at its slowest
+        self._slowest_told = False
         self._changed = threading.Condition()
         self.on_judged: Callable[[Yielding], None] | None = None   # told after each judged second (the metrics)
 
@@ -112,7 +121,7 @@ class Yielding:
             if self._window_began is None:
                 self._window_began = now
             if len(self._window) >= WINDOW or now - self._window_began >= WINDOW_S:
-                self._judge(window_latency(self._window), window_activity(list(self._activity)))
+                self._judge(window_latency(self._window), window_activity(list(self._activity)), now)
                 self._window, self._window_began = [], now
                 self._activity.clear()
                 if self.on_judged is not None:
@@ -129,19 +138,43 @@ class Yielding:
         with self._changed:
             self._window, self._window_began = [], None
             self._activity.clear()
+            self._slowest_since, self._slowest_told = None, False
 
-    def _judge(self, latency_ms: float, activity: float | None) -> None:
+    def _judge(self, latency_ms: float, activity: float | None, now: float) -> None:
         self.last_window_ms, self.last_window_activity = latency_ms, activity
         if self.target_ms is None:
             return
         idle = self._idle(activity)   # no application to yield to: the latency is the work's own
-        if latency_ms > self.target_ms and not idle:
+        over = latency_ms > self.target_ms and not idle
+        if over:
             self.allowed = max(1, self.allowed // 2)
             self.time_scale = max(MIN_TIME_SCALE, self.time_scale / 2)
         elif idle or latency_ms < RECOVER_BELOW * self.target_ms:
             self.allowed = min(self.workers, self.allowed + 1)
             self.time_scale = min(1.0, self.time_scale * 1.25)
+        if not (over and self._at_slowest()):
+            self._slowest_since, self._slowest_told = None, False
+        elif self._slowest_since is None:
+            self._slowest_since = now
         self._changed.notify_all()
+
+    def _at_slowest(self) -> bool:
+        return self.allowed == 1 and self.time_scale == MIN_TIME_SCALE
+
+    def slowest_note(self, now: float | None = None) -> str | None:
+        """Once per stretch, when every second judged for HELD_NOTE_S held the work at its slowest with the latency
+        over the target: what the operator should know, and may change (`stream-osc set`). None otherwise."""
+        now = time.monotonic() if now is None else now
+        with self._changed:
+            since, target, latency = self._slowest_since, self.target_ms, self.last_window_ms
+            if since is None or self._slowest_told or now - since < HELD_NOTE_S or target is None or latency is None:
+                return None
+            self._slowest_told = True
+        return (f"copy and validation have run at their slowest (one statement at a time, batches of "
+                f"{MIN_TIME_SCALE:.0%} of the target time) for {now - since:.0f} s, and the application's write "
+                f"latency has stayed over its target all along ({latency:.1f} ms over {target:.1f} ms, "
+                f"--max-app-latency): yielding has not brought it under, and at this pace every stage takes longer "
+                f"while the capture and the apply go on loading the server")
 
     def configure(self, workers: int, target: float | str | None) -> None:
         """New settings (`stream-osc set copy-workers=… max-app-latency=…`); the baseline is kept."""
@@ -153,6 +186,7 @@ class Yielding:
             self.allowed = workers if self.target_ms is None else min(max(self.allowed, 1), workers)
             if self.target_ms is None:
                 self.time_scale = 1.0
+            self._slowest_since, self._slowest_told = None, False
             self._changed.notify_all()
 
     def judges_activity(self) -> bool:

@@ -528,7 +528,8 @@ class Runner:
         self.progress.copy(fraction, rows, done, len(chunks), *self.metrics.copy_estimate, force=force)
 
     def _show_throttle(self, ctx: RunContext) -> None:
-        """Say when the workers start or stop holding back for --max-load."""
+        """Say when the workers start or stop holding back (--max-load, --max-app-latency), and once when yielding
+        has held the work at its slowest for long without the application's latency coming under its target."""
         try:
             reason = read_throttle_note(ctx.shared_redis(), ctx.migration.id)
         except redis.RedisError:
@@ -537,6 +538,13 @@ class Runner:
         for line in throttle_change(self.throttle_shown, reason):
             self.progress.say(line)
         self.throttle_shown = reason
+        note = self.yielding.slowest_note()
+        if note is not None:
+            self.progress.say(f"{note}: `stream-osc set --table {self.spec.qualified_name} max-app-latency=off` "
+                              "(or a longer duration) lets the work finish sooner")
+            log_event(log, "held at the slowest with the application's latency over its target", logging.WARNING,
+                      latency_ms=round(self.yielding.last_window_ms or 0.0, 1),
+                      target_ms=round(self.yielding.target_ms or 0.0, 1))
 
     def _start_appliers(self, ctx: RunContext) -> None:
         self.appliers = WorkerGroup(ctx, partial(apply_worker, member=self.applier_member),

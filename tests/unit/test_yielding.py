@@ -11,7 +11,7 @@ from core import app_activity
 from core.endpoints import ConfigError
 from core.pacing import MAX_ROWS, MIN_ROWS, BatchSizer
 from core.spec import MigrationSpec
-from core.yielding import AUTO_FLOOR_MS, BASELINE_SAMPLES, BUSY_AT, MIN_COUNTS, WINDOW, Yielding
+from core.yielding import AUTO_FLOOR_MS, BASELINE_SAMPLES, BUSY_AT, HELD_NOTE_S, MIN_COUNTS, WINDOW, Yielding
 from tests.waiting import wait_for
 
 
@@ -188,6 +188,45 @@ def test_work_held_back_comes_back_once_the_application_is_gone():
                                         "busy (0.00 statements of others at a time): work coming back")
     feed(yielding, 50.0, windows=8, others=IDLE, start=now)
     assert (yielding.allowed, yielding.time_scale) == (4, 1.0)
+
+
+def test_work_held_at_its_slowest_with_the_latency_over_the_target_is_told_once_after_a_minute():
+    yielding = auto_with_baseline(4, baseline_ms=2.0)
+    now = feed(yielding, 30.0, windows=2, others=BUSY)        # 4 -> 2 -> 1 workers, 1 -> 0.5 -> 0.25: slowest now
+    slowest_at = now
+    now = feed(yielding, 30.0, windows=int(HELD_NOTE_S) - 1, others=BUSY, start=now)
+    assert now - slowest_at < HELD_NOTE_S and yielding.slowest_note(now) is None
+    now = feed(yielding, 30.0, windows=2, others=BUSY, start=now)
+    note = yielding.slowest_note(now)
+    assert note is not None and "for 61 s" in note and "30.0 ms over 4.0 ms" in note
+    assert yielding.slowest_note(now) is None                  # once
+    now = feed(yielding, 30.0, windows=120, others=BUSY, start=now)
+    assert yielding.slowest_note(now) is None                  # once for the whole stretch, however long
+
+
+def test_a_second_not_over_the_target_starts_the_stretch_again():
+    yielding = Yielding(4, 10.0)
+    now = feed(yielding, 50.0, windows=40)
+    now = feed(yielding, 8.0, start=now)                       # under the target, not well under: still slowest
+    assert yielding.allowed == 1 and yielding.time_scale == 0.25
+    now = feed(yielding, 50.0, windows=int(HELD_NOTE_S) - 1, start=now)
+    assert yielding.slowest_note(now) is None
+    now = feed(yielding, 50.0, windows=3, start=now)
+    assert yielding.slowest_note(now) is not None
+
+
+def test_nothing_is_told_while_no_application_is_busy_or_after_new_settings_or_a_pause():
+    idle = auto_with_baseline(4, baseline_ms=2.0)
+    now = feed(idle, 30.0, windows=80, others=IDLE)            # slow, but the work's own commits
+    assert idle.slowest_note(now) is None
+    reset = Yielding(4, 10.0)
+    now = feed(reset, 50.0, windows=40)
+    reset.configure(4, 10.0)
+    now = feed(reset, 50.0, windows=30, start=now)
+    assert reset.slowest_note(now) is None                     # 70 s over, but 30 s since the new settings
+    reset.restart_window()
+    now = feed(reset, 50.0, windows=int(HELD_NOTE_S) - 1, start=now + 5.0)
+    assert reset.slowest_note(now) is None                     # the pause began a new stretch
 
 
 def test_a_duration_target_is_kept_whatever_else_runs():
