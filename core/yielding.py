@@ -20,11 +20,11 @@ of the time over the second judged (core/app_activity.py). Without one, the late
 the work's own (its commits, on an otherwise idle server), and the work comes back as if it were well under
 the target. A duration is a ceiling the operator set, kept whatever else runs.
 
-Work held at its slowest while the latency stays over the target is told once, after HELD_NOTE_S
-(`slowest_note`): on a server whose other load (the application's, the capture's and the apply's) keeps the
-latency there, yielding further buys the application nothing and lengthens every stage (measured on a
-saturated 2-core machine: twice the time, with more of the application's transactions held back over the
-run; docs/benchmarks.md). The operator decides: the work keeps yielding until told otherwise.
+Work held at its slowest for HELD_NOTE_S of judged seconds, the latency over the target in each, is told
+once per such stretch (`held_at_slowest`): on a server whose other load (the application's, the capture's and
+the apply's) keeps the latency there, the yield buys the application nothing and lengthens the work (measured
+on a saturated 2-core machine: 2.3–2.4 times the time, with more of the application's transactions held back
+over the run; docs/benchmarks.md). The operator decides: the work keeps yielding until told otherwise.
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 AUTO_FACTOR = 2.0
 AUTO_FLOOR_MS = 2.0
@@ -44,6 +45,7 @@ MIN_TIME_SCALE = 0.25
 WINDOW = 10                 # samples judged together: one second
 WINDOW_S = 1.0              # ... or fewer, when they take that long
 HELD_NOTE_S = 60.0          # held at the slowest, the latency over the target all along, this long: told once
+STRETCH_GAP_S = 5.0         # judged seconds further apart than this (the probe stopped or failing) are two stretches
 
 
 def window_latency(samples: list[float]) -> float:
@@ -59,6 +61,22 @@ def window_activity(counts: list[int | None]) -> float | None:
     if len(counts) < MIN_COUNTS or None in counts:
         return None
     return sum(counts) / len(counts)
+
+
+@dataclass(frozen=True)
+class HeldAtSlowest:
+    """A stretch of judged seconds that all held the work at its slowest with the latency over the target."""
+
+    seconds: float
+    latency_ms: float    # the last second's
+    target_ms: float
+
+    def text(self) -> str:
+        return (f"the copy has run at its slowest (one statement at a time, batches of {MIN_TIME_SCALE:.0%} of the "
+                f"target time) for {self.seconds:.0f} s, and the application's write latency has stayed over its "
+                f"target all along ({self.latency_ms:.1f} ms over {self.target_ms:.1f} ms, --max-app-latency): "
+                f"yielding has not brought it under, and at this pace the copy takes longer while the capture and "
+                f"the apply go on loading the server")
 
 
 class Yielding:
@@ -79,7 +97,7 @@ class Yielding:
         self._activity: deque[int | None] = deque(maxlen=3 * WINDOW)   # counts since the last judgement
         self._window_began: float | None = None
         self._running = 0
-        self._slowest_since: float | None = None   # since when every judged second held the work at its slowest
+        self._slowest: tuple[float, float] | None = None   # (first, last) judged second of the stretch
         self._slowest_told = False
         self._changed = threading.Condition()
         self.on_judged: Callable[[Yielding], None] | None = None   # told after each judged second (the metrics)
@@ -138,7 +156,7 @@ class Yielding:
         with self._changed:
             self._window, self._window_began = [], None
             self._activity.clear()
-            self._slowest_since, self._slowest_told = None, False
+            self._slowest, self._slowest_told = None, False
 
     def _judge(self, latency_ms: float, activity: float | None, now: float) -> None:
         self.last_window_ms, self.last_window_activity = latency_ms, activity
@@ -153,32 +171,41 @@ class Yielding:
             self.allowed = min(self.workers, self.allowed + 1)
             self.time_scale = min(1.0, self.time_scale * 1.25)
         if not (over and self._at_slowest()):
-            self._slowest_since, self._slowest_told = None, False
-        elif self._slowest_since is None:
-            self._slowest_since = now
+            self._slowest, self._slowest_told = None, False
+        elif self._slowest is None or now - self._slowest[1] > STRETCH_GAP_S:
+            self._slowest = (now, now)
+        else:
+            self._slowest = (self._slowest[0], now)
         self._changed.notify_all()
 
     def _at_slowest(self) -> bool:
         return self.allowed == 1 and self.time_scale == MIN_TIME_SCALE
 
-    def slowest_note(self, now: float | None = None) -> str | None:
-        """Once per stretch, when every second judged for HELD_NOTE_S held the work at its slowest with the latency
-        over the target: what the operator should know, and may change (`stream-osc set`). None otherwise."""
-        now = time.monotonic() if now is None else now
+    def held_at_slowest(self) -> HeldAtSlowest | None:
+        """Once per stretch, when the judged seconds of HELD_NOTE_S all held the work at its slowest with the
+        latency over the target: what the operator should know, and may change (`stream-osc set`). The stretch is
+        measured from its first judged second to its last, and a gap of over STRETCH_GAP_S between two (the probe
+        stopped or failing) begins a new one: seconds not judged never lengthen it."""
         with self._changed:
-            since, target, latency = self._slowest_since, self.target_ms, self.last_window_ms
-            if since is None or self._slowest_told or now - since < HELD_NOTE_S or target is None or latency is None:
+            if self._slowest is None or self._slowest_told or self.target_ms is None or self.last_window_ms is None:
+                return None
+            first, last = self._slowest
+            if last - first < HELD_NOTE_S:
                 return None
             self._slowest_told = True
-        return (f"copy and validation have run at their slowest (one statement at a time, batches of "
-                f"{MIN_TIME_SCALE:.0%} of the target time) for {now - since:.0f} s, and the application's write "
-                f"latency has stayed over its target all along ({latency:.1f} ms over {target:.1f} ms, "
-                f"--max-app-latency): yielding has not brought it under, and at this pace every stage takes longer "
-                f"while the capture and the apply go on loading the server")
+            return HeldAtSlowest(last - first, self.last_window_ms, self.target_ms)
+
+    def forget_stretch(self) -> None:
+        """Begin no stretch earlier than now: the work it would speak of starts or ends here."""
+        with self._changed:
+            self._slowest, self._slowest_told = None, False
 
     def configure(self, workers: int, target: float | str | None) -> None:
-        """New settings (`stream-osc set copy-workers=… max-app-latency=…`); the baseline is kept."""
+        """New settings (`stream-osc set copy-workers=… max-app-latency=…`); the baseline is kept. Either one
+        changed begins a new stretch at the slowest (held_at_slowest)."""
         with self._changed:
+            if (workers, target) != (self.workers, self.mode):
+                self._slowest, self._slowest_told = None, False
             self.workers, self.mode = workers, target
             self.target_ms = target if isinstance(target, float) else None
             if target == "auto" and self.baseline_ms is not None:
@@ -186,7 +213,6 @@ class Yielding:
             self.allowed = workers if self.target_ms is None else min(max(self.allowed, 1), workers)
             if self.target_ms is None:
                 self.time_scale = 1.0
-            self._slowest_since, self._slowest_told = None, False
             self._changed.notify_all()
 
     def judges_activity(self) -> bool:

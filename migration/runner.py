@@ -506,15 +506,18 @@ class Runner:
                 queue.seed(pending)   # Redis is a cache: rebuilt from the metadata schema
             self.restart_copy = False
             group = WorkerGroup(ctx, copy_worker, self.spec.copy_workers, "copy").start()
+            self.yielding.forget_stretch()   # the copy's own seconds at its slowest, not those before it
             try:
                 while group.alive() and not self.restart_copy:
                     group.wait(0.5)
                     self._raise_if_helpers_failed(ctx)
                     self._show_copy(ctx)
                     self._show_throttle(ctx)
+                    self._tell_if_held_at_slowest()
                     self._check_health(ctx)
             finally:
                 group.stop()
+                self.yielding.forget_stretch()
             group.raise_if_failed()
         self._show_throttle(ctx)   # a release followed by the last chunks within one tick is said too
         self._show_copy(ctx, force=True)
@@ -528,8 +531,7 @@ class Runner:
         self.progress.copy(fraction, rows, done, len(chunks), *self.metrics.copy_estimate, force=force)
 
     def _show_throttle(self, ctx: RunContext) -> None:
-        """Say when the workers start or stop holding back (--max-load, --max-app-latency), and once when yielding
-        has held the work at its slowest for long without the application's latency coming under its target."""
+        """Say when the workers start or stop holding back (--max-load, --max-app-latency)."""
         try:
             reason = read_throttle_note(ctx.shared_redis(), ctx.migration.id)
         except redis.RedisError:
@@ -538,13 +540,17 @@ class Runner:
         for line in throttle_change(self.throttle_shown, reason):
             self.progress.say(line)
         self.throttle_shown = reason
-        note = self.yielding.slowest_note()
-        if note is not None:
-            self.progress.say(f"{note}: `stream-osc set --table {self.spec.qualified_name} max-app-latency=off` "
-                              "(or a longer duration) lets the work finish sooner")
-            log_event(log, "held at the slowest with the application's latency over its target", logging.WARNING,
-                      latency_ms=round(self.yielding.last_window_ms or 0.0, 1),
-                      target_ms=round(self.yielding.target_ms or 0.0, 1))
+
+    def _tell_if_held_at_slowest(self) -> None:
+        """Once the copy has yielded as far as it goes for long without the application's latency coming under its
+        target: say so, and name the setting that lets the copy finish sooner (core/yielding.py)."""
+        held = self.yielding.held_at_slowest()
+        if held is None:
+            return
+        self.progress.say(f"{held.text()}: `stream-osc set --table {self.spec.qualified_name} max-app-latency=off` "
+                          "lets it finish sooner")
+        log_event(log, "copy held at its slowest with the application's latency over its target", logging.WARNING,
+                  held_s=round(held.seconds), latency_ms=round(held.latency_ms, 1), target_ms=round(held.target_ms, 1))
 
     def _start_appliers(self, ctx: RunContext) -> None:
         self.appliers = WorkerGroup(ctx, partial(apply_worker, member=self.applier_member),

@@ -190,43 +190,81 @@ def test_work_held_back_comes_back_once_the_application_is_gone():
     assert (yielding.allowed, yielding.time_scale) == (4, 1.0)
 
 
+def held_for(yielding: Yielding, latency_ms: float, seconds: int, start: float, others=None) -> float:
+    """`seconds` judged seconds of `latency_ms`; returns the time reached."""
+    return feed(yielding, latency_ms, windows=seconds, start=start, others=others)
+
+
 def test_work_held_at_its_slowest_with_the_latency_over_the_target_is_told_once_after_a_minute():
     yielding = auto_with_baseline(4, baseline_ms=2.0)
     now = feed(yielding, 30.0, windows=2, others=BUSY)        # 4 -> 2 -> 1 workers, 1 -> 0.5 -> 0.25: slowest now
-    slowest_at = now
-    now = feed(yielding, 30.0, windows=int(HELD_NOTE_S) - 1, others=BUSY, start=now)
-    assert now - slowest_at < HELD_NOTE_S and yielding.slowest_note(now) is None
-    now = feed(yielding, 30.0, windows=2, others=BUSY, start=now)
-    note = yielding.slowest_note(now)
-    assert note is not None and "for 61 s" in note and "30.0 ms over 4.0 ms" in note
-    assert yielding.slowest_note(now) is None                  # once
-    now = feed(yielding, 30.0, windows=120, others=BUSY, start=now)
-    assert yielding.slowest_note(now) is None                  # once for the whole stretch, however long
+    now = held_for(yielding, 30.0, int(HELD_NOTE_S) - 1, now, others=BUSY)
+    assert yielding.held_at_slowest() is None                  # 59 s of the stretch
+    now = held_for(yielding, 30.0, 2, now, others=BUSY)
+    held = yielding.held_at_slowest()
+    assert held is not None and round(held.seconds) == 61 and (held.latency_ms, held.target_ms) == (30.0, 4.0)
+    assert "for 61 s" in held.text() and "30.0 ms over 4.0 ms" in held.text()
+    assert yielding.held_at_slowest() is None                  # once
+    held_for(yielding, 30.0, 120, now, others=BUSY)
+    assert yielding.held_at_slowest() is None                  # once for the whole stretch, however long
 
 
-def test_a_second_not_over_the_target_starts_the_stretch_again():
+def test_a_second_not_over_the_target_ends_the_stretch_and_the_next_one_is_told_again():
     yielding = Yielding(4, 10.0)
-    now = feed(yielding, 50.0, windows=40)
+    now = held_for(yielding, 50.0, 70, 0.0)
+    assert yielding.held_at_slowest() is not None
     now = feed(yielding, 8.0, start=now)                       # under the target, not well under: still slowest
     assert yielding.allowed == 1 and yielding.time_scale == 0.25
-    now = feed(yielding, 50.0, windows=int(HELD_NOTE_S) - 1, start=now)
-    assert yielding.slowest_note(now) is None
-    now = feed(yielding, 50.0, windows=3, start=now)
-    assert yielding.slowest_note(now) is not None
+    now = held_for(yielding, 50.0, int(HELD_NOTE_S) - 1, now)
+    assert yielding.held_at_slowest() is None
+    held_for(yielding, 50.0, 3, now)
+    assert yielding.held_at_slowest() is not None
 
 
-def test_nothing_is_told_while_no_application_is_busy_or_after_new_settings_or_a_pause():
-    idle = auto_with_baseline(4, baseline_ms=2.0)
-    now = feed(idle, 30.0, windows=80, others=IDLE)            # slow, but the work's own commits
-    assert idle.slowest_note(now) is None
-    reset = Yielding(4, 10.0)
-    now = feed(reset, 50.0, windows=40)
-    reset.configure(4, 10.0)
-    now = feed(reset, 50.0, windows=30, start=now)
-    assert reset.slowest_note(now) is None                     # 70 s over, but 30 s since the new settings
-    reset.restart_window()
-    now = feed(reset, 50.0, windows=int(HELD_NOTE_S) - 1, start=now + 5.0)
-    assert reset.slowest_note(now) is None                     # the pause began a new stretch
+def test_seconds_not_judged_do_not_lengthen_the_stretch():
+    yielding = Yielding(4, 10.0)
+    now = held_for(yielding, 50.0, 10, 0.0)
+    now = held_for(yielding, 50.0, 55, now + 3600.0)           # an hour without samples: a probe stopped or failing
+    assert yielding.held_at_slowest() is None                  # 55 s since the gap, not an hour and a minute
+    held_for(yielding, 50.0, 7, now)
+    assert yielding.held_at_slowest() is not None
+
+
+def test_new_settings_or_a_pause_begin_a_new_stretch_and_the_same_settings_do_not():
+    yielding = Yielding(4, 10.0)
+    now = held_for(yielding, 50.0, 70, 0.0)
+    assert yielding.held_at_slowest() is not None
+    yielding.configure(4, 10.0)                                # an unrelated `stream-osc set`: the same stretch
+    now = held_for(yielding, 50.0, 70, now)
+    assert yielding.held_at_slowest() is None
+    yielding.configure(4, 20.0)
+    now = held_for(yielding, 50.0, 30, now)
+    assert yielding.held_at_slowest() is None                  # 30 s since the new target
+    now = held_for(yielding, 50.0, 40, now)
+    assert yielding.held_at_slowest() is not None
+    yielding.restart_window()                                  # a pause
+    now = held_for(yielding, 50.0, int(HELD_NOTE_S) - 1, now + 5.0)
+    assert yielding.held_at_slowest() is None
+    now = held_for(yielding, 50.0, 3, now)
+    assert yielding.held_at_slowest() is not None
+    yielding.forget_stretch()                                  # the copy ends (or begins)
+    now = held_for(yielding, 50.0, int(HELD_NOTE_S) - 1, now)
+    assert yielding.held_at_slowest() is None
+    held_for(yielding, 50.0, 3, now)
+    assert yielding.held_at_slowest() is not None
+
+
+def test_nothing_is_told_while_no_application_is_busy_or_with_off():
+    idle = auto_with_baseline(1, baseline_ms=2.0)
+    now = feed(idle, 30.0, windows=2, others=BUSY)             # one worker: slowest once the batch time is
+    assert idle.time_scale == 0.25
+    for _ in range(70):                                        # a busy second, then an idle one, and so on
+        now = feed(idle, 30.0, start=now, others=IDLE)
+        now = feed(idle, 30.0, start=now, others=BUSY)
+    assert idle.held_at_slowest() is None
+    off = Yielding(4, None)
+    held_for(off, 500.0, 70, 0.0)
+    assert off.held_at_slowest() is None
 
 
 def test_a_duration_target_is_kept_whatever_else_runs():
