@@ -7,7 +7,8 @@ phases of the same sysbench load, each on its own sysbench process:
 2. the load beside a stream-osc migration that has copied the table and is kept in sync waiting for its cutover
    (`--cutover manual`): capture and apply, no copy, no validation;
 3. the load beside the same migration paused (`stream-osc pause`): capture only, Debezium reading the binlog and
-   the broker storing it, nothing applied;
+   the broker storing it, nothing applied (the paused appliers stay in their consumer group: its heartbeats and
+   the consumers' prefetch go on);
 4. the load alone again, after `stream-osc abort` removed the migration.
 
 A first repetition, not recorded, lets a broker and Connect worker just started compile their code.
@@ -20,10 +21,10 @@ no pace of the copy brings the application below what the capture alone costs.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,12 +68,14 @@ def migration_status(endpoints: Endpoints, table: BenchTable) -> str | None:
     return None if latest is None else str(latest.status)
 
 
-def await_status(endpoints: Endpoints, table: BenchTable, status: Status, process: subprocess.Popen[str]) -> None:
+def await_status(endpoints: Endpoints, table: BenchTable, status: Status, process: subprocess.Popen[str],
+                 output: Callable[[], str]) -> None:
     """Return once the migration reports `status`; raise if its process ends first or the wait runs out."""
     deadline = time.monotonic() + WAIT_FOR_SYNC_S
     while migration_status(endpoints, table) != status:
         if process.poll() is not None:
-            raise BenchError(f"stream-osc exited with {process.returncode} before reaching status {status}")
+            raise BenchError(f"stream-osc exited with {process.returncode} before reaching status {status}:\n"
+                             f"{output()}")
         if time.monotonic() > deadline:
             raise BenchError(f"stream-osc did not reach status {status} within {WAIT_FOR_SYNC_S:.0f} s")
         time.sleep(0.5)
@@ -109,20 +112,41 @@ def one_repetition(run: ToolRun, rate: int, threads: int, seconds: float, say: C
     run.table.restore()
     phases = [measure(PHASES[0], run, rate, threads, seconds, None)]
     cmd, env = stream_osc_command(run)
-    with open(os.devnull, "w") as quiet:
-        process = subprocess.Popen([*cmd, "--cutover", "manual"], env=env, stdout=quiet, stderr=quiet, text=True)
-    try:
-        await_status(run.endpoints, run.table, Status.WAITING, process)
-        say("  in sync, waiting for cutover")
-        phases.append(measure(PHASES[1], run, rate, threads, seconds, process.pid))
-        subprocess.run([*cmd[:3], "pause", "--table", f"{run.table.database}.{run.table.table}"], env=env,
-                       check=True, capture_output=True)
-        phases.append(measure(PHASES[2], run, rate, threads, seconds, process.pid))
-    finally:
-        stream_osc_abort(run)
-        process.wait(timeout=120)
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen([*cmd, "--cutover", "manual"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   text=True)
+
+        def output() -> str:
+            log.seek(0)
+            return "\n".join(log.read().strip().splitlines()[-5:])
+
+        try:
+            try:
+                await_status(run.endpoints, run.table, Status.WAITING, process, output)
+                say("  in sync, waiting for cutover")
+                phases.append(measure(PHASES[1], run, rate, threads, seconds, process.pid))
+                paused = subprocess.run([*cmd[:3], "pause", "--table", f"{run.table.database}.{run.table.table}"],
+                                        env=env, capture_output=True, text=True, timeout=60)
+                if paused.returncode != 0:
+                    raise BenchError(f"stream-osc pause exited with {paused.returncode}: {paused.stdout.strip()}")
+                phases.append(measure(PHASES[2], run, rate, threads, seconds, process.pid))
+            finally:
+                stream_osc_abort(run)
+        finally:
+            _end(process)
+    if migration_status(run.endpoints, run.table) != Status.ABORTED:
+        raise BenchError("stream-osc abort did not remove the migration: the last phase would run beside its capture")
     phases.append(measure(PHASES[3], run, rate, threads, seconds, None))
     return phases
+
+
+def _end(process: subprocess.Popen[str]) -> None:
+    """Wait for the migration's process, which the abort stops; kill it if it does not end."""
+    try:
+        process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def report(repetitions: list[list[Phase]]) -> str:
@@ -161,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the unrecorded first repetition (a broker and Connect worker just started spend "
                              "their first minutes compiling their code, which a long-running worker has done)")
     args = parser.parse_args(argv)
+    if args.repetitions < 1:
+        parser.error("--repetitions must be at least 1")
 
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
@@ -183,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             repetitions.append(one_repetition(run, args.rate, args.threads, args.seconds, say))
             for phase in repetitions[-1]:
                 say(f"  {phase.name:<12} {phase.tps:6.0f} tx/s  p99 {phase.p99_ms:8.1f} ms  {phase.cores}")
-    except BenchError as exc:
+    except (BenchError, subprocess.SubprocessError) as exc:
         say(f"bench.capture_cost: error: {exc}")
         return 2
     print(report(repetitions))
