@@ -20,11 +20,12 @@ of the time over the second judged (core/app_activity.py). Without one, the late
 the work's own (its commits, on an otherwise idle server), and the work comes back as if it were well under
 the target. A duration is a ceiling the operator set, kept whatever else runs.
 
-Work held at its slowest for HELD_NOTE_S of judged seconds, the latency over the target in each, is told
-once per such stretch (`held_at_slowest`): on a server whose other load (the application's, the capture's and
-the apply's) keeps the latency there, the yield buys the application nothing and lengthens the work (measured
-on a saturated 2-core machine: 2.3–2.4 times the time, with more of the application's transactions held back
-over the run; docs/benchmarks.md). The operator decides: the work keeps yielding until told otherwise.
+Work held at its slowest for HELD_NOTE_S, the latency over the target in at least HELD_OVER_SHARE of the
+seconds judged meanwhile, is told once per such stretch (`held_at_slowest`): on a server whose other load
+(the application's, the capture's and the apply's) keeps the latency there, the yield buys the application
+nothing and lengthens the work (measured on a saturated 2-core machine: 2.3–2.4 times the time, with more of
+the application's transactions held back over the run; docs/benchmarks.md). The operator decides: the work
+keeps yielding until told otherwise.
 """
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ RECOVER_BELOW = 0.6         # share of the target under which work is added back
 MIN_TIME_SCALE = 0.25
 WINDOW = 10                 # samples judged together: one second
 WINDOW_S = 1.0              # ... or fewer, when they take that long
-HELD_NOTE_S = 60.0          # held at the slowest, the latency over the target all along, this long: told once
+HELD_NOTE_S = 60.0          # held at the slowest this long, the latency mostly over the target: told once
+HELD_OVER_SHARE = 0.75      # ... "mostly": this share of the seconds judged at the slowest
 STRETCH_GAP_S = 5.0         # judged seconds further apart than this (the probe stopped or failing) are two stretches
 
 
@@ -68,15 +70,17 @@ class HeldAtSlowest:
     """A stretch of judged seconds that all held the work at its slowest with the latency over the target."""
 
     seconds: float
+    judged: int          # seconds judged in the stretch
+    over: int            # ... with the latency over the target
     latency_ms: float    # the last second's
     target_ms: float
 
     def text(self) -> str:
         return (f"the copy has run at its slowest (one statement at a time, batches of {MIN_TIME_SCALE:.0%} of the "
-                f"target time) for {self.seconds:.0f} s, and the application's write latency has stayed over its "
-                f"target all along ({self.latency_ms:.1f} ms over {self.target_ms:.1f} ms, --max-app-latency): "
-                f"yielding has not brought it under, and at this pace the copy takes longer while the capture and "
-                f"the apply go on loading the server")
+                f"target time) for {self.seconds:.0f} s, and the application's write latency was over its target in "
+                f"{self.over} of the {self.judged} seconds judged (last {self.latency_ms:.1f} ms against "
+                f"{self.target_ms:.1f} ms, --max-app-latency): yielding has not brought it under, and at this pace "
+                f"the copy takes longer while the capture and the apply go on loading the server")
 
 
 class Yielding:
@@ -97,7 +101,7 @@ class Yielding:
         self._activity: deque[int | None] = deque(maxlen=3 * WINDOW)   # counts since the last judgement
         self._window_began: float | None = None
         self._running = 0
-        self._slowest: tuple[float, float] | None = None   # (first, last) judged second of the stretch
+        self._slowest: tuple[float, float, int, int] | None = None   # first and last second judged, judged, over
         self._slowest_told = False
         self._changed = threading.Condition()
         self.on_judged: Callable[[Yielding], None] | None = None   # told after each judged second (the metrics)
@@ -170,30 +174,33 @@ class Yielding:
         elif idle or latency_ms < RECOVER_BELOW * self.target_ms:
             self.allowed = min(self.workers, self.allowed + 1)
             self.time_scale = min(1.0, self.time_scale * 1.25)
-        if not (over and self._at_slowest()):
+        if not self._at_slowest():
             self._slowest, self._slowest_told = None, False
         elif self._slowest is None or now - self._slowest[1] > STRETCH_GAP_S:
-            self._slowest = (now, now)
+            self._slowest, self._slowest_told = (now, now, 1, int(over)), False
         else:
-            self._slowest = (self._slowest[0], now)
+            first, _, judged, over_count = self._slowest
+            self._slowest = (first, now, judged + 1, over_count + int(over))
         self._changed.notify_all()
 
     def _at_slowest(self) -> bool:
         return self.allowed == 1 and self.time_scale == MIN_TIME_SCALE
 
     def held_at_slowest(self) -> HeldAtSlowest | None:
-        """Once per stretch, when the judged seconds of HELD_NOTE_S all held the work at its slowest with the
-        latency over the target: what the operator should know, and may change (`stream-osc set`). The stretch is
-        measured from its first judged second to its last, and a gap of over STRETCH_GAP_S between two (the probe
-        stopped or failing) begins a new one: seconds not judged never lengthen it."""
+        """Once per stretch, when every second judged for HELD_NOTE_S left the work at its slowest and at least
+        HELD_OVER_SHARE of them found the latency over the target: what the operator should know, and may change
+        (`stream-osc set`). The stretch ends at a second that lets work come back (the latency well under the
+        target, or no application busy); it is measured from its first judged second to its last, and a gap of
+        over STRETCH_GAP_S between two (the probe stopped or failing) begins a new one: seconds not judged never
+        lengthen it."""
         with self._changed:
             if self._slowest is None or self._slowest_told or self.target_ms is None or self.last_window_ms is None:
                 return None
-            first, last = self._slowest
-            if last - first < HELD_NOTE_S:
+            first, last, judged, over = self._slowest
+            if last - first < HELD_NOTE_S or over < HELD_OVER_SHARE * judged:
                 return None
             self._slowest_told = True
-            return HeldAtSlowest(last - first, self.last_window_ms, self.target_ms)
+            return HeldAtSlowest(last - first, judged, over, self.last_window_ms, self.target_ms)
 
     def forget_stretch(self) -> None:
         """Begin no stretch earlier than now: the work it would speak of starts or ends here."""

@@ -550,7 +550,8 @@ class Runner:
         self.progress.say(f"{held.text()}: `stream-osc set --table {self.spec.qualified_name} max-app-latency=off` "
                           "lets it finish sooner")
         log_event(log, "copy held at its slowest with the application's latency over its target", logging.WARNING,
-                  held_s=round(held.seconds), latency_ms=round(held.latency_ms, 1), target_ms=round(held.target_ms, 1))
+                  held_s=round(held.seconds), seconds_judged=held.judged, seconds_over=held.over,
+                  latency_ms=round(held.latency_ms, 1), target_ms=round(held.target_ms, 1))
 
     def _start_appliers(self, ctx: RunContext) -> None:
         self.appliers = WorkerGroup(ctx, partial(apply_worker, member=self.applier_member),

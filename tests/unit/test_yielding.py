@@ -202,23 +202,38 @@ def test_work_held_at_its_slowest_with_the_latency_over_the_target_is_told_once_
     assert yielding.held_at_slowest() is None                  # 59 s of the stretch
     now = held_for(yielding, 30.0, 2, now, others=BUSY)
     held = yielding.held_at_slowest()
-    assert held is not None and round(held.seconds) == 61 and (held.latency_ms, held.target_ms) == (30.0, 4.0)
-    assert "for 61 s" in held.text() and "30.0 ms over 4.0 ms" in held.text()
+    assert held is not None and round(held.seconds) == 61 and (held.judged, held.over) == (62, 62)
+    assert (held.latency_ms, held.target_ms) == (30.0, 4.0)
+    assert "for 61 s" in held.text() and "in 62 of the 62 seconds judged (last 30.0 ms against 4.0 ms" in held.text()
     assert yielding.held_at_slowest() is None                  # once
     held_for(yielding, 30.0, 120, now, others=BUSY)
     assert yielding.held_at_slowest() is None                  # once for the whole stretch, however long
 
 
-def test_a_second_not_over_the_target_ends_the_stretch_and_the_next_one_is_told_again():
+def test_a_second_that_lets_work_come_back_ends_the_stretch_and_the_next_one_is_told_again():
     yielding = Yielding(4, 10.0)
     now = held_for(yielding, 50.0, 70, 0.0)
     assert yielding.held_at_slowest() is not None
-    now = feed(yielding, 8.0, start=now)                       # under the target, not well under: still slowest
-    assert yielding.allowed == 1 and yielding.time_scale == 0.25
-    now = held_for(yielding, 50.0, int(HELD_NOTE_S) - 1, now)
+    now = feed(yielding, 2.0, start=now)                       # well under the target: a worker comes back
+    assert yielding.allowed == 2
+    now = held_for(yielding, 50.0, int(HELD_NOTE_S), now)      # slowest again at its first second
     assert yielding.held_at_slowest() is None
-    held_for(yielding, 50.0, 3, now)
+    held_for(yielding, 50.0, 2, now)
     assert yielding.held_at_slowest() is not None
+
+
+@pytest.mark.parametrize("over_of_ten, told", [(8, True), (7, False)])
+def test_seconds_under_the_target_but_not_well_under_keep_the_stretch_and_count_against_telling(over_of_ten, told):
+    yielding = Yielding(4, 10.0)
+    now = held_for(yielding, 50.0, 2, 0.0)                     # slowest
+    for _ in range(9):
+        now = held_for(yielding, 50.0, over_of_ten, now)
+        now = held_for(yielding, 8.0, 10 - over_of_ten, now)   # held, not coming back
+    assert yielding.allowed == 1 and yielding.time_scale == 0.25
+    held = yielding.held_at_slowest()
+    assert (held is not None) == told
+    if told:
+        assert (held.judged, held.over) == (91, 2 + 9 * over_of_ten - 1)
 
 
 def test_seconds_not_judged_do_not_lengthen_the_stretch():
