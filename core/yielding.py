@@ -67,7 +67,7 @@ def window_activity(counts: list[int | None]) -> float | None:
 
 @dataclass(frozen=True)
 class HeldAtSlowest:
-    """A stretch of judged seconds that all held the work at its slowest with the latency over the target."""
+    """A stretch of judged seconds that all left the work at its slowest, with the latency over the target in most."""
 
     seconds: float
     judged: int          # seconds judged in the stretch
@@ -79,7 +79,7 @@ class HeldAtSlowest:
         return (f"the copy has run at its slowest (one statement at a time, batches of {MIN_TIME_SCALE:.0%} of the "
                 f"target time) for {self.seconds:.0f} s, and the application's write latency was over its target in "
                 f"{self.over} of the {self.judged} seconds judged (last {self.latency_ms:.1f} ms against "
-                f"{self.target_ms:.1f} ms, --max-app-latency): yielding has not brought it under, and at this pace "
+                f"{self.target_ms:.1f} ms, --max-app-latency): yielding has not kept it under, and at this pace "
                 f"the copy takes longer while the capture and the apply go on loading the server")
 
 
