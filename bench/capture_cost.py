@@ -33,16 +33,15 @@ from typing import Any
 from bench import cpu
 from bench.config import ALTER, row_count
 from bench.load import SysbenchLoad
+from bench.observe import migration_status
 from bench.run import WARMUP_S
 from bench.sysbench import BenchError
 from bench.table import BenchTable
 from bench.tools import ToolRun, compile_measured_code, stream_osc_abort, stream_osc_command
-from core.db import connect
 from core.endpoints import Endpoints
-from core.state import StateStore, Status
+from core.state import Status
 from stack import services
 from stack.config import StackConfig
-from stack.process import proc_stat
 
 PHASES = ("alone", "in sync", "capture only", "alone again")
 WAIT_FOR_SYNC_S = 600.0
@@ -58,16 +57,6 @@ class Phase:
     cores: dict[str, float | None]
 
 
-def migration_status(endpoints: Endpoints, table: BenchTable) -> str | None:
-    """The status of the table's newest stream-osc migration (None before there is one)."""
-    conn = connect(endpoints.mysql)
-    try:
-        latest = StateStore(conn, "stream_osc").latest(table.database, table.table)
-    finally:
-        conn.close()
-    return None if latest is None else str(latest.status)
-
-
 def await_status(endpoints: Endpoints, table: BenchTable, status: Status, process: subprocess.Popen[str],
                  output: Callable[[], str]) -> None:
     """Return once the migration reports `status`; raise if its process ends first or the wait runs out."""
@@ -81,21 +70,16 @@ def await_status(endpoints: Endpoints, table: BenchTable, status: Status, proces
         time.sleep(0.5)
 
 
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds of one process so far (0 once it is gone)."""
-    stat = proc_stat(pid)
-    return 0.0 if stat is None else (int(stat[13]) + int(stat[14])) / cpu.CLOCK_TICKS
-
-
 def measure(name: str, run: ToolRun, rate: int, threads: int, seconds: float, tool_pid: int | None) -> Phase:
     """Run the load for a warm-up and `seconds`; the application's figures and the cores by role over them."""
     load = SysbenchLoad(run.endpoints.mysql, run.table.database, run.table.rows, rate, threads).start()
     try:
         time.sleep(WARMUP_S)
-        start, before, tool_before = load.now(), cpu.snapshot(), process_cpu_s(tool_pid) if tool_pid else 0.0
+        start, before = load.now(), cpu.snapshot()
+        tool_before = cpu.process_cpu_seconds(tool_pid) if tool_pid else 0.0
         time.sleep(seconds)
         end, after = load.now(), cpu.snapshot()
-        tool_after = process_cpu_s(tool_pid) if tool_pid else 0.0
+        tool_after = cpu.process_cpu_seconds(tool_pid) if tool_pid else 0.0
     finally:
         load.stop()
     window = load.window(start, end)

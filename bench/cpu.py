@@ -45,6 +45,17 @@ class CpuSnapshot:
     uptime_ticks: int = 0
 
 
+def cpu_seconds(stat: list[str]) -> float:
+    """A process's CPU seconds so far from its /proc/<pid>/stat fields (14, 15: utime, stime)."""
+    return (int(stat[13]) + int(stat[14])) / CLOCK_TICKS
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds of one process so far (0 once it is gone)."""
+    stat = proc_stat(pid)
+    return 0.0 if stat is None else cpu_seconds(stat)
+
+
 def snapshot() -> CpuSnapshot:
     """Read every reported process's CPU seconds and the machine's ticks now."""
     by_process: dict[Process, float] = {}
@@ -57,8 +68,8 @@ def snapshot() -> CpuSnapshot:
             continue
         role = role_of(cmdline)
         stat = proc_stat(int(entry)) if role is not None else None
-        if stat is not None:   # fields 14, 15: utime, stime; 22: start time
-            by_process[(int(entry), int(stat[21]), role)] = (int(stat[13]) + int(stat[14])) / CLOCK_TICKS
+        if stat is not None:   # field 22: start time
+            by_process[(int(entry), int(stat[21]), role)] = cpu_seconds(stat)
     ticks = [int(v) for v in open("/proc/stat").readline().split()[1:9]]   # user … steal (guest is in user)
     idle = ticks[3] + ticks[4]                                               # idle + iowait
     uptime = int(float(open("/proc/uptime").read().split()[0]) * CLOCK_TICKS)

@@ -246,6 +246,12 @@ def swap_finished_at(endpoints: Endpoints, table: BenchTable, after_id: int) -> 
     return latest.cutover_at + (latest.cutover_blocked_ms or 0) / 1000
 
 
+def migration_status(endpoints: Endpoints, table: BenchTable) -> str | None:
+    """The status of the table's most recent stream-osc migration (None before there is one)."""
+    latest = _latest(endpoints, table)
+    return None if latest is None else str(latest.status)
+
+
 def in_stage(endpoints: Endpoints, table: BenchTable, after_id: int, stage: str) -> bool:
     """True once the table's migration started after `after_id` is in `stage`."""
     latest = _latest(endpoints, table, after_id)

@@ -190,45 +190,40 @@ def test_work_held_back_comes_back_once_the_application_is_gone():
     assert (yielding.allowed, yielding.time_scale) == (4, 1.0)
 
 
-def held_for(yielding: Yielding, latency_ms: float, seconds: int, start: float, others=None) -> float:
-    """`seconds` judged seconds of `latency_ms`; returns the time reached."""
-    return feed(yielding, latency_ms, windows=seconds, start=start, others=others)
-
-
 def test_work_held_at_its_slowest_with_the_latency_over_the_target_is_told_once_after_a_minute():
     yielding = auto_with_baseline(4, baseline_ms=2.0)
     now = feed(yielding, 30.0, windows=2, others=BUSY)        # 4 -> 2 -> 1 workers, 1 -> 0.5 -> 0.25: slowest now
-    now = held_for(yielding, 30.0, int(HELD_NOTE_S) - 1, now, others=BUSY)
+    now = feed(yielding, 30.0, windows=int(HELD_NOTE_S) - 1, start=now, others=BUSY)
     assert yielding.held_at_slowest() is None                  # 59 s of the stretch
-    now = held_for(yielding, 30.0, 2, now, others=BUSY)
+    now = feed(yielding, 30.0, windows=2, start=now, others=BUSY)
     held = yielding.held_at_slowest()
     assert held is not None and round(held.seconds) == 61 and (held.judged, held.over) == (62, 62)
     assert (held.latency_ms, held.target_ms) == (30.0, 4.0)
     assert "for 61 s" in held.text() and "in 62 of the 62 seconds judged (last 30.0 ms against 4.0 ms" in held.text()
     assert yielding.held_at_slowest() is None                  # once
-    held_for(yielding, 30.0, 120, now, others=BUSY)
+    feed(yielding, 30.0, windows=120, start=now, others=BUSY)
     assert yielding.held_at_slowest() is None                  # once for the whole stretch, however long
 
 
 def test_a_second_that_lets_work_come_back_ends_the_stretch_and_the_next_one_is_told_again():
     yielding = Yielding(4, 10.0)
-    now = held_for(yielding, 50.0, 70, 0.0)
+    now = feed(yielding, 50.0, windows=70, start=0.0)
     assert yielding.held_at_slowest() is not None
     now = feed(yielding, 2.0, start=now)                       # well under the target: a worker comes back
     assert yielding.allowed == 2
-    now = held_for(yielding, 50.0, int(HELD_NOTE_S), now)      # slowest again at its first second
+    now = feed(yielding, 50.0, windows=int(HELD_NOTE_S), start=now)   # slowest again at its first second
     assert yielding.held_at_slowest() is None
-    held_for(yielding, 50.0, 2, now)
+    feed(yielding, 50.0, windows=2, start=now)
     assert yielding.held_at_slowest() is not None
 
 
 @pytest.mark.parametrize("over_of_ten, told", [(8, True), (7, False)])
 def test_seconds_under_the_target_but_not_well_under_keep_the_stretch_and_count_against_telling(over_of_ten, told):
     yielding = Yielding(4, 10.0)
-    now = held_for(yielding, 50.0, 2, 0.0)                     # slowest
+    now = feed(yielding, 50.0, windows=2, start=0.0)           # slowest
     for _ in range(9):
-        now = held_for(yielding, 50.0, over_of_ten, now)
-        now = held_for(yielding, 8.0, 10 - over_of_ten, now)   # held, not coming back
+        now = feed(yielding, 50.0, windows=over_of_ten, start=now)
+        now = feed(yielding, 8.0, windows=10 - over_of_ten, start=now)   # held, not coming back
     assert yielding.allowed == 1 and yielding.time_scale == 0.25
     held = yielding.held_at_slowest()
     assert (held is not None) == told
@@ -238,34 +233,34 @@ def test_seconds_under_the_target_but_not_well_under_keep_the_stretch_and_count_
 
 def test_seconds_not_judged_do_not_lengthen_the_stretch():
     yielding = Yielding(4, 10.0)
-    now = held_for(yielding, 50.0, 10, 0.0)
-    now = held_for(yielding, 50.0, 55, now + 3600.0)           # an hour without samples: a probe stopped or failing
+    now = feed(yielding, 50.0, windows=10, start=0.0)
+    now = feed(yielding, 50.0, windows=55, start=now + 3600.0)   # an hour unjudged: a probe stopped or failing
     assert yielding.held_at_slowest() is None                  # 55 s since the gap, not an hour and a minute
-    held_for(yielding, 50.0, 7, now)
+    feed(yielding, 50.0, windows=7, start=now)
     assert yielding.held_at_slowest() is not None
 
 
 def test_new_settings_or_a_pause_begin_a_new_stretch_and_the_same_settings_do_not():
     yielding = Yielding(4, 10.0)
-    now = held_for(yielding, 50.0, 70, 0.0)
+    now = feed(yielding, 50.0, windows=70, start=0.0)
     assert yielding.held_at_slowest() is not None
     yielding.configure(4, 10.0)                                # an unrelated `stream-osc set`: the same stretch
-    now = held_for(yielding, 50.0, 70, now)
+    now = feed(yielding, 50.0, windows=70, start=now)
     assert yielding.held_at_slowest() is None
     yielding.configure(4, 20.0)
-    now = held_for(yielding, 50.0, 30, now)
+    now = feed(yielding, 50.0, windows=30, start=now)
     assert yielding.held_at_slowest() is None                  # 30 s since the new target
-    now = held_for(yielding, 50.0, 40, now)
+    now = feed(yielding, 50.0, windows=40, start=now)
     assert yielding.held_at_slowest() is not None
     yielding.restart_window()                                  # a pause
-    now = held_for(yielding, 50.0, int(HELD_NOTE_S) - 1, now + 5.0)
+    now = feed(yielding, 50.0, windows=int(HELD_NOTE_S) - 1, start=now + 5.0)
     assert yielding.held_at_slowest() is None
-    now = held_for(yielding, 50.0, 3, now)
+    now = feed(yielding, 50.0, windows=3, start=now)
     assert yielding.held_at_slowest() is not None
     yielding.forget_stretch()                                  # the copy ends (or begins)
-    now = held_for(yielding, 50.0, int(HELD_NOTE_S) - 1, now)
+    now = feed(yielding, 50.0, windows=int(HELD_NOTE_S) - 1, start=now)
     assert yielding.held_at_slowest() is None
-    held_for(yielding, 50.0, 3, now)
+    feed(yielding, 50.0, windows=3, start=now)
     assert yielding.held_at_slowest() is not None
 
 
@@ -278,7 +273,7 @@ def test_nothing_is_told_while_no_application_is_busy_or_with_off():
         now = feed(idle, 30.0, start=now, others=BUSY)
     assert idle.held_at_slowest() is None
     off = Yielding(4, None)
-    held_for(off, 500.0, 70, 0.0)
+    feed(off, 500.0, windows=70, start=0.0)
     assert off.held_at_slowest() is None
 
 
