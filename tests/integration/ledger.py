@@ -4,6 +4,13 @@ Writers run unthrottled, each in its own session, and note every write the serve
 rows inserted, increments of the writer's own counter row, rows deleted. After any number of swaps
 the final table must hold exactly that record. Nothing is excluded: no time window, no key set
 taken from the tool's idea of when the swap happened.
+
+Writers never retry. A write the server refused for a lock conflict (deadlock, lock-wait timeout) is not in the
+record and is noted as a refusal; the ledger attributes every deadlock on its schema from the server's own report
+(tests/integration/deadlocks.py): one a stream-osc statement took part in, a 1213 no report explains and any
+lock-wait timeout are among `errors()` (the writers share no row: alone, they never wait for one another's locks,
+so every lock-wait timeout is one more than the same workload alone has); a deadlock between application
+transactions alone is reported.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ import pymysql
 
 from core.db import connect, qualified, query
 from core.endpoints import MySQLAddress
+from tests.integration.deadlocks import LOCK_CONFLICTS, Attribution, ConflictWatch, Refusal, refusal
 
 LEDGER_TABLE_DDL = """CREATE TABLE {name} (
   id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
@@ -52,8 +60,9 @@ class AcknowledgedWriter(threading.Thread):
     """One application session writing until stopped; subclasses implement `write` (one write, noting in
     their own record what the server acknowledged) and may give their own `session`.
 
-    A refused write (MySQLError) is noted in `errors` and the session is opened again; `write` may note
-    errors of its own there. `writes` counts the writes that returned; one returning False ends the session.
+    A refused write (MySQLError) is noted in `errors` and the session is opened again; one refused for a lock
+    conflict (1213, 1205) is noted in `refusals` instead, never retried, and the session goes on. `write` may note
+    errors of its own in `errors`. `writes` counts the writes that returned; one returning False ends the session.
     """
 
     def __init__(self, addr: MySQLAddress, name: str) -> None:
@@ -61,6 +70,7 @@ class AcknowledgedWriter(threading.Thread):
         self.addr = addr
         self.stop_event = threading.Event()
         self.errors: list[str] = []
+        self.refusals: list[Refusal] = []
         self.writes = 0
         self.doing = ""   # the write under way, named in an error's note
 
@@ -80,6 +90,10 @@ class AcknowledgedWriter(threading.Thread):
                         return
                     self.writes += 1
                 except pymysql.err.MySQLError as exc:
+                    refused = refusal(exc, conn, self.doing)
+                    if refused is not None:
+                        self.refusals.append(refused)
+                        continue
                     self.errors.append(f"{time.strftime('%H:%M:%S')} {self.name} {self.doing}: "
                                        f"{type(exc).__name__}: {exc}")
                     conn.close()
@@ -124,8 +138,9 @@ class LedgerWriter(AcknowledgedWriter):
             self.doing = f"increment id {self.writer}"
             try:
                 query(conn, f"UPDATE {self.name_sql} SET counter = counter + 1 WHERE id = %s", (self.writer,))
-            except pymysql.err.OperationalError:
-                self.record.uncertain_increments += 1
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] not in LOCK_CONFLICTS:   # refused for a lock conflict: certainly not applied
+                    self.record.uncertain_increments += 1
                 raise
             self.record.increments += 1
         else:
@@ -146,8 +161,10 @@ class Ledger:
     def __init__(self, addr: MySQLAddress, db: str, table: str, writers: int = 8, seed: int = 1) -> None:
         self.addr, self.db, self.table = addr, db, table
         self.writers = [LedgerWriter(addr, db, table, w, seed) for w in range(1, writers + 1)]
+        self.attribution: Attribution | None = None   # once stopped
 
     def __enter__(self) -> "Ledger":
+        self.watch = ConflictWatch(self.addr, [self.db], f"ledger on {self.db}.{self.table}")
         conn = connect(self.addr)
         try:
             self.filler = self._filler(conn)   # the rows no writer touches, as they were before any swap
@@ -182,6 +199,9 @@ class Ledger:
             writer.stop_event.set()
         for writer in self.writers:
             writer.join()
+        if self.attribution is None:
+            self.attribution = self.watch.attribute(r for w in self.writers for r in w.refusals)
+            self.attribution.report()
 
     @property
     def writes(self) -> int:
@@ -230,7 +250,16 @@ class Ledger:
                     if start <= until and start + took >= since), default=0.0)
 
     def errors(self) -> list[str]:
-        return [e for w in self.writers for e in w.errors]
+        """The writers' errors and, once stopped, what the attribution of their lock conflicts found wrong."""
+        return [e for w in self.writers for e in w.errors] + self.conflicts()
+
+    def conflicts(self) -> list[str]:
+        """Once stopped: deadlocks a stream-osc statement took part in, refusals no report explains, and every
+        lock-wait timeout (the same workload alone has none: its writers share no row)."""
+        if self.attribution is None:
+            return []
+        return self.attribution.problems() + [f"{self.attribution.what}: {r} (the workload alone has none)"
+                                              for r in self.attribution.lock_wait_timeouts]
 
     def assert_kept(self, conn: pymysql.connections.Connection,
                     moved: tuple[pymysql.connections.Connection, tuple[str, str]] | None = None) -> None:
@@ -238,6 +267,7 @@ class Ledger:
         `moved` = (target session, (db, table)) the target's table (the source, renamed away, refuses late writes
         by design)."""
         if moved is not None:
+            assert self.conflicts() == []
             assert self.missing(moved[0], where=moved[1]) == []
         else:
             assert self.errors() == []

@@ -7,15 +7,17 @@ The oracle is each writer's own record of the rows it was told committed, byte f
 table must hold exactly those rows, nothing else. Python never decides two keys are the same row;
 the record only follows what each writer did to the keys it owns.
 
-An UPDATE moving a row to another key locks the old key and then the new key's place in the index, in no
-order the tool's key-order guarantee covers (applier/README.md): a statement the server rolls back as a
-deadlock's victim changed nothing and is issued again, as an application must, and the server's report of
-that deadlock is shown as a warning.
+Writers never retry. An UPDATE moving a row to another key locks the old key and then the new key's place in
+the index, and a delete and re-insert lock gaps their neighbours (other writers' keys): the writers can deadlock
+among themselves. A statement the server refused for a lock conflict changed nothing and is not in the record;
+every deadlock is attributed from the server's own report (tests/integration/deadlocks.py): one a stream-osc
+statement took part in fails the test, one between the writers alone is reported. Lock-wait timeouts during the
+migration must be no more than the writers' own rate alone (measured before the migration) allows.
 """
 from __future__ import annotations
 
 import random
-import warnings
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -30,6 +32,7 @@ from core.endpoints import MySQLAddress
 from core.spec import MigrationSpec
 from migration.runner import Runner
 from monitor.progress import Progress
+from tests.integration.deadlocks import ConflictWatch, beyond_alone
 from tests.integration.helpers import application_session, db_conn, leftovers, wait_for
 from tests.integration.ledger import AcknowledgedWriter
 
@@ -38,8 +41,6 @@ pytestmark = pytest.mark.integration
 DB = "osc_any_key"
 WRITERS = 3
 SEED_SLOTS = 1_500          # per writer
-DEADLOCK = 1213
-DEADLOCK_RETRIES = 5       # a statement rolled back as a deadlock's victim this many times in a row fails the test
 Key = tuple[Any, ...]
 
 
@@ -135,22 +136,16 @@ class KeyWriter(AcknowledgedWriter):
         self.record = Record({n: (shape.make_key(writer, n), 0) for n in range(SEED_SLOTS)})
         self.where = " AND ".join(f"{quote_ident(c)} = %s" for c in shape.key_columns)
         self.columns = ", ".join(quote_ident(c) for c in shape.key_columns)
-        self.deadlocks: list[str] = []   # the server's report of each deadlock a statement of this writer lost
 
     def session(self) -> pymysql.connections.Connection:
         return application_session(self.addr, self.shape.sql_mode, time_zone="+05:30")
 
     def statement(self, conn: pymysql.connections.Connection, sql: str, params: tuple) -> None:
         """Run one statement of the application; it must touch exactly its one row (the row the record
-        says is there): a row the tool lost or duplicated would show here too, not only at the end."""
-        for attempt in range(DEADLOCK_RETRIES + 1):
-            try:
-                touched = query_count(conn, sql, params)
-                break
-            except pymysql.err.OperationalError as exc:
-                if exc.args[0] != DEADLOCK or attempt == DEADLOCK_RETRIES:
-                    raise
-                self.deadlocks.append(latest_deadlock(conn))
+        says is there): a row the tool lost or duplicated would show here too, not only at the end. A statement
+        refused raises (AcknowledgedWriter.run notes it): the record is changed only after it returned."""
+        self.doing = f"{sql.split()[0]} {params!r}"
+        touched = query_count(conn, sql, params)
         if touched != 1:
             self.errors.append(f"{sql.split()[0]} {params!r} touched {touched} rows, the record says 1")
 
@@ -194,16 +189,6 @@ class KeyWriter(AcknowledgedWriter):
             rows[new_slot] = (new_key, 0)
 
 
-def latest_deadlock(conn: pymysql.connections.Connection) -> str:
-    """The server's report of the last deadlock it resolved (its sessions and the locks they held and waited for)."""
-    try:
-        status = query(conn, "SHOW ENGINE INNODB STATUS")[0][2]
-    except pymysql.err.MySQLError as exc:   # a user without the PROCESS privilege
-        return f"no deadlock report: {exc}"
-    start = status.find("LATEST DETECTED DEADLOCK")
-    return status[start:status.find("\n------------\nTRANSACTIONS", start)] if start >= 0 else "no deadlock report"
-
-
 def create_table(conn: pymysql.connections.Connection, db: str, table: str, shape: Shape,
                  writers: list[KeyWriter]) -> None:
     query(conn, f"CREATE DATABASE IF NOT EXISTS {quote_ident(db)}")
@@ -237,6 +222,7 @@ def migrate_under_key_changes(endpoints, db: str, table: str, shape: Shape) -> N
         create_table(conn, db, table, shape, writers)
     finally:
         conn.close()
+    watch = ConflictWatch(endpoints.mysql, [db], f"writers changing keys of {db}.{table}")
     for writer in writers:
         writer.start()
     try:
@@ -244,7 +230,9 @@ def migrate_under_key_changes(endpoints, db: str, table: str, shape: Shape) -> N
         spec = MigrationSpec(database=db, table=table, alter="ADD COLUMN extra INT NULL", copy_workers=2,
                              apply_workers=2, chunk_size=1_000, batch_size=300, partitions=4, keep_old=False,
                              max_lag_events=200).validate()
+        migration_started = time.monotonic()
         assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+        migration_ended = time.monotonic()
         done = sum(w.writes for w in writers)
         wait_for(lambda: sum(w.writes for w in writers) >= done + 200, what="writes after the swap")
     finally:
@@ -252,9 +240,14 @@ def migrate_under_key_changes(endpoints, db: str, table: str, shape: Shape) -> N
             writer.stop_event.set()
         for writer in writers:
             writer.join(timeout=30)
-    for report in (r for w in writers for r in w.deadlocks):
-        warnings.warn(f"an application statement lost a deadlock during the migration of {table}; retried:\n{report}",
-                      stacklevel=2)
+    attribution = watch.attribute(r for w in writers for r in w.refusals)
+    attribution.report()
+    assert attribution.problems() == []
+    timeouts = attribution.lock_wait_timeouts
+    alone = [r for r in timeouts if r.at < migration_started]
+    during = [r for r in timeouts if migration_started <= r.at <= migration_ended]
+    assert beyond_alone(during, migration_ended - migration_started, alone,
+                        migration_started - watch.started_at) == 0, [str(r) for r in during]
     assert [e for w in writers for e in w.errors] == []
     acknowledged = {(*key, counter) for w in writers for key, counter in w.record.rows.values()}
     found = final_rows(writers[0], db, table)
