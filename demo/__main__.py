@@ -47,7 +47,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     progress.say(f"demo: finished in {time.monotonic() - started:.1f} s; {check.rows:,} rows; "
                  f"writes blocked at cutover {migration.cutover_blocked_ms} ms")
     progress.say(f"demo: application made {stats.writes:,} writes, {len(stats.failures)} failed, "
-                 f"{stats.retried} retried after deadlock/lock wait, p99 latency {p99:.1f} ms")
+                 f"{sum(1 for r in stats.refused if r[0] == 1213)} deadlock victims and "
+                 f"{sum(1 for r in stats.refused if r[0] == 1205)} lock-wait timeouts (not retried), "
+                 f"p99 latency {p99:.1f} ms")
     progress.say(f"demo: final table vs the application's record of acknowledged writes (every write, before, "
                  f"during and after the swap; nothing left out): {check.keys_written:,} keys written, "
                  f"{check.uncertain} writes of unknown outcome, {len(check.mismatches)} mismatches")

@@ -92,7 +92,9 @@ class TrafficStats:
 
     writes: int = 0
     uncertain: int = 0
-    retried: int = 0
+    # writes the server refused for a lock conflict (error code, op, session id, time.monotonic()): never retried,
+    # not acknowledged, so not in the record; whose the conflict was is told by the server's deadlock report
+    refused: list[tuple[int, str, int, float]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     latencies_ms: list[float] = field(default_factory=list)
 
@@ -143,7 +145,7 @@ def connection_lost(exc: pymysql.err.MySQLError) -> bool:
 class _Writer(threading.Thread):
     """One application session: writes only keys it owns, so its record alone says what they hold."""
 
-    RETRYABLE = frozenset({1205, 1213})   # lock wait timeout, deadlock: nothing was applied, try again
+    LOCK_CONFLICTS = frozenset({1205, 1213})   # lock wait timeout, deadlock: nothing was applied
     OPS = ("insert", "update", "delete", "move", "reinsert", "swap", "replace")
     WEIGHTS = (30, 80, 10, 5, 5, 5, 5)
 
@@ -200,20 +202,19 @@ class _Writer(threading.Thread):
         kind = self.rng.choices(self.OPS, weights=self.WEIGHTS)[0]
         op = getattr(self, f"_plan_{kind if self.pool else 'insert'}")()
         started = time.monotonic()
-        for attempt in range(10):
-            try:
-                new_key = op.run(conn)
-                break
-            except pymysql.err.MySQLError as exc:
-                if connection_lost(exc):
-                    self._record(op, None, certain=False)
-                    return self._reconnect(conn)
-                conn = self._rollback(conn)
-                if conn is not None and exc.args and exc.args[0] in self.RETRYABLE and attempt < 9:
-                    self.stats.retried += 1
-                    continue
+        try:
+            new_key = op.run(conn)
+        except pymysql.err.MySQLError as exc:
+            if connection_lost(exc):
+                self._record(op, None, certain=False)
+                return self._reconnect(conn)
+            session = conn.thread_id()
+            conn = self._rollback(conn)
+            if exc.args and exc.args[0] in self.LOCK_CONFLICTS:   # not acknowledged, not retried: counted
+                self.stats.refused.append((exc.args[0], op.name, session, time.monotonic()))
+            else:
                 self.stats.failures.append(f"{op.name}: {exc}")
-                return conn
+            return conn
         self.stats.latencies_ms.append((time.monotonic() - started) * 1000)
         self._record(op, new_key, certain=True)
         return conn
@@ -371,7 +372,7 @@ class Traffic:
         for s in (session.stats for session in self._sessions):
             total.writes += s.writes
             total.uncertain += s.uncertain
-            total.retried += s.retried
+            total.refused += s.refused
             total.failures += s.failures
             total.latencies_ms += s.latencies_ms
         return total

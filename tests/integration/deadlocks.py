@@ -193,3 +193,26 @@ def beyond_alone(during: list[Refusal], seconds_during: float, alone: list[Refus
     alone, rounded up): 0 when the migration cost the application none."""
     expected = math.ceil(len(alone) * seconds_during / seconds_alone) if seconds_alone > 0 else 0
     return max(0, len(during) - expected)
+
+
+def traffic_refusals(refused: Iterable[tuple[int, str, int, float]]) -> list[Refusal]:
+    """The demo load's refused writes (demo/traffic.py, TrafficStats.refused) as Refusals."""
+    return [Refusal(code, at, session, op) for code, op, session, at in refused]
+
+
+def assert_no_tool_deadlock(watch: ConflictWatch, refusals: Iterable[Refusal],
+                            migration: tuple[float, float] | None = None) -> Attribution:
+    """Attribute what `watch` saw, report it, and fail on a deadlock a stream-osc statement took part in or a
+    refusal no report explains; with `migration` (its start and end, time.monotonic()), also on lock-wait timeouts
+    during it beyond the workload's own rate before it (alone)."""
+    attribution = watch.attribute(refusals)
+    attribution.report()
+    assert attribution.problems() == []
+    if migration is not None:
+        started, ended = migration
+        timeouts = attribution.lock_wait_timeouts
+        during = [r for r in timeouts if started <= r.at <= ended]
+        alone = [r for r in timeouts if r.at < started]
+        assert beyond_alone(during, ended - started, alone, started - watch.started_at) == 0, \
+            [str(r) for r in during]
+    return attribution

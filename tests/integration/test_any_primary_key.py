@@ -32,7 +32,7 @@ from core.endpoints import MySQLAddress
 from core.spec import MigrationSpec
 from migration.runner import Runner
 from monitor.progress import Progress
-from tests.integration.deadlocks import ConflictWatch, beyond_alone
+from tests.integration.deadlocks import ConflictWatch, assert_no_tool_deadlock
 from tests.integration.helpers import application_session, db_conn, leftovers, wait_for
 from tests.integration.ledger import AcknowledgedWriter
 
@@ -240,14 +240,7 @@ def migrate_under_key_changes(endpoints, db: str, table: str, shape: Shape) -> N
             writer.stop_event.set()
         for writer in writers:
             writer.join(timeout=30)
-    attribution = watch.attribute(r for w in writers for r in w.refusals)
-    attribution.report()
-    assert attribution.problems() == []
-    timeouts = attribution.lock_wait_timeouts
-    alone = [r for r in timeouts if r.at < migration_started]
-    during = [r for r in timeouts if migration_started <= r.at <= migration_ended]
-    assert beyond_alone(during, migration_ended - migration_started, alone,
-                        migration_started - watch.started_at) == 0, [str(r) for r in during]
+    assert_no_tool_deadlock(watch, [r for w in writers for r in w.refusals], (migration_started, migration_ended))
     assert [e for w in writers for e in w.errors] == []
     acknowledged = {(*key, counter) for w in writers for key, counter in w.record.rows.values()}
     found = final_rows(writers[0], db, table)

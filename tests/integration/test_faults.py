@@ -27,6 +27,7 @@ from demo.traffic import SampleRows, Traffic
 from stack import services
 from stack.config import StackConfig
 from stack.process import free_ports
+from tests.integration.deadlocks import ConflictWatch, assert_no_tool_deadlock, traffic_refusals
 from tests.integration.helpers import (cli, db_conn, fresh_table, latest_migration_id, leftovers, migration_row,
                                        new_migration_row, start_cli, wait_for)
 from tests.integration.tcp_relay import TcpRelay, refuses, tcp_peer_ports
@@ -284,6 +285,7 @@ def run_with_fault(seed: int, endpoints: Endpoints, stack_config: StackConfig | 
         run.relay, run.env = link_relay(run.fault, endpoints, stack_config)
     fresh_table(conn, DB, run.table, rows=ROWS, seed=seed)
     traffic = Traffic(endpoints.mysql, DB, run.table, SampleRows(ROWS, seed), seed=seed, writers=2, rate=None)
+    watch = ConflictWatch(endpoints.mysql, [DB], f"traffic on {DB}.{run.table}")
     traffic.start()
     earlier = latest_migration_id(conn, DB, run.table)
     try:
@@ -324,6 +326,7 @@ def run_with_fault(seed: int, endpoints: Endpoints, stack_config: StackConfig | 
     final = migration_row(conn, DB, run.table)   # (a new id when init was interrupted and started over)
     assert final.id > earlier and (final.stage, final.status) == ("done", "done"), run.describe()
     assert stats.failures == [], stats.failures[:5]
+    assert_no_tool_deadlock(watch, traffic_refusals(stats.refused))
     result = traffic.check(conn)
     assert result.mismatches == [], (run.describe(), len(result.mismatches), result.mismatches[:5])
     assert result.rows > ROWS * 0.9

@@ -3,6 +3,7 @@
 The data check is the application's own record of acknowledged writes (Traffic.check): every key
 ever written, before, during or after the swap, and every seeded key; nothing is left out.
 """
+import time
 import zlib
 
 import pytest
@@ -12,6 +13,7 @@ from migration.runner import Runner
 from core.spec import MigrationSpec, helper_table_name
 from core.state import StateStore
 from demo.traffic import Traffic, create_sample_table
+from tests.integration.deadlocks import ConflictWatch, assert_no_tool_deadlock, traffic_refusals
 from monitor.progress import Progress
 from tests.integration.helpers import db_conn, leftovers
 
@@ -46,13 +48,17 @@ def test_migration_under_traffic_keeps_every_acknowledged_write(endpoints, kind)
     original = create_sample_table(conn, db, table, rows=20_000, seed=11)
     traffic = Traffic(endpoints.mysql, db, table, original, seed=zlib.crc32(kind.encode()) % 1000, writers=4,
                       rate=None)
+    watch = ConflictWatch(endpoints.mysql, [db], f"traffic on {db}.{table}")
     traffic.start()
     spec = MigrationSpec(database=db, table=table, alter=alter, copy_workers=2, apply_workers=2,
                          chunk_size=4_000, batch_size=1_000, partitions=4,
                          validate_ahead=kind in VALIDATED_AHEAD).validate()
+    migration_window = (0.0, 0.0)
     try:
         traffic.wait_for_writes(200)
+        started = time.monotonic()
         assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+        migration_window = (started, time.monotonic())
         traffic.wait_for_writes(500)   # writes after the swap count as much as any other
     finally:
         stats = traffic.stop()
@@ -63,6 +69,7 @@ def test_migration_under_traffic_keeps_every_acknowledged_write(endpoints, kind)
     # validated in one consistent snapshot: writes in flight during validation are not differences
     assert migration.validation_diffs == 0
     assert stats.failures == [], stats.failures[:5]
+    assert_no_tool_deadlock(watch, traffic_refusals(stats.refused), migration_window)
     assert schema_ok(column_types(conn, db, table))
     assert column_types(conn, db, spec.old_table)["k"] == "int"    # the original keeps its schema
     result = traffic.check(conn)

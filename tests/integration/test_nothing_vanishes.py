@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import Counter
 
+import pymysql
 import pytest
 
 from core.table import load_pair
@@ -26,6 +28,7 @@ from core.source_check import SourceChanged
 from core.state import PROTOCOL, STALE_S, Chunk, StateStore
 from demo.traffic import create_sample_table
 from monitor.progress import Progress
+from tests.integration.deadlocks import ConflictWatch, Refusal, assert_no_tool_deadlock, refusal
 from tests.integration.helpers import (abort_leftover, application_session, cli, leftovers, migration_row, wait_for,
                                        waiting_without_coordinator)
 
@@ -74,17 +77,23 @@ class Incrementer(threading.Thread):
         self.rng = random.Random(seed)
         self.acknowledged: Counter[int] = Counter()
         self.errors: list[str] = []
+        self.refusals: list[Refusal] = []   # refused for a lock conflict: not acknowledged, not retried
         self.stop_event = threading.Event()
 
     def run(self) -> None:
-        conn = connect(self.addr)
+        conn = connect(self.addr, tagged=False)   # the application's: its statements carry no tag
         try:
             while not self.stop_event.is_set():
                 key = self.rng.choice(self.keys)
                 try:
                     query(conn, f"UPDATE {self.name} SET counter = counter + 1 WHERE id = %s", (key,))
                 except Exception as exc:  # noqa: BLE001 - an unacknowledged write; the test shows them
-                    self.errors.append(f"{key}: {exc}")
+                    refused = refusal(exc, conn, f"increment {key}") if isinstance(exc, pymysql.err.MySQLError) \
+                        else None
+                    if refused is not None:
+                        self.refusals.append(refused)
+                    else:
+                        self.errors.append(f"{key}: {exc}")
                     continue
                 self.acknowledged[key] += 1
         finally:
@@ -109,12 +118,16 @@ class Incrementer(threading.Thread):
 def migrate_under_updates(endpoints, conn, table: str, keys: list[int], seed: int) -> Incrementer:
     """Migrate DB.table (adding a column) while counters of `keys` are incremented, before, during and after
     the swap; returns the record of acknowledged updates."""
+    watch = ConflictWatch(endpoints.mysql, [DB], f"increments of {DB}.{table}")
     with Incrementer(endpoints.mysql, table, keys, seed) as writer:
         writer.wait_for_updates(100)
         spec = spec_for(table, "ADD COLUMN extra INT NULL", chunk_size=500, batch_size=100)
+        started = time.monotonic()
         assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+        ended = time.monotonic()
         writer.wait_for_updates(100)   # after the swap too
     assert writer.errors == []
+    assert_no_tool_deadlock(watch, writer.refusals, (started, ended))
     assert "extra" in [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
                                                  "TABLE_SCHEMA=%s AND TABLE_NAME=%s", (DB, table))]
     return writer

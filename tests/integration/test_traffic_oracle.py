@@ -6,6 +6,7 @@ import pytest
 
 from core.db import kill_connection, query
 from demo.traffic import Traffic, create_sample_table
+from tests.integration.deadlocks import ConflictWatch, assert_no_tool_deadlock, traffic_refusals
 from tests.integration.helpers import db_conn
 
 pytestmark = pytest.mark.integration
@@ -17,6 +18,7 @@ def run_load(endpoints, table: str, conn, kill_sessions: int = 0) -> Traffic:
     """2,000 seeded rows, four unthrottled writers; `kill_sessions` times, their connections are cut."""
     original = create_sample_table(conn, DB, table, rows=2_000, seed=5)
     traffic = Traffic(endpoints.mysql, DB, table, original, seed=5, writers=4, rate=None)
+    watch = ConflictWatch(endpoints.mysql, [DB], f"the load alone on {DB}.{table}")
     traffic.start()
     try:
         traffic.wait_for_writes(500)
@@ -28,6 +30,7 @@ def run_load(endpoints, table: str, conn, kill_sessions: int = 0) -> Traffic:
     finally:
         stats = traffic.stop()
     assert stats.failures == [], stats.failures[:5]
+    assert_no_tool_deadlock(watch, traffic_refusals(stats.refused))   # the load's own deadlocks: reported
     return traffic
 
 
