@@ -1,4 +1,5 @@
-"""Handlers of the migration commands: migrate, status, list, set, cutover, resume, pause, abort, worker."""
+"""Handlers of the migration commands: migrate, status, list, set, cutover, resume, pause, abort, accept-target,
+worker."""
 from __future__ import annotations
 
 import argparse
@@ -18,10 +19,11 @@ from core.replica_lag import ReplicaLag
 from stack.config import StackConfig
 from migration.lease import coordinator_gone, live_coordinator
 from migration.runner import Runner
-from migration.teardown import Metadata, finish_swapped, tables_swapped, tear_down
+from migration.teardown import Metadata, finish_swapped, tables_swapped, tear_down, verify_target
 from core.spec import TARGET_OPTIONS, MigrationSpec, load_migration_file
 from core.state import SWAPPED_STAGES, StateStore, Status
 from migration.settings import SETTABLE, options_with, parse_assignments
+from migration.target_failover import accept_target
 from migration.worker_process import JoinedWorker, spec_of
 from monitor.cloudwatch import CloudWatchPublisher
 from monitor.metrics import DEFAULT_ADDRESS, MigrationMetrics
@@ -330,6 +332,7 @@ def cmd_abort(args: argparse.Namespace) -> int:
         raise PreflightError(f"no unfinished migration of {args.table}")
     spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql, metadata_schema=metadata_schema(args),
                          **{k: migration.options[k] for k in TARGET_OPTIONS if k in migration.options})
+    verify_target(conn, endpoints, spec, migration)   # the DROP below must never reach another server's table
     if migration.stage in SWAPPED_STAGES:
         live = live_coordinator(store, migration.id)
         if live is not None:
@@ -357,6 +360,18 @@ def cmd_abort(args: argparse.Namespace) -> int:
     new = f"{spec.target_database}.{spec.new_table} on the target server" if spec.target_server else spec.new_table
     print(f"migration {migration.id} of {args.table} aborted; connector, topics, {new} and its copy plan "
           f"removed (its row stays, marked aborted); {args.table} is the original table")
+    return 0
+
+
+def cmd_accept_target(args: argparse.Namespace) -> int:
+    """Take the server the target DSN reaches now, holding the move's token, as its target after a failover."""
+    endpoints, conn, store, db, tbl = _with_store(args)
+    migration = store.active(db, tbl)
+    if migration is None:
+        raise PreflightError(f"no unfinished migration of {args.table}")
+    spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql, metadata_schema=metadata_schema(args),
+                         **{k: migration.options[k] for k in TARGET_OPTIONS if k in migration.options})
+    print(accept_target(conn, endpoints, spec, store, migration))
     return 0
 
 
@@ -415,7 +430,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     for name, func, text in (("status", cmd_status, "show stage, progress and lag"),
                              ("pause", cmd_pause, "stop all copy and apply writes until resume"),
-                             ("abort", cmd_abort, "remove everything a migration created")):
+                             ("abort", cmd_abort, "remove everything a migration created"),
+                             ("accept-target", cmd_accept_target, "after a failover of a move's target server: take "
+                              "the server the target DSN reaches now, holding the move's token, as its target "
+                              "(validated again before the cutover; docs/move.md)")):
         parser = sub.add_parser(name, help=text)
         parser.add_argument("--table", required=True, help="DB.TABLE")
         add_store_options(parser)

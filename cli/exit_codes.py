@@ -6,6 +6,7 @@ from enum import IntEnum, unique
 from core.load import CriticalLoad
 from core.source_check import SourceChanged
 from core.swap_preconditions import UnsafeServerSetting
+from core.target_identity import TargetMismatch
 from cutover.validate import ValidationFailed
 from migration.runner import MigrationStopped
 
@@ -21,6 +22,7 @@ class ExitCode(IntEnum):
     CRITICAL_LOAD = 4   # --critical-load was reached: stopped, resumable like 3
     FAILED = 5          # stopped, cannot continue (aborted, table altered or replaced, binlog purged): `abort`, again
     ALREADY_SWAPPED = 6  # `abort` found the tables swapped: it finished the migration instead (new schema in place)
+    WRONG_TARGET = 7    # a move's target server is not the one init wrote to: nothing written there; state kept
     INTERRUPTED = 130   # Ctrl-C
 
 
@@ -36,6 +38,11 @@ EPILOG = """exit codes:
        and start again
   6    abort: the tables were found already swapped; the migration was finished
        instead (the new schema is in place, the original kept as <table>_osc_old)
+  7    wrong target: a move's target server is not the one init wrote to
+       (another server, or a replica or failed-over copy of it): nothing was
+       written there and the state is kept; point STREAM_OSC_TARGET_DSN at the
+       target and run the command again, or accept a failed-over target
+       (`stream-osc accept-target`, docs/move.md)
   130  interrupted (Ctrl-C)"""
 
 
@@ -45,6 +52,8 @@ def exit_code_for(exc: BaseException) -> ExitCode:
         return ExitCode.CRITICAL_LOAD
     if isinstance(exc, MigrationStopped):
         return ExitCode.STOPPED if exc.resumable else ExitCode.FAILED
+    if isinstance(exc, TargetMismatch):
+        return ExitCode.WRONG_TARGET
     if isinstance(exc, SourceChanged):
         return ExitCode.FAILED    # the new table no longer means the ALTER of the table as it is now
     if isinstance(exc, UnsafeServerSetting):

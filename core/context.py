@@ -18,6 +18,7 @@ from core import redis_keys
 from core.cloudwatch_load import CloudWatchLoad
 from core.load import NOTE_TTL_S, LoadThrottle
 from core.replica_lag import ReplicaLag
+from core.target_identity import check_target
 from core.target_load import TargetLoad
 from core.yielding import Yielding, never_yielding
 
@@ -58,9 +59,20 @@ def read_throttle_note(client: redis.Redis, migration_id: int) -> str | None:
     return note.decode() if note else None
 
 
-def target_connection(endpoints: Endpoints, spec: MigrationSpec) -> pymysql.connections.Connection | None:
-    """A connection to the target server of a migration to another server; None on the same server."""
-    return connect(endpoints.target(spec.target_dsn)) if spec.target_server else None
+def target_connection(endpoints: Endpoints, spec: MigrationSpec,
+                      migration: Migration | None = None) -> pymysql.connections.Connection | None:
+    """A connection to the target server of a migration to another server; None on the same server. With
+    `migration`, refused (TargetMismatch) unless it reaches the server init wrote to (core/target_identity.py)."""
+    if not spec.target_server:
+        return None
+    target = connect(endpoints.target(spec.target_dsn))
+    if migration is not None:
+        try:
+            check_target(target, spec.metadata_schema, migration.options, endpoints.target(spec.target_dsn).where())
+        except BaseException:
+            target.close()
+            raise
+    return target
 
 
 def spec_pair(conn: pymysql.connections.Connection, spec: MigrationSpec,
@@ -112,8 +124,29 @@ class RunContext:
         return connect(self.endpoints.mysql, autocommit=autocommit)
 
     def target_db(self) -> pymysql.connections.Connection:
-        """A new connection to the server of the new table (the source server unless it moves elsewhere)."""
-        return target_connection(self.endpoints, self.spec) or self.db()
+        """A new connection to the server of the new table (the source server unless it moves elsewhere); on
+        another server, refused (TargetMismatch) unless it is the one init wrote to."""
+        target = target_connection(self.endpoints, self.spec)
+        if target is None:
+            return self.db()
+        try:
+            self.check_target(target)
+        except BaseException:
+            target.close()
+            raise
+        return target
+
+    def check_target(self, target: pymysql.connections.Connection) -> None:
+        """Raise TargetMismatch unless `target` is a session on the target server init recorded (the token it
+        wrote there, the server's id: core/target_identity.py); called again by a move's cutover under its lock."""
+        def options_now() -> dict:
+            conn = self.db()
+            try:
+                return self.store(conn).get(self.migration.id).options
+            finally:
+                conn.close()
+        check_target(target, self.spec.metadata_schema, self.migration.options,
+                     self.endpoints.target(self.spec.target_dsn).where(), options_now)
 
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url(self.endpoints.redis_url, socket_timeout=10, socket_connect_timeout=5)

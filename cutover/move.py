@@ -65,6 +65,7 @@ class MoveCutover(Cutover):
             locked_at, locked_wall = time.monotonic(), time.time()
             deadline = locked_at + window_s
             check_source_unchanged(lock_conn, ctx.migration)
+            ctx.check_target(target)   # still the server init wrote to, before the drain writes there
             try:
                 _, keys = self._drain_keys(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
                                            max(deadline - time.monotonic(), 0.01), False, target)

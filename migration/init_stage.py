@@ -36,6 +36,7 @@ from core.spec import MigrationSpec
 from core.table import is_generated, load_pair
 from core.source_check import DEFINITION_OPTION, IDENTITY_OPTION, table_definition, table_identity
 from core.state import COPY_UNTIL_OPTION, Migration, Stage, StateStore
+from core.target_identity import record_target
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
 from streams.topics import TopicNames, commit_start_offsets, create_capture_heartbeat_topic, create_change_topic
 
@@ -300,6 +301,8 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
     new_table_created = False
     try:
         on_created(migration)
+        if target is not None:   # before anything is written there (core/target_identity.py)
+            record_target(target, store, migration.id, f"{endpoints.mysql.where()} {spec.qualified_name}")
         create_new_table(conn, spec, pk, target)
         new_table_created = True
         if spec.defer_indexes:

@@ -387,7 +387,7 @@ class Runner:
         return stopped_coordinator_error(error)
 
     def _context(self, migration: Migration) -> RunContext:
-        target = target_connection(self.endpoints, self.spec)
+        target = target_connection(self.endpoints, self.spec, migration)   # the server init wrote to, or refused
         try:
             pair = spec_pair(self.conn, self.spec, target)
         finally:

@@ -21,6 +21,7 @@ from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
 from core.state import Migration, Stage, StateStore, Status
+from core.target_identity import check_target, forget_token
 from cutover.swap import SENTRY_COMMENT, drop_sentry
 from streams.topics import TopicNames, delete_topics
 
@@ -54,7 +55,7 @@ def tear_down(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
                       connector=migration.connector, reason=str(exc))
             removed = False
     if drop_new_table:
-        drop_target_table(conn, endpoints, spec)
+        drop_target_table(conn, endpoints, spec, migration)
         drop_sentry(conn, spec)
     if drop_old_table:
         query(conn, f"DROP TABLE IF EXISTS {qualified(spec.database, spec.old_table)}")
@@ -80,15 +81,46 @@ def remove_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, s
     redis_keys.clear_migration(redis.Redis.from_url(endpoints.redis_url), migration.id)
 
 
-def drop_target_table(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec) -> None:
+def drop_target_table(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
+                      migration: Migration | None = None) -> None:
     """Drop the table the copy fills: the helper beside the original, or the table on the target server (whose
-    name init found free there, so the table is the migration's)."""
+    name init found free there, so the table is the migration's), and the token init wrote there. A target
+    server other than the one init wrote to is refused (TargetMismatch) before anything is dropped there: its
+    table of the same name is someone else's."""
     target = target_connection(endpoints, spec)
     try:
+        options = _options_now(conn, spec, migration) if target is not None else {}
+        if target is not None:
+            check_target(target, spec.metadata_schema, options, endpoints.target(spec.target_dsn).where())
         query(target or conn, f"DROP TABLE IF EXISTS {qualified(spec.target_database, spec.new_table)}")
+        if target is not None:
+            forget_token(target, spec.metadata_schema, options)
     finally:
         if target is not None:
             target.close()
+
+
+def verify_target(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
+                  migration: Migration) -> None:
+    """Raise TargetMismatch unless the target DSN reaches the server init wrote to: `abort` asks before it changes
+    anything, so that, refused, it can be run again once the environment names the target."""
+    target = target_connection(endpoints, spec)
+    if target is None:
+        return
+    try:
+        check_target(target, spec.metadata_schema, _options_now(conn, spec, migration),
+                     endpoints.target(spec.target_dsn).where())
+    finally:
+        target.close()
+
+
+def _options_now(conn: pymysql.connections.Connection, spec: MigrationSpec,
+                 migration: Migration | None) -> dict:
+    """The migration's options as stored now (init records the target's identity after its row is read)."""
+    if migration is None:
+        return {}
+    current = StateStore(conn, spec.metadata_schema).find(migration.id)
+    return (current or migration).options
 
 
 def tables_swapped(conn: pymysql.connections.Connection, spec: MigrationSpec) -> bool:

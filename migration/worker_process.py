@@ -131,7 +131,7 @@ class JoinedWorker:
                    still: Callable[[Migration], bool]) -> None:
         """Run one kind of worker while `still(migration)` holds (or until the threads end by themselves)."""
         spec = spec_of(migration, self.copy_workers, self.apply_workers)
-        target_conn = target_connection(self.endpoints, spec)
+        target_conn = target_connection(self.endpoints, spec, migration)   # the server init wrote to, or refused
         try:
             pair = spec_pair(self.conn, spec, target_conn)
         finally:

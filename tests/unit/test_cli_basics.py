@@ -13,6 +13,7 @@ from cli.main import build_parser, main
 from core.endpoints import ConfigError
 from core.load import CriticalLoad
 from core.source_check import SourceChanged
+from core.target_identity import TargetMismatch
 from core.swap_preconditions import UnsafeServerSetting
 from migration.checks import PreflightError
 from migration.runner import MigrationStopped
@@ -106,6 +107,7 @@ def test_every_exit_code_is_documented_in_help_and_readme(capsys):
     (CriticalLoad("critical load reached"), ExitCode.CRITICAL_LOAD),
     (SourceChanged("table altered during the migration"), ExitCode.FAILED),
     (UnsafeServerSetting("max_write_lock_count is 1"), ExitCode.STOPPED),
+    (TargetMismatch("the target server at db3:3306 is not the one this migration writes to"), ExitCode.WRONG_TARGET),
 ])
 def test_exit_code_follows_what_stopped_the_run(error, code):
     assert exit_code_for(error) == code
