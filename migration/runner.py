@@ -14,6 +14,7 @@ import pymysql
 import redis
 
 from applier.apply import ApplyStats, apply_worker, new_member_name
+from applier.giving_way import LockWaits
 from applier.chunks import ChunkQueue
 from applier.conflicts import ConstraintViolated
 from applier.copy import copy_worker
@@ -641,6 +642,7 @@ class Runner:
                                                          self.info.is_mariadb), time.monotonic())
                 if lag <= limit:
                     return lag
+                self.metrics.apply_waits(LockWaits.read(ctx.shared_redis(), ctx.migration.id))
                 time.sleep(LAG_POLL_S)
 
     def _validate(self, ctx: RunContext, cutover: Cutover) -> None:
@@ -858,6 +860,7 @@ class Runner:
                 time.sleep(1.0)
 
     def _wait_for_blockers(self, ctx: RunContext, stage: str) -> None:
+                    self.metrics.apply_waits(LockWaits.read(ctx.shared_redis(), ctx.migration.id))
         """Wait, with the appliers applying and no lock requested, while sessions hold the table
         (cutover/blocker_wait.py); health, abort, pause and applier failures are checked meanwhile."""
         BlockerWait(ctx, self.info.is_mariadb, self.blocker_clock).wait(

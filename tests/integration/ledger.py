@@ -218,9 +218,11 @@ class Ledger:
 
     def missing(self, conn: pymysql.connections.Connection, where: tuple[str, str] | None = None) -> list[str]:
         """Every acknowledged write the final table (the writers' own, or `where` = (db, table), e.g. on
-        another server) does not show (empty when the promise held)."""
+        another server) does not show (empty when the promise held); once the writers stopped, with what the
+        attribution of their lock conflicts found wrong (`conflicts`: a write refused because of the tool is one
+        the application lost to it)."""
         name = qualified(*(where or (self.db, self.table)))
-        problems: list[str] = []
+        problems: list[str] = self.conflicts()
         filler = self._filler(conn, name)
         if filler != self.filler:
             problems.append(f"filler rows (count, checksum) {filler}, before the migration {self.filler}")
