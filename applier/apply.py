@@ -10,6 +10,7 @@ import pymysql
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from applier.giving_way import LockWaits
 from applier.recopy import recopy_keys, with_retry
 from applier.uncopied import KeySorter, settle_behind_batches
 from applier.zero_dates import with_zero_date_rows
@@ -193,7 +194,8 @@ def new_member_name() -> str:
 
 
 def apply_changed_keys(conn: pymysql.connections.Connection, ctx: RunContext, keys: set[Key],
-                       target: pymysql.connections.Connection | None, sorter: KeySorter) -> int:
+                       target: pymysql.connections.Connection | None, sorter: KeySorter,
+                       waits: LockWaits | None = None) -> int:
     """Re-copy the changed keys; returns how many were re-copied.
 
     During the copy the keys it has yet to read are left to it, and those inside an open batch's range are
@@ -201,7 +203,7 @@ def apply_changed_keys(conn: pymysql.connections.Connection, ctx: RunContext, ke
     a batch that may be reading its row, or, for a key without a row, by every batch running."""
     def recopy(some: set[Key]) -> int:
         if some:
-            with_retry(lambda: recopy_keys(conn, ctx.pair, some, target=target), stop=ctx.stop)
+            with_retry(lambda: recopy_keys(conn, ctx.pair, some, target=target, waits=waits), stop=ctx.stop)
         return len(some)
 
     if sorter.copy_complete or not keys:
@@ -232,6 +234,7 @@ def apply_worker(ctx: RunContext, worker_no: int, member: str) -> None:
     try:
         target = ctx.target_db() if ctx.pair.remote else None
         stats = ApplyStats(ctx.redis(), ctx.migration.id)
+        waits = LockWaits(ctx.redis(), ctx.migration.id)
         committer = OffsetCommitter(worker_no)
         consumer = applier_consumer(ctx, worker_no, member, committer)
         consumer.subscribe([names.changes])
@@ -255,7 +258,7 @@ def apply_worker(ctx: RunContext, worker_no: int, member: str) -> None:
                 if change is not None and not change.is_fence:
                     keys.add(change.pk)
             keys = with_retry(partial(with_zero_date_rows, conn, ctx.pair, keys, target), stop=ctx.stop)
-            written = apply_changed_keys(conn, ctx, keys, target, sorter)
+            written = apply_changed_keys(conn, ctx, keys, target, sorter, waits)
             committer.after_batch(messages)
             stats.add(len(messages), written, (time.monotonic() - started) * 1000)
     finally:

@@ -14,6 +14,7 @@ from typing import TypeVar
 import pymysql
 
 from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
+from applier.giving_way import LockWaits, giving_way, share_lock
 from applier.remote import CollidingKeys, kept_colliding, read_keys, write_rows
 from core.context import StopRequested
 from core.keys import Key, show_key
@@ -31,14 +32,17 @@ CONFIRM_ROUNDS = 10        # re-copies of keys present in one table only until b
 
 def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Collection[Key],
                 in_transaction: bool = True,
-                target: pymysql.connections.Connection | None = None) -> tuple[int, int]:
-    """Make the new table's rows of `keys` what the source holds now, in one transaction: a locking read
-    of the source, then the new table's rows of the keys deleted and the present ones inserted by
-    INSERT … SELECT; returns (rows written, rows of the new table deleted).
+                target: pymysql.connections.Connection | None = None,
+                waits: LockWaits | None = None) -> tuple[int, int]:
+    """Make the new table's rows of `keys` what the source holds now, a transaction per part of at most
+    MAX_LOCKED_KEYS keys: a locking read of the source, then the new table's rows of the keys deleted and the
+    present ones inserted by INSERT … SELECT; returns (rows written, rows of the new table deleted).
 
-    The locking read comes first and alone: it waits for any writer of these keys to commit (a change
+    The locking read comes first and alone: it makes sure any writer of these keys has committed (a change
     reaches the binlog before a plain read can see it) and locks exactly the rows it returns (the
-    session is READ COMMITTED). The later statements read those locked rows without locking again: a
+    session is READ COMMITTED). It never waits while holding rows (NOWAIT; a part meeting a locked row is
+    split, and one key alone waits: applier/giving_way.py), so the tool gives way to the application and is
+    never a lock cycle's heavier side. The later statements read those locked rows without locking again: a
     second, differently-moded lock request on a row an application UPDATE already waits for would
     deadlock with it, and the application's statement would be the victim.
 
@@ -65,13 +69,25 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Col
     if not keys:
         return 0, 0
     distinct = list(dict.fromkeys(keys))   # exact duplicates only: equality under a collation is the server's
-    if pair.remote:
-        assert target is not None, "a new table on another server is written through its own session"
-        return _write_remote(conn, target, pair, distinct, in_transaction)
-    written, deleted, unsettled = 0, 0, distinct
+    assert target is not None or not pair.remote, "a new table on another server is written through its own session"
+
+    def recopy_part(part: list[Key], nowait: bool) -> tuple[int, int]:
+        lock = share_lock(conn, nowait)
+        if target is not None and pair.remote:
+            return _write_remote(conn, target, pair, part, in_transaction, lock)
+        return _recopy_local(conn, pair, part, in_transaction, lock)
+
+    done = giving_way(recopy_part, distinct, show=lambda key: show_key(pair.pk, key), waits=waits)
+    return sum(written for written, _ in done), sum(deleted for _, deleted in done)
+
+
+def _recopy_local(conn: pymysql.connections.Connection, pair: TablePair, keys: list[Key], in_transaction: bool,
+                  lock: str) -> tuple[int, int]:
+    """recopy_keys for one part of the keys, the new table on the source's server; `lock` ends the locking read."""
+    written, deleted, unsettled = 0, 0, keys
     for _ in range(CONFIRM_ROUNDS):
         rows, removed = with_refusals_resolved(
-            conn, pair, lambda probe, batch=unsettled: _write_racing(conn, pair, batch, in_transaction, probe),
+            conn, pair, lambda probe, batch=unsettled: _write_racing(conn, pair, batch, in_transaction, probe, lock),
             during_apply=True, rounds=ROUNDS)
         written, deleted = written + rows, deleted + removed
         if rows >= len(unsettled):
@@ -108,11 +124,11 @@ def _keys_present_on_one_side(conn: pymysql.connections.Connection, pair: TableP
 
 
 def _write_racing(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key], in_transaction: bool,
-                  probe: Probe | None) -> tuple[int, int]:
+                  probe: Probe | None, lock: str) -> tuple[int, int]:
     """_write, retried while another session races it on the same primary key."""
     for attempt in range(PK_RACE_RETRIES):
         try:
-            return _write(conn, pair, keys, in_transaction, probe)
+            return _write(conn, pair, keys, in_transaction, probe, lock)
         except pymysql.err.MySQLError as exc:
             if not primary_key_race(exc) or attempt == PK_RACE_RETRIES - 1:
                 raise
@@ -121,7 +137,7 @@ def _write_racing(conn: pymysql.connections.Connection, pair: TablePair, keys: S
 
 
 def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key], in_transaction: bool,
-           probe: Probe | None) -> tuple[int, int]:
+           probe: Probe | None, lock: str) -> tuple[int, int]:
     """One transaction of recopy_keys; with a probe, the way is cleared (or refused) before the insert."""
     if in_transaction:
         conn.begin()
@@ -130,7 +146,7 @@ def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence
     pk = pair.pk
     try:
         present = [tuple(r) for r in query(conn, f"SELECT {pk.column_list()} FROM {pair.source_by_key} "
-                                                 f"WHERE {pk.in_list(len(keys))} LOCK IN SHARE MODE", pk.flat(keys))]
+                                                 f"WHERE {pk.in_list(len(keys))}{lock}", pk.flat(keys))]
         deleted = query_count(conn, f"DELETE FROM {pair.target_name} WHERE {pk.in_list(len(keys))}", pk.flat(keys))
         if present and probe is not None:
             probe.clear_way(present)
@@ -149,14 +165,14 @@ def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence
 
 
 def _write_remote(conn: pymysql.connections.Connection, target: pymysql.connections.Connection, pair: TablePair,
-                  keys: Sequence[Key], in_transaction: bool) -> tuple[int, int]:
+                  keys: Sequence[Key], in_transaction: bool, lock: str) -> tuple[int, int]:
     """recopy_keys for a new table on another server. Rows of the new table that the batch collides with under a
     UNIQUE key are re-copied with it: the re-copy starts again with their keys added, so that the source is still
     read by one locking read, in key order (a second locking read would lock keys below those already held)."""
     refusal: pymysql.err.MySQLError | None = None
     for _ in range(ROUNDS):
         try:
-            return _write_remote_keys(conn, target, pair, keys, in_transaction)
+            return _write_remote_keys(conn, target, pair, keys, in_transaction, lock)
         except CollidingKeys as more:
             keys = list(dict.fromkeys([*keys, *more.keys]))
             refusal = more.refusal
@@ -165,7 +181,7 @@ def _write_remote(conn: pymysql.connections.Connection, target: pymysql.connecti
 
 
 def _write_remote_keys(conn: pymysql.connections.Connection, target: pymysql.connections.Connection,
-                       pair: TablePair, keys: Sequence[Key], in_transaction: bool) -> tuple[int, int]:
+                       pair: TablePair, keys: Sequence[Key], in_transaction: bool, lock: str) -> tuple[int, int]:
     """_write_remote for a given key list: the source transaction's locking read, the target's write.
 
     The locking read orders two re-copies of a key only when it finds the row: a key without a row locks nothing
@@ -182,7 +198,7 @@ def _write_remote_keys(conn: pymysql.connections.Connection, target: pymysql.con
         else:
             conn.autocommit(False)
         try:
-            present = read_keys(conn, pair, keys, locking=True)
+            present = read_keys(conn, pair, keys, lock)
             if previous is not None:
                 present_now, before = Counter(present), Counter(previous)
                 differing = list(dict.fromkeys(r[:width] for r in (present_now - before) + (before - present_now)))

@@ -46,15 +46,16 @@ def source_select(pair: TablePair) -> str:
 
 
 def read_rows(conn: pymysql.connections.Connection, pair: TablePair, where: str, params: Sequence,
-              locking: bool = False) -> list[Row]:
-    """The source rows matching `where` (and --where), keys first; `locking` reads them LOCK IN SHARE MODE."""
-    source, lock = (pair.source_by_key, " LOCK IN SHARE MODE") if locking else (pair.source_name, "")
+              locking: str = "") -> list[Row]:
+    """The source rows matching `where` (and --where), keys first; `locking`, a share-lock clause
+    (applier/giving_way.py: share_lock), makes it a locking read, by the primary key."""
+    source = pair.source_by_key if locking else pair.source_name
     return [tuple(r) for r in query(conn, f"SELECT {source_select(pair)} FROM {source} "
-                                          f"WHERE ({where}){pair.source_filter}{lock}", list(params))]
+                                          f"WHERE ({where}){pair.source_filter}{locking}", list(params))]
 
 
 def read_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key],
-              locking: bool = False) -> list[Row]:
+              locking: str = "") -> list[Row]:
     """The source rows of `keys` that exist (and match --where)."""
     if not keys:
         return []

@@ -39,9 +39,10 @@ from dataclasses import dataclass
 
 import pymysql
 
+from applier.giving_way import giving_way, share_lock
 from core.context import RunContext
 from core.db import query
-from core.keys import Key, dump_key, load_key
+from core.keys import Key, dump_key, load_key, show_key
 
 
 @dataclass(frozen=True)
@@ -86,9 +87,13 @@ class KeySorter:
         after the re-copy's delete."""
         pair = ctx.pair
         maybe_pending, maybe_params = ("TRUE", []) if self.pending is None else _ranges(ctx, self.pending)
-        query(conn, f"SELECT {pair.pk.column_list()} FROM {pair.source_by_key} "    # waits for the writers'
-                    f"WHERE {pair.pk.in_list(len(keys))} AND ({maybe_pending}) LOCK IN SHARE MODE",   # commits
-              [*pair.pk.flat(keys), *maybe_params])
+
+        def wait_for_writers(part: list[Key], nowait: bool) -> None:   # one statement: its locks end with it
+            query(conn, f"SELECT {pair.pk.column_list()} FROM {pair.source_by_key} "
+                        f"WHERE {pair.pk.in_list(len(part))} AND ({maybe_pending}){share_lock(conn, nowait)}",
+                  [*pair.pk.flat(part), *maybe_params])
+
+        giving_way(wait_for_writers, list(keys), show=lambda key: show_key(pair.pk, key))
         self.pending = pending = _pending_chunks(conn, ctx)
         if not pending:
             self.copy_complete = True

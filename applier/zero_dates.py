@@ -19,11 +19,16 @@ cutover's lock too, and never for a table whose change keys hold no stand-in.
 """
 from __future__ import annotations
 
+import time
+
 import pymysql
 
+from applier.giving_way import backoff_s, refused, share_lock
 from core.db import query
 from core.keys import Key
 from core.table import TablePair
+
+FAMILY_TRIES = 10   # NOWAIT tries of a zero-date family's locking read, half a second of back-offs in all
 
 
 def with_zero_date_rows(conn: pymysql.connections.Connection, pair: TablePair, keys: set[Key],
@@ -38,8 +43,26 @@ def with_zero_date_rows(conn: pymysql.connections.Connection, pair: TablePair, k
         return keys
     where, params = pk.zero_date_family(standing)
     found = set(keys)
-    for session, table, lock in ((conn, pair.source_name, " LOCK IN SHARE MODE" if locking else ""),
-                                 (target or conn, pair.target_name, "")):
-        found.update(tuple(row) for row in query(session, f"SELECT {pk.column_list()} FROM {table} "
-                                                          f"WHERE {where}{lock}", params))
+    sql = f"SELECT {pk.column_list()} FROM {{}} WHERE {where}"
+    if locking:
+        found.update(_source_family_locked(conn, sql.format(pair.source_name), params))
+    else:
+        found.update(tuple(row) for row in query(conn, sql.format(pair.source_name), params))
+    found.update(tuple(row) for row in query(target or conn, sql.format(pair.target_name), params))
     return found
+
+
+def _source_family_locked(conn: pymysql.connections.Connection, sql: str, params: list) -> list[Key]:
+    """The source's family read as a locking read that gives way (applier/giving_way.py): NOWAIT, tried again
+    after a back-off while an application holds one of its rows. The family is a condition, not a key list, so
+    it cannot be split; only after FAMILY_TRIES refusals does it wait, as the session's lock wait allows: rare
+    (a table whose change keys hold a zero date's stand-in, its family's rows held all that time), and
+    correctness first: a plain read could miss a committed writer's row."""
+    for refusals in range(1, FAMILY_TRIES + 1):
+        try:
+            return [tuple(row) for row in query(conn, sql + share_lock(conn), params)]
+        except pymysql.err.OperationalError as exc:
+            if not refused(exc):
+                raise
+            time.sleep(backoff_s(refusals))
+    return [tuple(row) for row in query(conn, sql + share_lock(conn, nowait=False), params)]

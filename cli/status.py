@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from applier.giving_way import LockWaits
 from connectors.health import describe_failure
 from connectors.rest import ConnectError, connect_client
 from core import redis_keys
@@ -132,6 +133,7 @@ def status_document(migration: Migration, times: Times, copy: tuple[int, int, in
         "capture_lag_error": None,
         "throttled": None, "throttle_reason": None, "throttle_error": None,
         "blockers": None, "blockers_error": None,
+        "apply_waits": None,
         "cutover_window": None,
     }
     doc.update(live)
@@ -165,6 +167,8 @@ def live_figures(endpoints: Endpoints, migration: Migration) -> dict[str, Any]:
         figures["throttle_reason"] = note
         blockers = client.get(redis_keys.blockers_note(migration.id))
         figures["blockers"] = json.loads(blockers) if blockers else []
+        figures["apply_waits"] = [{"key": key, "waited_s": round(waited, 1)}
+                                  for key, waited in LockWaits.read(client, migration.id)]
         figures.update(capture_figures(client.get(redis_keys.capture_note(migration.id)), migration.stage))
     except redis.RedisError as exc:
         figures["throttle_error"] = figures["blockers_error"] = figures["capture_lag_error"] = \
@@ -206,6 +210,15 @@ def blockers_text(blockers: list[dict[str, Any]] | None) -> str | None:
     return "; ".join(Blocker(**b).describe() for b in blockers) or "none"
 
 
+def apply_waits_text(waits: list[dict[str, Any]] | None) -> str | None:
+    """The keys whose re-read waits for a row another session holds, longest first; None when there are none."""
+    if not waits:
+        return None
+    shown = ", ".join(f"{w['key']} ({w['waited_s']:.1f} s)" for w in waits[:5])
+    more = f" and {len(waits) - 5} more" if len(waits) > 5 else ""
+    return f"rows held by another session: {shown}{more}"
+
+
 def running_coordinator(store: StateStore, migration_id: int, status: str) -> tuple[str, float] | None:
     """(owner, heartbeat age) of the process coordinating an unfinished migration; None if none is alive
     (one that ran in this pid space and is gone counts as dead at once, without waiting for its heartbeat to age)."""
@@ -245,6 +258,7 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
                              f"yes: {doc['throttle_reason']}" if doc["throttled"] else "no",
                              doc["throttle_error"])),
         ("waiting for", _known(blockers_text(doc["blockers"]), doc["blockers_error"])),
+        ("apply waits on", apply_waits_text(doc["apply_waits"])),
         ("cutover window", doc["cutover_window"]),
         ("validation diffs", doc["validation_diffs"]), ("cutover blocked ms", doc["cutover_blocked_ms"]),
         ("coordinator", None if finished else (

@@ -34,6 +34,11 @@ def apply_stats(migration_id: int) -> str:
     return f"{_base(migration_id)}:apply"
 
 
+def lock_waits(migration_id: int) -> str:
+    """Hash of the keys whose re-read waits for an application's row lock now (applier/giving_way.py)."""
+    return f"{_base(migration_id)}:lock-waits"
+
+
 def throttle_note(migration_id: int) -> str:
     """Why the workers hold back (--max-load, --cloudwatch-max-load), for `status`; expires unless renewed."""
     return f"{_base(migration_id)}:throttled"

@@ -79,6 +79,11 @@ class MigrationMetrics:
         self.heartbeat_age = gauge("stream_osc_capture_heartbeat_age_seconds",
                                    "Seconds since the Debezium connector last sent a heartbeat record (-1: unknown)")
         self.applied = gauge("stream_osc_applied_events", "Change events applied by every applier of the migration")
+        self.keys_waiting = gauge("stream_osc_apply_keys_waiting_on_row_locks",
+                                  "Keys whose re-read has waited a second or more for a row lock another session "
+                                  "holds (a hot row: the tool gives way, then waits for that key alone)")
+        self.longest_wait = gauge("stream_osc_apply_row_lock_wait_seconds",
+                                  "The longest of those waits so far (0: none waiting a second or more)")
         self.throttled = gauge("stream_osc_throttled",
                                "1 while the work holds back: copy, apply and validation for --max-load, "
                                "--cloudwatch-max-load or --throttle-replicas; copy and validation yielding "
@@ -173,6 +178,11 @@ class MigrationMetrics:
         self.applied.labels(self.table).set(applied_events)
         self.lag_figures.update(apply_lag_s=None if lag_seconds is None else round(lag_seconds, 1),
                                 applied_events=applied_events)
+
+    def apply_waits(self, waits: list[tuple[str, float]]) -> None:
+        """The keys whose re-read waits for another session's row lock, (key, seconds) longest first."""
+        self.keys_waiting.labels(self.table).set(len(waits))
+        self.longest_wait.labels(self.table).set(waits[0][1] if waits else 0)
 
     def apply_backlog(self, lag_events: int) -> None:
         """The applier group's lag alone (read while the appliers do not run, e.g. during the copy)."""
