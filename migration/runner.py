@@ -636,13 +636,13 @@ class Runner:
                 lag_s = lag / rate if rate > 0 else None
                 self.progress.apply(lag, applied, lag_s)
                 self.metrics.apply(lag, applied, lag_s)
+                self.metrics.apply_waits(LockWaits.read(ctx.shared_redis(), ctx.migration.id))
                 if look_for_blockers and now - looked_for_blockers >= BLOCKER_POLL_S:
                     looked_for_blockers = now
                     self.blocker_clock.saw(find_blockers(self.conn, self.spec.database, self.spec.table,
                                                          self.info.is_mariadb), time.monotonic())
                 if lag <= limit:
                     return lag
-                self.metrics.apply_waits(LockWaits.read(ctx.shared_redis(), ctx.migration.id))
                 time.sleep(LAG_POLL_S)
 
     def _validate(self, ctx: RunContext, cutover: Cutover) -> None:
@@ -854,13 +854,13 @@ class Runner:
                     applied = stats.read().get("events", 0)
                     self.progress.apply(lag, applied, None)
                     self.metrics.apply(lag, applied, None)
+                    self.metrics.apply_waits(LockWaits.read(ctx.shared_redis(), ctx.migration.id))
                     if now - noted >= WAITING_NOTE_S:
                         log_event(log, event, table=self.spec.qualified_name, apply_lag_events=lag, **fields)
                         noted = now
                 time.sleep(1.0)
 
     def _wait_for_blockers(self, ctx: RunContext, stage: str) -> None:
-                    self.metrics.apply_waits(LockWaits.read(ctx.shared_redis(), ctx.migration.id))
         """Wait, with the appliers applying and no lock requested, while sessions hold the table
         (cutover/blocker_wait.py); health, abort, pause and applier failures are checked meanwhile."""
         BlockerWait(ctx, self.info.is_mariadb, self.blocker_clock).wait(
