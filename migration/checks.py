@@ -9,7 +9,7 @@ import redis
 
 from connectors.config import CONNECTOR_CLASSES
 from connectors.rest import connect_client
-from core.db import ServerInfo, qualified, query, scalar
+from core.db import ServerInfo, qualified, query, quote_ident, scalar
 from core.keys import SUPPORTED_TYPES, UNSUPPORTED_TYPES, PrimaryKey, primary_key
 from core.endpoints import Endpoints, redis_where
 from core.logs import log_event
@@ -17,6 +17,7 @@ from core.source_check import CAPTURED_BINLOG
 from core.spec import MigrationSpec
 from core.swap_preconditions import UnsafeServerSetting, check_swap_settings
 from core.load import over, read_status
+from migration.predicate import changing_parts
 from streams.topics import check_reachable
 
 log = logging.getLogger("stream_osc.checks")
@@ -158,6 +159,7 @@ def check_target(conn: pymysql.connections.Connection, target: pymysql.connectio
         if any(str(step[1]).upper() != "SIMPLE" or step[2] not in (None, table) for step in plan):
             raise PreflightError(f"--where must be decided by the row alone: {spec.where!r} reads other rows "
                                  "(a subquery); rows would enter or leave it without a change to them")
+        check_where_deterministic(conn, spec)
     tdb, ttable = spec.target_names
     if not scalar(target, "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME=%s", (tdb,)):
         raise PreflightError(f"the target server has no database {tdb}: create it there first")
@@ -165,6 +167,48 @@ def check_target(conn: pymysql.connections.Connection, target: pymysql.connectio
               (tdb, ttable)):
         raise PreflightError(f"table {tdb}.{ttable} already exists on the target server: drop or rename it, or "
                              f"run `stream-osc abort --table {db}.{table}` if a migration is unfinished")
+
+
+# The server's refusal of an expression in a stored generated column: MariaDB; MySQL 8 (unnamed, named).
+NOT_IN_STORED_COLUMN = (1901, 3102, 3763)
+_REFUSED_PART = re.compile(r"'(.+)' cannot be used|disallowed function: (.+?)\.?$")
+
+
+def check_where_deterministic(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:
+    """--where gives the same answer for a row until the row is written: the clock, randomness, variables and
+    stored functions let a row come to match unwritten, and no change event ever makes it copied.
+
+    The parts nameable from the text are refused by name (migration/predicate.py). The rest is the server's to
+    judge, since only it knows which names are stored or loadable functions and which built-ins read the session:
+    it refuses exactly such expressions in a stored generated column, so the predicate is tried as one, on an empty
+    temporary copy of the table's columns (this session's alone, dropped at once, never in the binlog)."""
+    db, table = spec.database, spec.table
+    parts = changing_parts(spec.where)
+    if parts:
+        raise PreflightError(f"--where must give the same answer for a row until the row is written: {spec.where!r} "
+                             f"uses {', '.join(parts)}; a row that comes to match without a write would never be "
+                             "copied (write the moment or value as a literal)")
+    probe = qualified(db, "stream_osc_where_check")
+    try:
+        columns = [quote_ident(r[0]) for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
+                                                          "TABLE_SCHEMA=%s AND TABLE_NAME=%s", (db, table))]
+        # named, so that invisible columns come too; the columns alone (no keys, partitions or generation)
+        query(conn, f"CREATE TEMPORARY TABLE {probe} SELECT {', '.join(columns)} FROM {qualified(db, table)} LIMIT 0")
+        query(conn, f"ALTER TABLE {probe} ADD COLUMN stream_osc_where_answer TINYINT "
+                    f"AS (({spec.where}) IS NOT NULL) STORED")
+    except pymysql.err.MySQLError as exc:
+        if exc.args[0] not in NOT_IN_STORED_COLUMN:
+            raise PreflightError(f"--where could not be checked on {db}.{table}: {exc.args[-1]} "
+                                 f"(server error {exc.args[0]})") from None
+        named = _REFUSED_PART.search(str(exc.args[-1]))
+        part = next((g for g in named.groups() if g), None) if named else None
+        kind = "a stored function" if part and "`" in part else "its answer depends on more than the row"
+        raise PreflightError(f"--where must give the same answer for a row until the row is written: "
+                             f"{spec.where!r} uses {part or 'an expression'} ({kind}: the server refuses it in a "
+                             "stored generated column); a row that comes to match without a write would never be "
+                             "copied") from None
+    finally:
+        query(conn, f"DROP TEMPORARY TABLE IF EXISTS {probe}")
 
 
 def check_load_thresholds(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:

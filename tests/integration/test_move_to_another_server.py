@@ -202,10 +202,16 @@ def test_load_limits_hold_the_work_back_for_the_target_server_too(endpoints, tar
     (["--target-dsn", "--target-table", f"{MOVED_DB}.small", "--where", f"v > (SELECT MIN(v) FROM {DB}.small)"],
      "--where must be decided by the row alone"),
     (["--where", "id > 0"], "--where needs --target-dsn"),
+    # rows would come to match without a write, and never be copied: named from the text, or judged by the server
+    (["--target-dsn", "--target-table", f"{MOVED_DB}.small", "--where", "v < UNIX_TIMESTAMP() AND id > @floor"],
+     "uses UNIX_TIMESTAMP() (the clock), @floor (a user variable)"),
+    (["--target-dsn", "--target-table", f"{MOVED_DB}.small", "--where", f"{DB}.plus_one(v) > 1"],
+     "plus_one"),
 ])
 def test_bad_move_options_are_refused_with_exit_2_and_change_nothing(endpoints, conn, target, args, says):
     table = "small"
     fresh_start(conn, table)
+    query(conn, f"CREATE FUNCTION IF NOT EXISTS {DB}.plus_one(x INT) RETURNS INT DETERMINISTIC RETURN x + 1")
     query(conn, f"DROP TABLE IF EXISTS {qualified(DB, table)}")
     query(conn, f"CREATE TABLE {qualified(DB, table)} (id INT PRIMARY KEY, v INT)")
     query(conn, f"INSERT INTO {qualified(DB, table)} VALUES (1, 1), (2, 2)")
