@@ -5,6 +5,9 @@ who is waiting for whom. With `--force-kill-blockers-after`, a session that has 
 that long while the tool waited is killed (its transaction rolls back), except a transaction that
 changed more rows than `--force-kill-max-rows`: its rollback would take about as long as its changes
 did, and hold the table meanwhile.
+
+On a move the new table's server is looked at too, exactly so: a session holding the target table would make
+a statement the cutover runs there under the source's lock wait (cutover/move.py), and the application with it.
 """
 from __future__ import annotations
 
@@ -19,9 +22,10 @@ import redis
 
 from core import redis_keys
 from core.context import RunContext
-from core.db import kill_connection
+from core.db import close_quietly, kill_connection
 from core.logs import log_event
-from cutover.blockers import Blocker, find_blockers
+from cutover.blockers import TARGET, Blocker, find_blockers
+from cutover.session_bounds import server_is_mariadb
 
 log = logging.getLogger("stream_osc.cutover")
 
@@ -44,9 +48,9 @@ class BlockerClock:
     spared. One clock serves every wait and cutover attempt of a run, so that --force-kill-blockers-after
     counts from the first sighting of a holder, not from the start of the latest attempt."""
 
-    first_seen: dict[tuple[int, str | None], float] = field(default_factory=dict)
-    refused: set[tuple[int, str | None]] = field(default_factory=set)
-    killed: set[tuple[int, str | None]] = field(default_factory=set)
+    first_seen: dict[tuple[int, str | None, str], float] = field(default_factory=dict)
+    refused: set[tuple[int, str | None, str]] = field(default_factory=set)
+    killed: set[tuple[int, str | None, str]] = field(default_factory=set)
 
     def note(self, blockers: list[Blocker], now: float) -> None:
         """Start the clock of new holders; forget those gone (a connection's next transaction starts anew)."""
@@ -75,36 +79,45 @@ class BlockerWait:
         spec = self.ctx.spec
         conn = self.ctx.db()
         started = time.monotonic()
-        shown: set[int] = set()
+        shown: set[tuple[int, str]] = set()
+        target: pymysql.connections.Connection | None = None
         try:
+            target = self.ctx.target_db() if self.ctx.pair.remote else None
+            target_mariadb = target is not None and server_is_mariadb(target)
             while True:
                 blockers = find_blockers(conn, spec.database, spec.table, self.is_mariadb)
+                if target is not None:
+                    blockers += find_blockers(target, spec.target_database, spec.new_table, target_mariadb,
+                                              server=TARGET)
                 now = time.monotonic()
                 self.clock.note(blockers, now)
                 self._publish(blockers)
                 if not blockers:
                     break
-                new = [b for b in blockers if b.connection_id not in shown]
+                new = [b for b in blockers if (b.connection_id, b.server) not in shown]
                 if new:
-                    shown.update(b.connection_id for b in new)
+                    shown.update((b.connection_id, b.server) for b in new)
                     for blocker in new:
                         say(f"waiting for {blocker.describe()}")
                     log_event(log, "waiting for sessions holding the table", logging.WARNING,
                               table=spec.qualified_name, blockers=json.dumps([b.as_dict() for b in blockers]))
-                killed = spec.force_kill_blockers_after_s is not None and self._kill_overdue(conn, blockers, now, say)
+                killed = spec.force_kill_blockers_after_s is not None and self._kill_overdue(
+                    lambda b: target if b.server == TARGET and target is not None else conn, blockers, now, say)
                 tick()
                 time.sleep(AFTER_KILL_S if killed else POLL_S)   # a killed holder is gone at once: look again
         finally:
             conn.close()
+            close_quietly(target)
         waited = time.monotonic() - started
         if shown:
             say(f"no session holds {spec.qualified_name} any more (waited {waited:.1f} s)")
             log_event(log, "table no longer held", table=spec.qualified_name, waited_s=round(waited, 1))
         return waited
 
-    def _kill_overdue(self, conn: pymysql.connections.Connection, blockers: list[Blocker], now: float,
-                      say: Callable[[str], None]) -> bool:
-        """Kill the holders overdue for it (unless refused); True if any was killed."""
+    def _kill_overdue(self, session_on: Callable[[Blocker], pymysql.connections.Connection],
+                      blockers: list[Blocker], now: float, say: Callable[[str], None]) -> bool:
+        """Kill the holders overdue for it (unless refused), each through `session_on` its server; True if any was
+        killed."""
         spec, clock = self.ctx.spec, self.clock
         killed = False
         for blocker in blockers:
@@ -118,7 +131,7 @@ class BlockerWait:
                 log_event(log, "blocker not killed", logging.WARNING, reason=refusal, **blocker.as_dict())
                 continue
             try:
-                if not kill_connection(conn, blocker.connection_id):
+                if not kill_connection(session_on(blocker), blocker.connection_id):
                     continue   # it ended by itself meanwhile
             except pymysql.err.MySQLError as exc:
                 clock.refused.add(blocker.identity)

@@ -30,6 +30,7 @@ TRX_START_RESOLUTION_S = 1.0   # INNODB_TRX.trx_started is a DATETIME: whole sec
 STATEMENT_CHARS = 200      # of a blocker's statement kept for logs and `status`
 IGNORED_USERS = ("system user", "event_scheduler")
 IGNORED_COMMANDS = ("Binlog Dump", "Binlog Dump GTID", "Daemon", "Killed")
+SOURCE, TARGET = "source", "target"   # the server a holder is on
 
 
 class Detection(StrEnum):
@@ -51,12 +52,13 @@ class Blocker:
     statement: str | None        # the running statement; None when idle inside a transaction
     rows_modified: int | None    # INNODB_TRX.trx_rows_modified of its open transaction, if it has one
     transaction: str | None = None   # that transaction as "trx_id@trx_started" (a read-only one's id may be 0)
+    server: str = SOURCE             # SOURCE, or TARGET: the new table's server on a move
 
     @property
-    def identity(self) -> tuple[int, str | None]:
+    def identity(self) -> tuple[int, str | None, str]:
         """The same holder across looks: its connection and its transaction (a new transaction of the same
-        connection is a new holder)."""
-        return self.connection_id, self.transaction
+        connection is a new holder), on its server (connection ids repeat across servers)."""
+        return self.connection_id, self.transaction, self.server
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -64,7 +66,8 @@ class Blocker:
     def describe(self) -> str:
         """One line for progress output: id, user@host, age, statement."""
         what = f'"{self.statement}"' if self.statement else "idle in transaction"
-        return f"connection {self.connection_id} ({self.user}@{self.host}, {self.seconds:.0f} s): {what}"
+        where = " on the target server" if self.server == TARGET else ""
+        return f"connection {self.connection_id}{where} ({self.user}@{self.host}, {self.seconds:.0f} s): {what}"
 
 
 def detection(conn: pymysql.connections.Connection, is_mariadb: bool) -> Detection:
@@ -82,9 +85,9 @@ def detection(conn: pymysql.connections.Connection, is_mariadb: bool) -> Detecti
 
 
 def find_blockers(conn: pymysql.connections.Connection, database: str, table: str, is_mariadb: bool,
-                  method: Detection | None = None) -> list[Blocker]:
+                  method: Detection | None = None, server: str = SOURCE) -> list[Blocker]:
     """Sessions (other than `conn`'s) that have held the table's metadata lock for at least MIN_AGE_S,
-    oldest first; `method` overrides the best available source (tests)."""
+    oldest first, named as on `server`; `method` overrides the best available source (tests)."""
     method = method or detection(conn, is_mariadb)
     if method == Detection.METADATA_LOCK_INFO:
         rows = _metadata_lock_info(conn, database, table)
@@ -93,7 +96,7 @@ def find_blockers(conn: pymysql.connections.Connection, database: str, table: st
     else:
         rows = [r for r in _transactions(conn, is_mariadb) if suspected(r, database, table)]
     found: dict[int, Blocker] = {}
-    for blocker in (_blocker(r) for r in rows if _counts(r)):   # a session may hold several locks
+    for blocker in (_blocker(r, server) for r in rows if _counts(r)):   # a session may hold several locks
         known = found.get(blocker.connection_id)
         if known is None or blocker.seconds > known.seconds:
             found[blocker.connection_id] = blocker
@@ -138,10 +141,11 @@ def _counts(session: Session) -> bool:
             and session.command not in IGNORED_COMMANDS)
 
 
-def _blocker(session: Session) -> Blocker:
+def _blocker(session: Session, server: str) -> Blocker:
     statement = " ".join(session.statement.split())[:STATEMENT_CHARS] if session.statement else None
     return Blocker(session.connection_id, session.user or "", session.host or "", round(session.seconds, 1),
-                   statement if session.command != "Sleep" else None, session.rows_modified, session.transaction)
+                   statement if session.command != "Sleep" else None, session.rows_modified, session.transaction,
+                   server)
 
 
 def _age(command_s: float | None, transaction_s: float | None) -> float:

@@ -6,6 +6,12 @@ renamed away to its old-table name, queued ahead of the waiting writes exactly a
 RENAME (cutover/README.md): once the lock goes, every waiting and later write to the old name fails loudly
 (table does not exist) instead of landing in a table nobody reads. The moment is recorded; the application
 then switches to the target (docs/move.md lists the patterns).
+
+Both servers are looked at and bounded: the target table's holders are waited for as the source's are (a
+statement on the target under the source's lock would wait for them, and the application with it); the target's
+AUTO_INCREMENT is raised before the lock and only read under it (cutover/counters.py); every target statement
+under the lock ends within what remains of the window (cutover/session_bounds.py, cutover/watchdog.py), or the
+attempt rolls back and the source takes writes again.
 """
 from __future__ import annotations
 
@@ -15,14 +21,17 @@ import uuid
 
 import pymysql
 
-from core.db import qualified, query, scalar
+from core.db import qualified, query
 from core.keys import Key, show_key
 from core.logs import log_event
 from core.source_check import check_source_unchanged
 from core.swap_preconditions import check_swap_settings
+from cutover.counters import FIRST_MARGIN, MARGIN_GROWTH, raise_counter, raise_to, read_counter, short_of
+from cutover.session_bounds import server_is_mariadb, tighten_idle_limit
 from cutover.swap import Cutover, CutoverAborted, CutoverResult, _Renamer, drop_sentry, rename_queues_on_original, \
-    SENTRY_COMMENT
+    SENTRY_COMMENT, within_window
 from cutover.validate import row_hasher
+from cutover.watchdog import StatementWatchdog
 from streams.fence import FenceTimeout
 
 log = logging.getLogger("stream_osc.cutover")
@@ -37,6 +46,8 @@ class MoveFailed(Exception):
 class MoveCutover(Cutover):
     """Cutover attempts for a new table on another server."""
 
+    counter_margin = FIRST_MARGIN   # grown on the instance after an attempt the source's ids outran
+
     def attempt(self, window_s: float, coordinator: str) -> CutoverResult:
         """One bounded attempt: lock the source, drain into the target, prove the drained rows, rename the source
         away; the applier group must be stopped (its committed offsets are the start)."""
@@ -47,10 +58,13 @@ class MoveCutover(Cutover):
         lock_conn = ctx.db()
         target = ctx.target_db()
         renamer: _Renamer | None = None
+        watchdog: StatementWatchdog | None = None
         locked_at = 0.0
         try:
+            target_mariadb = server_is_mariadb(target)
+            on_target = (target, target_mariadb)
             check_swap_settings(lock_conn, self.is_mariadb)   # changed since init? Refused before anything is made
-            self._refuse_if_held(lock_conn)
+            self._refuse_if_held(lock_conn, on_target)
             tables = [source, self.fence_table]
             if self.is_mariadb:
                 if not rename_queues_on_original(spec.table, [spec.old_table]):
@@ -61,18 +75,25 @@ class MoveCutover(Cutover):
                 tables.append(old)
                 renamer = _Renamer(ctx, max(2, int(window_s) + 2), f"RENAME TABLE {source} TO {old}")
             start = self._catch_up(lock_conn, reader, consumer, target)
-            self._lock(lock_conn, tables, [self.migrations_table])
+            self._raise_target_counter(lock_conn, target, target_mariadb)
+            watchdog = self._bound_target(target, window_s, target_mariadb)
+            self._lock(lock_conn, tables, window_s, [self.migrations_table], on_target)
             locked_at, locked_wall = time.monotonic(), time.time()
             deadline = locked_at + window_s
+            self._limit_target(target, target_mariadb, watchdog, deadline)
             check_source_unchanged(lock_conn, ctx.migration)
-            ctx.check_target(target)   # still the server init wrote to, before the drain writes there
             try:
-                _, keys = self._drain_keys(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
-                                           max(deadline - time.monotonic(), 0.01), False, target)
+                with within_window("under the lock (on the target or the source)"):
+                    _, keys = self._drain_keys(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
+                                               max(deadline - time.monotonic(), 0.01), False, target)
+                    self._prove_rows(lock_conn, target, keys)
+                    self._check_target_counter(lock_conn, target, target_mariadb)
             except FenceTimeout as exc:
                 raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
-            self._prove_rows(lock_conn, target, keys)
-            self._carry_auto_increment_to(lock_conn, target)
+            watchdog.close()
+            if watchdog.fired or time.monotonic() > deadline:
+                raise CutoverAborted(f"window of {window_s:.1f} s exceeded by the statements on the target")
+            tighten_idle_limit(lock_conn, deadline)   # only the RENAME's queueing is left to wait for
             self._prove_lease(lock_conn, coordinator)
             if renamer is not None:
                 check_swap_settings(lock_conn, self.is_mariadb)   # once more, before the RENAME is queued
@@ -102,6 +123,8 @@ class MoveCutover(Cutover):
                           logging.WARNING, reason=str(exc))
             raise
         finally:
+            if watchdog is not None:
+                watchdog.close()
             if renamer is not None:
                 renamer.close_unless_started()
             lock_conn.close()
@@ -133,17 +156,34 @@ class MoveCutover(Cutover):
                              "left in place")
         log_event(log, "drained rows equal on both servers", logging.DEBUG, rows=len(keys))
 
-    def _carry_auto_increment_to(self, lock_conn: pymysql.connections.Connection,
-                                 target: pymysql.connections.Connection) -> None:
-        """Give the target table the source's AUTO_INCREMENT counter, read under the lock (ids handed out and
-        deleted since would otherwise be handed out again)."""
+    def _raise_target_counter(self, lock_conn: pymysql.connections.Connection,
+                              target: pymysql.connections.Connection, target_mariadb: bool) -> None:
+        """Before the lock: the target's AUTO_INCREMENT raised to the source's plus the margin, its statement
+        queueing at most --lock-wait-timeout (a session that appeared on the target table since the look makes the
+        attempt roll back, having locked nothing)."""
         spec = self.ctx.spec
-        if not self.is_mariadb:
-            query(lock_conn, "SET SESSION information_schema_stats_expiry = 0")
-        source = scalar(lock_conn, "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
-                                   "AND TABLE_NAME=%s", (spec.database, spec.table))
-        current = scalar(target, "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
-                                 "AND TABLE_NAME=%s", (spec.target_database, spec.new_table))
-        if source is not None and current is not None and int(current) < int(source):
-            new = qualified(spec.target_database, spec.new_table)
-            query(target, f"ALTER TABLE {new} AUTO_INCREMENT = {int(source)}")
+        source = read_counter(lock_conn, spec.database, spec.table, self.is_mariadb)
+        current = read_counter(target, spec.target_database, spec.new_table, target_mariadb)
+        value = raise_to(source, current, self.counter_margin)
+        if value is None:
+            return
+        try:
+            raise_counter(target, spec.target_database, spec.new_table, value, target_mariadb, spec.lock_wait_s)
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] in (1205, 1969):   # lock wait timeout; MariaDB max_statement_time
+                raise CutoverAborted(f"the target table's AUTO_INCREMENT could not be raised within "
+                                     f"{spec.lock_wait_s:.2f} s (a session holds the table there)") from None
+            raise
+        log_event(log, "target AUTO_INCREMENT raised before the lock", source=source, was=current, now=value)
+
+    def _check_target_counter(self, lock_conn: pymysql.connections.Connection,
+                              target: pymysql.connections.Connection, target_mariadb: bool) -> None:
+        """Under the lock, reads only: the target would hand out no id the source handed out (or rolled back).
+        Short of it, the attempt rolls back and the next one raises with a larger margin."""
+        spec = self.ctx.spec
+        source = read_counter(lock_conn, spec.database, spec.table, self.is_mariadb)
+        current = read_counter(target, spec.target_database, spec.new_table, target_mariadb)
+        if short_of(source, current):
+            self.counter_margin *= MARGIN_GROWTH
+            raise CutoverAborted(f"the source's AUTO_INCREMENT ({source}) passed the target's ({current}) since it "
+                                 f"was raised; the next attempt raises it {self.counter_margin} ahead")

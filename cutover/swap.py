@@ -14,6 +14,8 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pymysql
@@ -30,8 +32,11 @@ from core.logs import log_event
 from core.source_check import check_source_unchanged
 from core.swap_preconditions import check_swap_settings
 from cutover.queued_ddl import TABLE_MDL_WAIT, queued_statements
-from cutover.blockers import Blocker, find_blockers
+from cutover.blockers import TARGET, Blocker, find_blockers
+from cutover.session_bounds import apply_settings, bound_lock_session, remaining_statement_settings, \
+    server_is_mariadb, tighten_idle_limit
 from cutover.short_lock import LockNotTaken, lock_tables_briefly
+from cutover.watchdog import StatementWatchdog
 from streams.closing import close_within
 from streams.events import decode_key
 from streams.fence import FenceReader, FenceTimeout, fence_consumer
@@ -46,6 +51,9 @@ PRE_DRAIN_TIMEOUT_S = 30.0    # a fence not captured by then means capture is st
 PRE_DRAIN_ENOUGH_KEYS = 50    # a pass with no more keys than this, and no longer than
 PRE_DRAIN_ENOUGH_S = 0.25     # this, leaves little enough for the locked drain
 PRE_DRAIN_MIN_SHRINK = 0.7    # a pass must leave at most this share of the previous one's keys to go on
+# A statement stopped at the window's end: killed (by the watchdog, cutover/watchdog.py), or over MariaDB's
+# max_statement_time, or MySQL's max_execution_time (cutover/session_bounds.py)
+OUT_OF_WINDOW = frozenset({1317, 1969, 3024})
 
 
 class CutoverAborted(Exception):
@@ -78,6 +86,18 @@ class CutoverResult:
     locked_at: float = 0.0       # wall clock when writes started to wait
     blockers: tuple[Blocker, ...] = ()   # sessions that held the table, when they stopped the attempt
     throttled: bool = False              # a throttle held the work back right before the lock: none was requested
+
+
+@contextmanager
+def within_window(where: str) -> Iterator[None]:
+    """Statements under the lock that the window's bounds stopped end the attempt (CutoverAborted: rolled back, the
+    source takes writes again), not the run."""
+    try:
+        yield
+    except pymysql.err.MySQLError as exc:
+        if exc.args and exc.args[0] in OUT_OF_WINDOW:
+            raise CutoverAborted(f"a statement {where} did not fit the window: {exc.args[-1]}") from None
+        raise
 
 
 class _Renamer(threading.Thread):
@@ -220,19 +240,32 @@ class Cutover:
             previous_keys = keys
         return start
 
-    def _refuse_if_held(self, conn: pymysql.connections.Connection) -> None:
+    def _holders(self, conn: pymysql.connections.Connection,
+                 target: tuple[pymysql.connections.Connection, bool] | None = None) -> list[Blocker]:
+        """Sessions holding the table; on a move also those holding the new table on its server (`target`: its
+        session and whether it is MariaDB): a statement the cutover runs there under the lock would wait for them."""
+        spec = self.ctx.spec
+        found = find_blockers(conn, spec.database, spec.table, self.is_mariadb)
+        if target is not None:
+            found += find_blockers(target[0], spec.target_database, spec.new_table, target[1], server=TARGET)
+        return found
+
+    def _refuse_if_held(self, conn: pymysql.connections.Connection,
+                        target: tuple[pymysql.connections.Connection, bool] | None = None) -> None:
         """CutoverAborted naming the sessions that hold the table, if any: checked before anything is prepared
         (sentry, catch-up), so that an attempt a holder would stop costs nothing (cutover/blocker_wait.py)."""
-        spec = self.ctx.spec
-        blockers = find_blockers(conn, spec.database, spec.table, self.is_mariadb)
+        blockers = self._holders(conn, target)
         if blockers:
-            raise CutoverAborted(f"{len(blockers)} session(s) hold {spec.qualified_name}: "
+            raise CutoverAborted(f"{len(blockers)} session(s) hold {self.ctx.spec.qualified_name}: "
                                  + "; ".join(b.describe() for b in blockers), tuple(blockers))
 
-    def _lock(self, lock_conn: pymysql.connections.Connection, tables: list[str],
-              read_tables: list[str] | None = None) -> None:
-        """LOCK TABLES … WRITE (`read_tables` … READ), never requested while a session holds the table, each try
-        queueing only --lock-wait-timeout in front of the application (cutover/short_lock.py). The --critical-load
+    def _lock(self, lock_conn: pymysql.connections.Connection, tables: list[str], window_s: float,
+              read_tables: list[str] | None = None,
+              target: tuple[pymysql.connections.Connection, bool] | None = None) -> None:
+        """LOCK TABLES … WRITE (`read_tables` … READ), never requested while a session holds the table (on a move,
+        the target table too), each try queueing only --lock-wait-timeout in front of the application
+        (cutover/short_lock.py). The session is first given the server-side bounds that end it, and so the lock,
+        if this process stops answering (cutover/session_bounds.py). The --critical-load
         thresholds are read afresh first (CriticalLoad: the migration stops): no worker may have read the load
         lately (a swap's appliers are stopped, as are a move's for its snapshot). A throttle holding the work back
         (--max-load, read afresh on this server; a move's target, CloudWatch and replicas as cached) postpones
@@ -243,12 +276,26 @@ class Cutover:
             held = self.ctx.throttle.before_lock(lock_conn)
             if held is not None:
                 raise CutoverAborted(f"throttled ({held}): no lock requested", throttled=True)
+        bound_lock_session(lock_conn, window_s, self.is_mariadb)
         try:
             lock_tables_briefly(lock_conn, tables, self.is_mariadb, spec.lock_wait_s, spec.lock_tries,
-                                lambda: find_blockers(lock_conn, spec.database, spec.table, self.is_mariadb),
-                                read_tables or [])
+                                lambda: self._holders(lock_conn, target), read_tables or [])
         except LockNotTaken as exc:
             raise CutoverAborted(str(exc), exc.blockers) from None
+
+    def _bound_target(self, target: pymysql.connections.Connection, window_s: float,
+                      mariadb: bool) -> StatementWatchdog:
+        """Before the lock: a move's target session bounded by its server as a lock session is, and the watchdog that
+        will stop its statements at the window's end, its own session opened now (not in the window)."""
+        bound_lock_session(target, window_s, mariadb)
+        return StatementWatchdog(self.ctx.target_db, target.thread_id(), "target")
+
+    @staticmethod
+    def _limit_target(target: pymysql.connections.Connection, mariadb: bool, watchdog: StatementWatchdog,
+                      deadline: float) -> None:
+        """Under the lock: every statement on the target ends within what remains of the window."""
+        apply_settings(target, remaining_statement_settings(deadline - time.monotonic(), mariadb))
+        watchdog.arm(deadline)
 
     def refresh_statistics(self) -> float:
         """ANALYZE TABLE the new table, so that the optimizer's first plans after the swap use fresh
@@ -284,20 +331,28 @@ class Cutover:
         consumer, reader = self._fence_reader()
         lock_conn = ctx.db()
         target = ctx.target_db() if ctx.pair.remote else None
+        watchdog: StatementWatchdog | None = None
         every = [s for pair in sessions for s in pair if s is not None]
         try:
-            self._refuse_if_held(lock_conn)
+            target_mariadb = target is not None and server_is_mariadb(target)
+            on_target = (target, target_mariadb) if target is not None else None
+            self._refuse_if_held(lock_conn, on_target)
             for session in every:
                 query(session, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             start = self._catch_up(lock_conn, reader, consumer, target)
             tables = [qualified(spec.database, spec.table), self.fence_table]
             if target is None:
                 tables.append(qualified(spec.database, spec.new_table))
-            self._lock(lock_conn, tables)
+            else:   # written under the lock: bounded by its server as the lock session is
+                watchdog = self._bound_target(target, window_s, target_mariadb)
+            self._lock(lock_conn, tables, window_s, target=on_target)
             locked_at = time.monotonic()
+            if target is not None and watchdog is not None:
+                self._limit_target(target, target_mariadb, watchdog, locked_at + window_s)
             try:
-                _, drained = self._drain(lock_conn, reader, start, f"snap-{uuid.uuid4().hex[:12]}",
-                                         max(locked_at + window_s - time.monotonic(), 0.01), False, target)
+                with within_window("under the snapshot's lock"):
+                    _, drained = self._drain(lock_conn, reader, start, f"snap-{uuid.uuid4().hex[:12]}",
+                                             max(locked_at + window_s - time.monotonic(), 0.01), False, target)
                 for session in every:
                     query(session, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
             except FenceTimeout as exc:
@@ -309,6 +364,8 @@ class Cutover:
                       drained_keys=drained)
             return blocked
         finally:
+            if watchdog is not None:
+                watchdog.close()
             lock_conn.close()
             if target is not None:
                 target.close()
@@ -352,17 +409,19 @@ class Cutover:
                                    f"RENAME TABLE {qualified(db, spec.table)} TO {qualified(db, spec.old_table)}, "
                                    f"{qualified(db, spec.new_table)} TO {qualified(db, spec.table)}")
             start = self._catch_up(lock_conn, reader, consumer)
-            self._lock(lock_conn, tables, [self.migrations_table])
+            self._lock(lock_conn, tables, window_s, [self.migrations_table])
             locked_at = time.monotonic()
             locked_wall = time.time()
             deadline = locked_at + window_s
             check_source_unchanged(lock_conn, ctx.migration)   # decisive: no DDL can run while the lock is held
             try:
-                _, drained = self._drain(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
-                                         max(deadline - time.monotonic(), 0.01), False)
+                with within_window("under the lock"):
+                    _, drained = self._drain(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
+                                             max(deadline - time.monotonic(), 0.01), False)
+                    self._carry_auto_increment(lock_conn)
             except FenceTimeout as exc:
                 raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
-            self._carry_auto_increment(lock_conn)
+            tighten_idle_limit(lock_conn, deadline)   # only the RENAME's queueing is left to wait for
             drained_at = time.monotonic()
             self._prove_lease(lock_conn, coordinator)   # decisive: no takeover can commit until the unlock
             if renamer is not None:
