@@ -82,6 +82,7 @@ class MoveCutover(Cutover):
             deadline = locked_at + window_s
             self._limit_target(target, target_mariadb, watchdog, deadline)
             check_source_unchanged(lock_conn, ctx.migration)
+            ctx.check_target(target)   # still the server init wrote to, before the drain writes there
             try:
                 with within_window("under the lock (on the target or the source)"):
                     _, keys = self._drain_keys(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
