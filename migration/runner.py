@@ -210,7 +210,7 @@ class Runner:
                               f"at stage {migration.stage}")
             if migration.stage in WORKING_STAGES:
                 self._warn_if_cutover_would_refuse()
-            if migration.status != Status.RUNNING:
+            if migration.status != Status.RUNNING or migration.error:   # (an error of the work it continues: moot)
                 self.store.update(migration.id, status=Status.RUNNING, error=None)
         return self._run_stages_retrying(migration.id)
 
@@ -277,9 +277,15 @@ class Runner:
                               f"state in {delay:.0f} s ({attempt}/{MAX_TRANSIENT_FAILURES})")
             log_event(log, "transient failure", logging.WARNING, migration=migration_id, error=str(exc),
                       retry_in_s=delay)
+        def resume() -> None:
+            """A fresh session, and the passing failure's recorded error cleared, since the work it stopped goes
+            on: left, it would read as this coordinator's answer to `stream-osc cutover` should it go away later,
+            and the asking command would stop with it instead of cutting over itself. A failure of the resumed
+            work records its own."""
+            self._reconnect()
+            self.store.update(migration_id, error=None)
         try:
-            return retrying_transient(lambda: self._run_stages_explained(self.store.get(migration_id)),
-                                      self._reconnect, report)
+            return retrying_transient(lambda: self._run_stages_explained(self.store.get(migration_id)), resume, report)
         except Exception as exc:
             if is_transient(exc):
                 raise MigrationStopped(f"migration {migration_id} stopped: {type(exc).__name__}: {exc} outlasted "

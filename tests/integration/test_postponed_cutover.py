@@ -3,8 +3,10 @@ waits with its appliers applying, through pause, resume and a crash; `cutover` s
 coordinator when one runs."""
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime, timedelta, timezone
+from urllib.parse import urlsplit
 
 import pytest
 from confluent_kafka import ConsumerGroupState
@@ -12,9 +14,12 @@ from confluent_kafka.admin import AdminClient
 
 from core.db import qualified, query, scalar
 from core.spec import MigrationSpec, helper_table_name
-from tests.integration.helpers import (cli, fresh_ledger_table, leftovers, migration_row, start_cli, status_doc,
-                                       table_columns, wait_for, waiting_for_cutover, waiting_without_coordinator)
+from stack.process import free_ports
+from tests.integration.helpers import (cli, fresh_ledger_table, latest_migration_id, leftovers, migration_row,
+                                       new_migration_row, start_cli, status_doc, table_columns, wait_for,
+                                       waiting_for_cutover, waiting_without_coordinator)
 from tests.integration.ledger import Ledger
+from tests.integration.tcp_relay import TcpRelay
 
 pytestmark = pytest.mark.integration
 
@@ -194,3 +199,50 @@ def test_a_joined_worker_stays_joined_and_applies_while_a_manual_cutover_waits(e
             worker.kill()
             worker.wait(30)
     assert scalar(conn, f"SELECT payload FROM {DB}.{table} WHERE id = 100") == "while waiting"
+
+
+def test_a_passing_failure_retried_successfully_leaves_no_error_to_stop_the_cutover_command(endpoints, conn, cli_log):
+    """A coordinator whose link to Kafka Connect is cut records the failure, retries and goes on: the error is
+    cleared as the work continues. Asked by `stream-osc cutover` (paused, so it holds the request) and then
+    killed, it leaves no error behind, and the asking command cuts over itself instead of stopping with the
+    stale one."""
+    table = "recovered"
+    fresh_ledger_table(conn, DB, table, rows=2_000, writers=2)
+    connect_url = urlsplit(endpoints.connect_url)
+    relay = TcpRelay(free_ports(1)[0], (connect_url.hostname, connect_url.port))
+    relay.restore()
+    env = {**os.environ, "STREAM_OSC_CONNECT_URL": f"http://127.0.0.1:{relay.port}",
+           "STREAM_OSC_CONNECTOR_SECRETS_DIR": endpoints.connector_secrets_dir}
+    earlier = latest_migration_id(conn, DB, table)
+    coordinator = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note INT NULL",
+                            "--cutover", "manual", "--partitions", "2", env=env, log=cli_log)
+    asking = None
+    try:
+        wait_for(lambda: coordinator.poll() is not None or getattr(new_migration_row(conn, DB, table, earlier),
+                                                                   "status", "") == "waiting", 300,
+                 "the migration to wait for its cutover")
+        assert cli("pause", "--table", f"{DB}.{table}").returncode == 0
+        wait_for(lambda: "paused: no writes" in cli_log.read_text(), 30, "the coordinator to hold, paused")
+        asking = start_cli("cutover", "--table", f"{DB}.{table}", log=cli_log)
+        migration_id = migration_row(conn, DB, table).id
+        wait_for(lambda: scalar(conn, "SELECT cutover_requested_at FROM stream_osc.migrations WHERE id = %s",
+                                (migration_id,)) is not None, 30, "the request")
+        relay.cut()   # the coordinator's next health check cannot reach Connect: a passing failure, recorded
+        wait_for(lambda: migration_row(conn, DB, table).error is not None, 30, "the failure to be recorded")
+        wait_for(lambda: "transient failure" in cli_log.read_text(), 30, "the retry to be announced")
+        relay.restore()
+        wait_for(lambda: cli_log.read_text().count("paused: no writes") == 2, 60, "the coordinator to go on")
+        assert coordinator.poll() is None
+        assert migration_row(conn, DB, table).error is None, "the error of a failure retried successfully stayed"
+        coordinator.kill()   # gone without a word: the asking command takes over
+        coordinator.wait(30)
+        assert asking.wait(300) == 0, cli_log.read_text()[-3000:]
+    finally:
+        relay.cut()
+        for proc in (coordinator, asking):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+    assert "cutting over in this process" in cli_log.read_text()
+    assert migration_row(conn, DB, table).stage == "done"
+    assert "note" in table_columns(conn, DB, table)
