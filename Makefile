@@ -3,13 +3,18 @@ VENV := .venv
 PY := $(VENV)/bin/python
 OSC := $(VENV)/bin/stream-osc
 
-.PHONY: setup lint test test-slow demo bench up down status
+.PHONY: setup lint check test test-slow demo bench up down status
 
 setup:
 	bash stack/bootstrap.sh
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# The inner loop: lint and the unit tests, no services (under a minute).
+check: setup
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q tests/unit
 
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
 test: setup

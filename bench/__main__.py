@@ -17,6 +17,7 @@ from bench.report import read_previous, summarise, write_json, write_markdown
 from bench.run import Schedule, warm_up_tool
 from bench.sysbench import BenchError
 from bench.tools import compile_measured_code
+from bench.topology import place
 from core.db import connect, scalar
 from core.endpoints import ENV_KEYS, Endpoints
 from stack import services
@@ -57,7 +58,8 @@ def _meta(config: BenchConfig, endpoints: Endpoints) -> dict[str, Any]:
             "baseline_s": config.baseline_s, "time_limit_s": config.limit_for(max(config.sizes)),
             "gh_ost": config.gh_ost, "stream_osc_source": code_source() + _variant(config),
             "fit_buffer_pool": config.fit_buffer_pool, "fit_redo_log": config.fit_redo_log,
-            "warm_up": warm_up_tool(config) is not None}
+            "warm_up": warm_up_tool(config) is not None, "topology": config.topology,
+            "load_average": os.getloadavg()[0]}
 
 
 def _variant(config: BenchConfig) -> str:
@@ -93,11 +95,17 @@ def main(argv: list[str] | None = None) -> int:
         write_json(json_path, invocations, runs)
 
     try:
+        undo_placement = place(config.topology, StackConfig(), _say)
+    except BenchError as exc:
+        _say(f"bench: error: {exc}")
+        return 2
+    try:
         Schedule(config, endpoints, record, _say).run()
     except BenchError as exc:
         _say(f"bench: error: {exc}")
         return 2
     finally:
+        undo_placement()
         if runs:
             _write_report(config, invocations, runs)
     return 0

@@ -21,6 +21,7 @@ no pace of the copy brings the application below what the capture alone costs.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from bench.run import WARMUP_S
 from bench.sysbench import BenchError
 from bench.table import BenchTable
 from bench.tools import ToolRun, compile_measured_code, stream_osc_abort, stream_osc_command
+from bench.topology import TOPOLOGIES, place
 from core.endpoints import Endpoints
 from core.state import Status
 from stack import services
@@ -168,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                         help="skip the unrecorded first repetition (a broker and Connect worker just started spend "
                              "their first minutes compiling their code, which a long-running worker has done)")
+    parser.add_argument("--topology", choices=TOPOLOGIES, default="shared",
+                        help="shared (default) or split: the database server alone on one CPU (bench/topology.py)")
     args = parser.parse_args(argv)
     if args.repetitions < 1:
         parser.error("--repetitions must be at least 1")
@@ -176,6 +180,20 @@ def main(argv: list[str] | None = None) -> int:
         print(text, file=sys.stderr, flush=True)
 
     services.up(StackConfig())
+    say(f"load average {os.getloadavg()[0]:.2f} at the start")
+    try:
+        undo_placement = place(args.topology, StackConfig(), say)
+    except BenchError as exc:
+        say(f"bench.capture_cost: error: {exc}")
+        return 2
+    try:
+        return _measure(args, say)
+    finally:
+        undo_placement()
+
+
+def _measure(args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    """The repetitions of capture_cost's main, printed as a report."""
     endpoints = StackConfig().endpoints()
     compile_measured_code()
     table = BenchTable(endpoints.mysql, args.database, "sbtest1", args.rows)

@@ -7,6 +7,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.topology import TOPOLOGIES
 from core.endpoints import ENV_KEYS
 
 TOOLS = ("server-copy", "alter-copy", "online-ddl", "stream-osc", "pt-osc", "gh-ost")
@@ -47,6 +48,7 @@ class BenchConfig:
     # one unrecorded stream-osc run first: a broker and Connect worker just started compile their code for minutes,
     # on the cores the measured runs share; a production worker has long done so
     warm_up: bool = True
+    topology: str = "shared"      # bench/topology.py: "split" gives the database server a CPU of its own
 
     def rate(self, scenario: str) -> int:
         """Transactions/s of a scenario's load (0 when idle)."""
@@ -125,6 +127,9 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
                         help="measure from the first run; by default one stream-osc run under the heaviest scenario's "
                              "load goes first, unrecorded, so the broker and Connect have compiled their code as a "
                              "long-running worker has")
+    parser.add_argument("--topology", choices=TOPOLOGIES, default="shared",
+                        help="shared (default): every process on every CPU; split: production's topology, the "
+                             "database server alone on one CPU, everything else on the others (bench/topology.py)")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: rewrite benchmarks.md and the plots from <out>/benchmarks.json")
     args = parser.parse_args(argv)
@@ -158,4 +163,5 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
         blocker_at=args.blocker_at,
         stream_osc_args=tuple(shlex.split(args.stream_osc_args)),
         warm_up=not args.no_warm_up,
+        topology=args.topology,
     )

@@ -223,7 +223,17 @@ def _invocation(meta: dict[str, Any]) -> list[str]:
         f"baseline {meta['baseline_s']:.0f} s of load alone before each loaded scenario",
         f"- {meta['repetitions']} repetition(s); in each, every scenario runs every tool once, in rotated order, "
         f"each on a table freshly restored from the same template; time limit per run "
-        f"{meta['time_limit_s']:.0f} s", *_buffer_pool_line(meta), *_redo_log_line(meta), *_warm_up_line(meta), ""]
+        f"{meta['time_limit_s']:.0f} s", *_buffer_pool_line(meta), *_redo_log_line(meta), *_warm_up_line(meta),
+        *_placement_line(meta), ""]
+
+
+def _placement_line(meta: dict[str, Any]) -> list[str]:
+    """Where the processes ran, and how busy the machine was at the start (absent from older invocations)."""
+    if "topology" not in meta:
+        return []
+    where = ("split: the database server alone on one CPU, the broker, Connect, Redis, the tools and the load on "
+             "the other (bench/topology.py)" if meta["topology"] == "split" else "shared: every process on every CPU")
+    return [f"- topology: {where}; load average at the start {meta['load_average']:.2f}"]
 
 
 def _warm_up_line(meta: dict[str, Any]) -> list[str]:
