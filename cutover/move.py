@@ -82,9 +82,9 @@ class MoveCutover(Cutover):
             deadline = locked_at + window_s
             self._limit_target(target, target_mariadb, watchdog, deadline)
             check_source_unchanged(lock_conn, ctx.migration)
-            ctx.check_target(target)   # still the server init wrote to, before the drain writes there
             try:
                 with within_window("under the lock (on the target or the source)"):
+                    ctx.check_target(target)   # still the server init wrote to, before the drain writes there
                     _, keys = self._drain_keys(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
                                                max(deadline - time.monotonic(), 0.01), False, target)
                     self._prove_rows(lock_conn, target, keys)
