@@ -13,6 +13,8 @@ import pytest
 
 from core.db import connect, qualified, query, scalar
 from cutover.counters import read_counter
+from cutover.swap import CutoverAborted, within_window
+from cutover.watchdog import StatementWatchdog
 from tests.integration.helpers import abort_leftover, start_cli, wait_for, waiting_without_coordinator
 from tests.integration.ledger import Ledger, create_ledger_table
 
@@ -85,3 +87,26 @@ def test_a_move_waits_for_a_transaction_on_the_target_table_without_holding_the_
     assert read_counter(target, MOVED_DB, table, is_mariadb=True) >= source_counter   # no id handed out twice
     assert scalar(conn, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
                   (DB, table)) == 0
+
+
+def test_a_target_statement_still_waiting_at_the_windows_end_is_stopped_and_the_attempt_rolls_back(endpoints, target):
+    """What a move does if a holder appears on the target after its look: the watchdog (the only limit MySQL has for
+    a write or DDL) interrupts the statement at the deadline, from its own session, and the attempt is aborted."""
+    table = qualified(MOVED_DB, "watched")
+    query(target, f"CREATE TABLE {table} (id INT AUTO_INCREMENT PRIMARY KEY)")
+    holder = connect(endpoints.target(), tagged=False)
+    query(holder, "BEGIN")
+    query(holder, f"SELECT * FROM {table}")
+    watchdog = StatementWatchdog(lambda: connect(endpoints.target()), target.thread_id(), "target")
+    try:
+        started = time.monotonic()
+        watchdog.arm(started + 0.3)
+        with pytest.raises(CutoverAborted, match="did not fit the window"):
+            with within_window("on the target"):
+                query(target, f"ALTER TABLE {table} AUTO_INCREMENT = 100")
+        took = time.monotonic() - started
+    finally:
+        watchdog.close()
+        holder.close()
+    assert watchdog.fired and 0.3 <= took < 1.0, took
+    assert scalar(target, "SELECT 1") == 1   # the session is kept: the attempt still rolls back there
