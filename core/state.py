@@ -43,6 +43,32 @@ class Status(StrEnum):
     ABORTED = "aborted"
 
 
+# The algorithm's order: the stages a migration may enter from each (StateStore.enter_stage refuses any other move).
+TRANSITIONS: dict[Stage, frozenset[Stage]] = {
+    Stage.INIT: frozenset({Stage.COPY}),
+    Stage.COPY: frozenset({Stage.INDEXES, Stage.APPLY}),       # INDEXES with --defer-indexes
+    Stage.INDEXES: frozenset({Stage.APPLY}),
+    Stage.APPLY: frozenset({Stage.VALIDATE}),
+    Stage.VALIDATE: frozenset({Stage.CUTOVER}),
+    # back to VALIDATE: a failed-over target accepted (`accept-target`) is compared whole again; DONE: an abort
+    # finishing a swap the metadata missed (the coordinator died between the RENAME and recording it)
+    Stage.CUTOVER: frozenset({Stage.CLEANUP, Stage.VALIDATE, Stage.DONE}),
+    Stage.CLEANUP: frozenset({Stage.DONE}),
+    Stage.DONE: frozenset(),
+}
+
+
+class IllegalTransition(Exception):
+    """A move between stages the algorithm does not make: a bug, or two processes disagreeing on the stage."""
+
+
+def require_transition(current: Stage | str, stage: Stage) -> None:
+    """Raise IllegalTransition unless TRANSITIONS allows entering `stage` from `current`."""
+    if stage not in TRANSITIONS.get(Stage(current), frozenset()):
+        allowed = ", ".join(sorted(TRANSITIONS.get(Stage(current), ()))) or "none"
+        raise IllegalTransition(f"a migration in stage {current} cannot enter stage {stage} (allowed: {allowed})")
+
+
 FINISHED = (Status.DONE, Status.ABORTED)
 # a new table exists, no swap yet
 WORKING_STAGES = (Stage.COPY, Stage.INDEXES, Stage.APPLY, Stage.VALIDATE, Stage.CUTOVER)
@@ -370,13 +396,20 @@ class StateStore:
         query(self.conn, f"UPDATE {self.t('migrations')} SET cutover_requested_at=NULL WHERE id=%s", (migration_id,))
 
     def update(self, migration_id: int, **values: Any) -> None:
-        """Set columns of the migration row (stage, status, error, ...)."""
+        """Set columns of the migration row (status, error, ...; a stage only through enter_stage)."""
+        self._update(migration_id, values)
+
+    def _update(self, migration_id: int, values: dict[str, Any], only_from_stage: str | None = None) -> int:
+        """update(), only while the row's stage is `only_from_stage` when given; returns rows changed."""
         if "options" in values:
             values["options"] = json.dumps(values["options"])
         if values.get("status") in FINISHED:
             values["active_key"] = None
         sets = ", ".join(f"{quote_ident(k)}=%s" for k in values)
-        query(self.conn, f"UPDATE {self.t('migrations')} SET {sets} WHERE id=%s", (*values.values(), migration_id))
+        where, params = ("id=%s", (migration_id,)) if only_from_stage is None else \
+            ("id=%s AND stage=%s", (migration_id, str(only_from_stage)))
+        return query_count(self.conn, f"UPDATE {self.t('migrations')} SET {sets} WHERE {where}",
+                           (*values.values(), *params))
 
     def change_options(self, migration_id: int, change: Callable[[Migration], dict[str, Any]]) -> dict[str, Any]:
         """Store `change(migration)` as the migration's options, computed from the row as it is when written, and
@@ -399,8 +432,13 @@ class StateStore:
                            "writes in a row (or the stored text never compares equal to what was read)")
 
     def enter_stage(self, migration_id: int, stage: Stage, **values: Any) -> None:
-        """The one way into a stage: recorded with `values` in one committed update, then logged."""
-        self.update(migration_id, stage=stage, **values)
+        """The one way into a stage: allowed by TRANSITIONS from the stage recorded now, recorded with `values` in
+        one committed update (a compare-and-set on that stage, so two processes cannot both move it), then logged."""
+        current = self.get(migration_id).stage
+        require_transition(current, stage)
+        if not self._update(migration_id, {"stage": stage, **values}, only_from_stage=current):
+            raise IllegalTransition(f"migration {migration_id} left stage {current} while it was entering {stage} "
+                                    f"(now {self.get(migration_id).stage})")
         log_event(log, "stage", migration=migration_id, stage=str(stage))
 
     def delete(self, migration_id: int) -> None:

@@ -39,7 +39,7 @@ def test_abort_after_a_swap_the_metadata_missed_says_so_and_finishes_the_cleanup
         spec, store, migration = recorded.spec, recorded.store, recorded.migration
         init_stage.create_new_table(conn, spec, primary_key(conn, DB, "items"))
         init_stage.start_capture(conn, endpoints, spec, ServerInfo.read(conn), migration)
-        store.enter_stage(migration.id, Stage.CUTOVER)
+        store.update(migration.id, stage=Stage.CUTOVER)   # staged: the coordinator reached the cutover
         query(conn, f"INSERT INTO {DB}.items_osc_new SELECT id, v, NULL FROM {DB}.items")
         query(conn, f"RENAME TABLE {qualified(DB, 'items')} TO {qualified(DB, 'items_osc_old')}, "
                     f"{qualified(DB, 'items_osc_new')} TO {qualified(DB, 'items')}")
