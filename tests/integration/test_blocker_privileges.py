@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 DB = "grants"
 USER, PASSWORD = "osc_limited", "L1mited-pw"
-# what README.md lists for the tool's user, without PROCESS and without a privilege to kill sessions
+# what docs/production.md lists for the tool's user, without PROCESS and without a privilege to kill sessions
 BASE_GRANTS = ("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, LOCK TABLES, CREATE TEMPORARY TABLES, RELOAD, "
                "REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR, REPLICA MONITOR")
 
