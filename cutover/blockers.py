@@ -17,13 +17,13 @@ Where it looks, best first:
 """
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
 import pymysql
 
-from core.db import query, scalar, untagged
+from core.db import query, scalar
+from core.sql_names import names_table
 
 MIN_AGE_S = 1.0            # an application statement holds the lock for milliseconds; a second is a long holder
 TRX_START_RESOLUTION_S = 1.0   # INNODB_TRX.trx_started is a DATETIME: whole seconds
@@ -119,19 +119,10 @@ class Session:
     transaction: str | None = None
 
 
-def names_table(statement: str | None, table: str) -> bool:
-    """True when the statement's text mentions the table as an identifier (quoted or not, any case); the tool's
-    tag in front is not part of what a statement names."""
-    if not statement:
-        return False
-    pattern = r"(?<![A-Za-z0-9_$`])`?" + re.escape(table) + r"`?(?![A-Za-z0-9_$])"
-    return re.search(pattern, untagged(statement), re.IGNORECASE) is not None
-
-
 def suspected(session: Session, database: str, table: str) -> bool:
     """The fallback's rule: a running statement naming the table, or an open transaction whose statement
     names the table or whose session works in the table's schema."""
-    if names_table(session.statement, table):
+    if names_table(session.statement, database, table, session.schema):
         return True
     return session.in_transaction and (session.schema or "").lower() == database.lower()
 

@@ -20,7 +20,8 @@ import re
 
 import pymysql
 
-from core.db import query, untagged
+from core.db import query
+from core.sql_names import names_table
 
 TABLE_MDL_WAIT = "Waiting for table metadata lock"   # PROCESSLIST.STATE of a statement queued on a table
 
@@ -47,21 +48,6 @@ def is_read_or_row_change(statement: str) -> bool:
     return first is not None and first.group(1).upper() in LET_THROUGH
 
 
-def names(statement: str, database: str, table: str, session_database: str | None) -> bool:
-    """Does the statement name database.table (quoted or not, qualified or in its session's database, in any
-    case)? A false match only costs an attempt; the tool's tag in front is not part of what it names."""
-    plain = re.escape(table)
-    quoted = "`" + re.escape(table.replace("`", "``")) + "`"
-    pattern = re.compile(r"(?<![\w$`.])(?:(?P<db>`(?:[^`]|``)+`|[\w$]+)\s*\.\s*)?(?:" + quoted + "|" + plain +
-                         r")(?![\w$`])", re.IGNORECASE)
-    for found in pattern.finditer(untagged(statement)):
-        qualifier = found.group("db")
-        schema = qualifier.strip("`").replace("``", "`") if qualifier else session_database
-        if schema is None or schema.lower() == database.lower():
-            return True
-    return False
-
-
 def queued_statements(conn: pymysql.connections.Connection, database: str, table: str,
                       own_sessions: tuple[int, ...]) -> list[tuple[int, str]]:
     """(session id, statement) of the other sessions running a statement that names database.table and is
@@ -71,5 +57,5 @@ def queued_statements(conn: pymysql.connections.Connection, database: str, table
                        "AND (LOCATE(%s, INFO) > 0 OR LOCATE(%s, INFO) > 0)",
                  (*IDLE_COMMANDS, table, table.replace("`", "``")))
     return [(int(session), str(statement)) for session, statement, session_database in rows
-            if int(session) not in own_sessions and names(str(statement), database, table, session_database)
+            if int(session) not in own_sessions and names_table(str(statement), database, table, session_database)
             and not is_read_or_row_change(str(statement))]

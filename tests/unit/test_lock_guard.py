@@ -7,7 +7,8 @@ from core.db import STATEMENT_TAG
 from core.endpoints import ConfigError
 from core.spec import MigrationSpec, parse_duration
 from cutover.blocker_wait import BlockerClock, kill_refusal
-from cutover.blockers import MIN_AGE_S, Blocker, Session, _age, _counts, names_table, suspected
+from core.sql_names import names_table
+from cutover.blockers import MIN_AGE_S, Blocker, Session, _age, _counts, suspected
 from cutover.short_lock import MAX_BACKOFF_S, backoff_s, lock_statement, try_seconds
 
 
@@ -21,20 +22,20 @@ def session(**changes) -> Session:
 @pytest.mark.parametrize("statement", ["SELECT * FROM orders", "select * from `shop`.`orders` o",
                                        "UPDATE Orders SET a=1", "SELECT 1 FROM shop.orders\nWHERE id=1"])
 def test_a_statement_naming_the_table_is_recognised(statement):
-    assert names_table(statement, "orders")
+    assert names_table(statement, "shop", "orders", "shop")
 
 
 @pytest.mark.parametrize("statement", ["SELECT * FROM orders_osc_new", "SELECT * FROM myorders", "SELECT 'x'", None])
 def test_a_statement_on_another_table_is_not_taken_for_it(statement):
-    assert not names_table(statement, "orders")
+    assert not names_table(statement, "shop", "orders", "shop")
 
 
 @pytest.mark.parametrize("table", ["stream", "osc", "STREAM"])
 def test_the_tool_s_tag_is_not_taken_for_a_table_it_names(table):
     """Every statement of the tool opens with `/* stream-osc */`: a table named after one of its words is not
     held by every session of the tool (another migration's, a worker's)."""
-    assert not names_table(STATEMENT_TAG + "SELECT * FROM shop.orders", table)
-    assert names_table(STATEMENT_TAG + f"SELECT * FROM shop.{table}", table)
+    assert not names_table(STATEMENT_TAG + "SELECT * FROM shop.orders", "shop", table, "shop")
+    assert names_table(STATEMENT_TAG + f"SELECT * FROM shop.{table}", "shop", table, "shop")
 
 
 def test_the_fallback_suspects_open_transactions_in_the_schema_or_naming_the_table():
@@ -137,3 +138,10 @@ def test_a_holder_seen_by_an_attempt_starts_the_clock_that_the_next_wait_keeps()
     clock.saw([held], now=52.0)              # seen again: the first sighting stands
     clock.note([held], now=53.0)             # the wait that follows
     assert clock.held_up_s(held, now=55.0) == 5.0
+
+
+def test_the_same_named_table_of_another_schema_is_not_taken_for_it():
+    """One rule with the statements queued beside the RENAME (core/sql_names.py): the schema counts."""
+    assert not suspected(session(statement="SELECT * FROM other.orders", schema="other"), "shop", "orders")
+    assert suspected(session(statement="SELECT * FROM shop.orders", schema="other", in_transaction=False),
+                     "shop", "orders")

@@ -5,7 +5,8 @@ import sys
 import pytest
 
 from core.db import STATEMENT_TAG
-from cutover.queued_ddl import is_read_or_row_change, names
+from core.sql_names import names_table as names
+from cutover.queued_ddl import is_read_or_row_change
 
 
 @pytest.mark.parametrize("statement", [
