@@ -2,25 +2,14 @@
 start, and on MariaDB once more inside the lock just before the RENAME is queued (they are global variables an
 operator can change while a migration runs).
 
-- **One node takes writes.** The proof holds the application off the table with `LOCK TABLES`, which a node of
-  a multi-writer cluster takes for itself only: a write through another node commits during the lock and the
-  drain, and is left behind in the original table. Refused: a Galera node (a `wsrep_provider` loaded, or
-  `wsrep_on`: MariaDB Galera, Percona XtraDB Cluster) and MySQL Group Replication in multi-primary mode. Both
-  tests lean to refusing: a standalone Percona XtraDB Cluster server (`wsrep_on` ON, no provider) and a server
-  with the Group Replication plugin configured for multi-primary but not running are refused too.
-- **The RENAME is granted before the writes waiting with it** (`max_write_lock_count`, MariaDB). The RENAME runs
-  in a session of its own and queues on the original table behind the lock session (cutover/README.md). At the
-  unlock the server grants a waiting exclusive request before waiting writes only until it has granted
-  `max_write_lock_count` strong locks on the table in a row from its wait queue while writes waited; from then on
-  it lets the writes go first, and they commit to the original table an instant before it is renamed away. The
-  lock session's own `LOCK TABLES`, when it had to queue behind the application's writes, is one of those.
-  Measured on MariaDB 10.11 with eight unthrottled writers through three swaps (the repeated-swaps test of
-  tests/integration/test_acknowledged_writes.py, run with MIN_WRITE_LOCK_COUNT set to 1): at 1, acknowledged
-  writes were missing from the final table in both runs (13 and 20 of the writers' records); at 2, none in
-  three runs. Each strong lock another session takes on the table while writes wait counts as well, so values
-  below MIN_WRITE_LOCK_COUNT, a margin over those few, are refused; the server's default is the largest its type
-  holds. MySQL 8 renames inside the lock session, before any write is let in: not affected.
-"""
+- **One node takes writes**: a Galera node (a `wsrep_provider` loaded, or `wsrep_on`) and MySQL Group Replication
+  in multi-primary mode are refused; both tests lean to refusing (a standalone Percona XtraDB Cluster server, a
+  multi-primary Group Replication plugin configured but not running).
+- **The RENAME is granted before the writes waiting with it**: on MariaDB, `max_write_lock_count` of at least
+  MIN_WRITE_LOCK_COUNT. MySQL 8 renames inside the lock session, before any write is let in: not affected.
+
+The argument: cutover/README.md, "This is safe only if the RENAME queues on `t` itself"; what was measured:
+docs/cutover-measurements.md."""
 from __future__ import annotations
 
 import pymysql
