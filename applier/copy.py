@@ -19,7 +19,7 @@ from core.context import RunContext
 from core.db import query, query_count
 from core.keys import Key, dump_key
 from core.logs import log_event
-from core.pacing import BatchSizer
+from applier.pacing import BatchSizer
 from core.table import TablePair
 
 log = logging.getLogger("stream_osc.copy")
@@ -227,7 +227,7 @@ def copy_batch_past_deadlocks(conn: pymysql.connections.Connection, ctx: RunCont
 def copy_chunk(conn: pymysql.connections.Connection, ctx: RunContext, queue: ChunkQueue, chunk_no: int,
                sizer: BatchSizer, target: pymysql.connections.Connection | None = None) -> int:
     """Copy one chunk from its last committed batch onward, in batches sized by `sizer`, each run while
-    holding one of the places the application's latency allows (core/yielding.py); returns rows copied now."""
+    holding one of the places the application's latency allows (throttle/yielding.py); returns rows copied now."""
     chunk = ctx.store(conn).find_chunk(ctx.migration.id, chunk_no)
     position, done = chunk.next, chunk.done
     copied = 0

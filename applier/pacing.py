@@ -32,7 +32,7 @@ class BatchSizer:
 
     def observe(self, rows: int, seconds: float, time_scale: float = 1.0) -> None:
         """Learn from a batch that wrote `rows` rows in `seconds`; `time_scale` (0..1) shortens the target
-        while the application is feeling the work (core/yielding.py). A target of 0 keeps the size fixed."""
+        while the application is feeling the work (throttle/yielding.py). A target of 0 keeps the size fixed."""
         if self.target_s <= 0 or rows < PARTIAL * self.size or seconds <= 0:
             return
         ideal = rows * (self.target_s * time_scale) / seconds

@@ -12,10 +12,10 @@ import time
 from cli.exit_codes import ExitCode
 from cli.status import list_rows, read_status, status_lines
 from migration.checks import PreflightError
-from core.cloudwatch_load import CloudWatchLoad
+from throttle.cloudwatch_load import CloudWatchLoad
 from core.db import connect
 from core.logs import log_event
-from core.replica_lag import ReplicaLag
+from throttle.replica_lag import ReplicaLag
 from stack.config import StackConfig
 from migration.lease import coordinator_gone, live_coordinator
 from migration.runner import Runner

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from enum import IntEnum, unique
 
-from core.load import CriticalLoad
+from throttle.load import CriticalLoad
 from core.source_check import SourceChanged
 from core.swap_preconditions import UnsafeServerSetting
 from core.target_identity import TargetMismatch

@@ -4,7 +4,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pymysql
 import redis
@@ -15,42 +17,38 @@ from core.endpoints import Endpoints
 from core.spec import MigrationSpec
 from core.state import Migration, StateStore, Status
 from core import redis_keys
-from core.cloudwatch_load import CloudWatchLoad
-from core.load import NOTE_TTL_S, LoadThrottle
-from core.replica_lag import ReplicaLag
 from core.target_identity import check_target
-from core.target_load import TargetLoad
-from core.yielding import Yielding, never_yielding
 
 STATUS_REREAD_S = 1.0   # a worker sees a pause, resume or abort within this long (and its batch in flight)
+NOTE_TTL_S = 5   # the Redis note `status` shows lives this long after the last throttled check
+
+
+class Throttle(Protocol):
+    """Why the work must hold back now (throttle/load.py: LoadThrottle); handed in, since core sits below
+    throttle/."""
+
+    def reason(self, conn: pymysql.connections.Connection, fresh: bool = False) -> str | None: ...
+
+    def before_lock(self, conn: pymysql.connections.Connection) -> str | None: ...
+
+    def close(self) -> None: ...
+
+
+class YieldGate(Protocol):
+    """How much copy and validation may run while the application feels the work (throttle/yielding.py)."""
+
+    time_scale: float
+
+    def reason(self) -> str | None: ...
+
+    def turn(self, stopped: Callable[[], bool],
+             waiting: Callable[[], None] | None = None) -> AbstractContextManager[bool]: ...
 
 
 class StopRequested(Exception):
     """A worker was asked to stop while it waited to try a step again (a row lock an application holds): the step
     is left undone, as at any stop (an applier's batch whose positions were not stored is read again, a copy
     batch not committed is written again), and the worker ends stopped, not failed."""
-
-
-def throttle_for(spec: MigrationSpec, endpoints: Endpoints) -> LoadThrottle:
-    """The server's status counters, and what else may hold the work back: CloudWatch, the target server of a
-    move (whose critical thresholds are read before a lock too), replicas (whose sessions the throttle closes
-    when it is replaced or the run ends)."""
-    sources: list[Callable[[], str | None]] = []
-    closers: list[Callable[[], None]] = []
-    more_critical: list[Callable[[], None]] = []
-    if spec.cloudwatch_limits():
-        sources.append(CloudWatchLoad(spec.rds_instance, spec.cloudwatch_limits()).reason)
-    max_load, critical_load = spec.load_limits()
-    if spec.target_server and (max_load or critical_load):
-        target = TargetLoad(endpoints.target(spec.target_dsn), max_load, critical_load)
-        sources.append(target.reason)
-        closers.append(target.close)
-        more_critical.append(target.stop_if_critical)
-    if spec.replicas():
-        replicas = ReplicaLag(endpoints.mysql, spec.replicas(), spec.max_replica_lag)
-        sources.append(replicas.reason)
-        closers.append(replicas.close)
-    return LoadThrottle(*spec.load_limits(), sources, closers, more_critical)
 
 
 def read_throttle_note(client: redis.Redis, migration_id: int) -> str | None:
@@ -94,21 +92,22 @@ class RunContext:
     spec: MigrationSpec
     migration: Migration
     pair: TablePair
+    throttle_for: Callable[[MigrationSpec, Endpoints], Throttle]   # throttle/sources.py, or a fake
+    yielding: YieldGate
     stop: threading.Event = field(default_factory=threading.Event)
     _status_cache: tuple[float, str | None] = (0.0, Status.RUNNING)
-    yielding: Yielding = field(default_factory=lambda: never_yielding(1))
-    throttle: LoadThrottle | None = None   # shared by the copies a worker group makes (dataclasses.replace)
+    throttle: Throttle | None = None   # shared by the copies a worker group makes (dataclasses.replace)
     _shared_redis: redis.Redis | None = None
     _throttle_noted: tuple[str | None, float] = (None, 0.0)   # the note last written, and when
 
     def __post_init__(self) -> None:
         if self.throttle is None:
-            self.throttle = throttle_for(self.spec, self.endpoints)
+            self.throttle = self.throttle_for(self.spec, self.endpoints)
 
     def retune(self, spec: MigrationSpec) -> None:
         """Take up new settings (`stream-osc set`): the spec, and a throttle built from it."""
         replaced, self.spec = self.throttle, spec
-        self.throttle = throttle_for(spec, self.endpoints)
+        self.throttle = self.throttle_for(spec, self.endpoints)
         if replaced is not None:
             replaced.close()
 

@@ -25,7 +25,7 @@ CR_SSL_CONNECTION_ERROR = 2026
 
 # Opens the text of every statement the tool sends, so that the tool's statements are told from the application's
 # in the process list by any session: this process's, a `stream-osc worker` on another machine, another migration,
-# through a proxy whose session ids are not the server's (core/app_activity.py); and by an operator reading it.
+# through a proxy whose session ids are not the server's (throttle/app_activity.py); and by an operator reading it.
 STATEMENT_TAG = "/* stream-osc */ "
 
 
@@ -87,7 +87,7 @@ def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = 
             read_timeout: float | None = None, tagged: bool = True) -> pymysql.connections.Connection:
     """Open a connection (over TLS as the DSN asks); errors name host:port, never the password. `tagged` False
     only for a session that stands for an application (the demo's traffic, the tests' writers): its statements
-    are then counted as an application's (core/app_activity.py)."""
+    are then counted as an application's (throttle/app_activity.py)."""
     try:
         conn = (_TaggedConnection if tagged else _Connection)(
             host=addr.host, port=addr.port, user=addr.user, password=addr.password,

@@ -8,8 +8,7 @@ from typing import Any
 
 from core.config_file import config_section
 from core.endpoints import ConfigError
-from core.load import parse_cloudwatch_thresholds, parse_thresholds
-from core.replica_lag import parse_replicas
+from core.throttle_options import parse_cloudwatch_thresholds, parse_replicas, parse_thresholds
 from core.schedule import CutoverSchedule, parse_schedule
 from core.state import HEARTBEAT_S, STALE_S
 

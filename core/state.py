@@ -153,7 +153,7 @@ class Migration:
 
     @property
     def app_latency_baseline_ms(self) -> float | None:
-        """The application's write latency measured before the copy (core/app_latency.py), if recorded."""
+        """The application's write latency measured before the copy (throttle/app_latency.py), if recorded."""
         value = self.options.get(APP_LATENCY_BASELINE_OPTION)
         return float(value) if value is not None else None
 
@@ -184,7 +184,7 @@ COPY_UNTIL_OPTION = "copy_until"
 # The application's write latency before the copy (ms), which copy and validation yield against.
 APP_LATENCY_BASELINE_OPTION = "app_latency_baseline_ms"
 
-# The rows the application latency probes update, one per probing process (core/app_latency.py).
+# The rows the application latency probes update, one per probing process (throttle/app_latency.py).
 LATENCY_PROBES = "latency_probes"
 ER_NO_SUCH_TABLE = 1146
 ER_DUP_FIELDNAME = 1060
@@ -457,7 +457,7 @@ class StateStore:
         query(self.conn, f"DROP TABLE IF EXISTS {self.t(f'fence_{migration_id}')}, "
                          f"{self.t(capture_heartbeat_table(migration_id))}")
 
-    # application latency probes (core/app_latency.py) ---------------------------------------------
+    # application latency probes (throttle/app_latency.py) ---------------------------------------------
     def create_latency_probes_table(self) -> None:
         query(self.conn, f"CREATE TABLE IF NOT EXISTS {self.t(LATENCY_PROBES)} (migration_id BIGINT NOT NULL, "
                          "probe CHAR(32) NOT NULL, n BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (migration_id, probe)) "

@@ -16,7 +16,7 @@ from core.logs import log_event
 from core.source_check import CAPTURED_BINLOG
 from core.spec import MigrationSpec
 from core.swap_preconditions import UnsafeServerSetting, check_swap_settings
-from core.load import over, read_status
+from throttle.load import over, read_status
 from migration.predicate import changing_parts
 from streams.topics import check_reachable
 

@@ -28,7 +28,7 @@ from cutover.validate import Sessions, validate
 from cutover.validate_ahead import reusable_checks, validate_ahead
 from migration.checks import PreflightError, check_blocker_privileges
 from migration.cutover_request import ask_coordinator
-from core.app_latency import LatencyProbe
+from throttle.app_latency import LatencyProbe
 from core.context import RunContext, read_throttle_note, spec_pair, target_connection
 from core.db import ServerInfo, connect
 from core.endpoints import Endpoints
@@ -38,7 +38,7 @@ from migration.settings import SETTINGS_OPTION, settings_of, with_settings
 from migration.teardown import Metadata, tables_swapped, tear_down
 from migration.lease import CoordinatorLease, coordinator_gone, live_coordinator
 from core.process_owner import owner_name
-from core.load import CriticalLoad, is_critical_load_error, throttle_change
+from throttle.load import CriticalLoad, is_critical_load_error, throttle_change
 from core.logs import bind_fields, log_event
 from core.spec import TARGET_OPTIONS, MigrationSpec, with_overrides
 from core.source_check import SourceChanged, check_source_unchanged
@@ -46,7 +46,8 @@ from core.swap_preconditions import UnsafeServerSetting, read_swap_settings, swa
 from core.state import SWAPPED_STAGES, WORKING_STAGES, Migration, Stage, StateStore, Status
 from migration.transient import MAX_TRANSIENT_FAILURES, is_transient, retrying_transient
 from migration.workers import WorkerGroup
-from core.yielding import Yielding
+from throttle.sources import throttle_for
+from throttle.yielding import Yielding
 from monitor.capture_lag import LagWatch
 from monitor.metrics import MigrationMetrics
 from monitor.progress import Progress, copy_fraction
@@ -404,7 +405,7 @@ class Runner:
             raise PreflightError(f"table {self.spec.target_database}.{self.spec.new_table} of migration {migration.id} "
                                  f"is missing; run `stream-osc abort --table {self.spec.qualified_name}` and start "
                                  "again")
-        return RunContext(self.endpoints, self.spec, migration, pair, yielding=self.yielding)
+        return RunContext(self.endpoints, self.spec, migration, pair, throttle_for, self.yielding)
 
     def _observe(self, migration: Migration) -> None:
         """Name the migration and its stage in the metrics."""
@@ -494,7 +495,7 @@ class Runner:
             cutover.close()
 
     def _wait_for_baseline(self, stopped: Callable[[], bool]) -> None:
-        """Add no load before the application's latency is measured without it (core/yielding.py); a probe
+        """Add no load before the application's latency is measured without it (throttle/yielding.py); a probe
         that cannot write for BASELINE_WAIT_S does not hold the work back (copy and validation then run at
         their settings until it can, as after any probe failure). Init waits before the capture starts; the
         copy waits again only if that gave up (or on a resume without a recorded baseline)."""
@@ -550,7 +551,7 @@ class Runner:
 
     def _tell_if_held_at_slowest(self) -> None:
         """Once the copy has yielded as far as it goes for long without the application's latency coming under its
-        target: say so, and name the setting that lets the copy finish sooner (core/yielding.py)."""
+        target: say so, and name the setting that lets the copy finish sooner (throttle/yielding.py)."""
         held = self.yielding.held_at_slowest()
         if held is None:
             return

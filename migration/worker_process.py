@@ -18,7 +18,7 @@ import pymysql
 from applier.apply import apply_worker, new_member_name
 from applier.copy import copy_worker
 from migration.checks import PreflightError
-from core.app_latency import LatencyProbe
+from throttle.app_latency import LatencyProbe
 from core.context import RunContext, spec_pair, target_connection
 from core.db import connect, qualified
 from core.endpoints import Endpoints
@@ -28,7 +28,8 @@ from core.spec import MigrationSpec
 from core.state import FINISHED, PROTOCOL, SWAPPED_STAGES, WORKING_STAGES, Migration, Stage, StateStore
 from migration.transient import retrying_transient
 from migration.workers import WorkerGroup
-from core.yielding import Yielding, never_yielding
+from throttle.sources import throttle_for
+from throttle.yielding import Yielding, never_yielding
 from monitor.progress import Progress
 
 log = logging.getLogger("stream_osc.worker")
@@ -140,7 +141,7 @@ class JoinedWorker:
         count = spec.copy_workers if kind == "copy" else spec.apply_workers
         yielding, probe = self._yielding(spec, migration) if kind == "copy" else (never_yielding(count), None)
         try:
-            ctx = RunContext(self.endpoints, spec, migration, pair, yielding=yielding)
+            ctx = RunContext(self.endpoints, spec, migration, pair, throttle_for, yielding)
             log_event(log, "workers joined", migration=migration.id, kind=kind, count=count, stage=migration.stage)
             group = WorkerGroup(ctx, target, count, kind).start()
         except BaseException:   # the probe's threads and sessions end with the group they pace

@@ -15,7 +15,7 @@ from typing import Any
 
 import botocore.exceptions
 
-from core.cloudwatch_load import cloudwatch_client
+from throttle.cloudwatch_load import cloudwatch_client
 from core.endpoints import ConfigError
 from core.logs import log_event
 from monitor.metrics import MigrationMetrics

@@ -2,7 +2,7 @@
 
 The coordinator feeds them from what it already reads for its progress display (chunk progress,
 the applier group's lag, the throttle note, stage changes and cutover results) and from the latency its
-probe judges each second (core/yielding.py); nothing here reads a service or changes the migration.
+probe judges each second (throttle/yielding.py); nothing here reads a service or changes the migration.
 Every metric carries the migration's table as a label, so one Prometheus job can scrape the coordinators
 of several migrations.
 """
@@ -14,10 +14,10 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from core.load import throttle_cause
+from throttle.load import throttle_cause
 from core.logs import log_event
 from core.state import Stage
-from core.yielding import Yielding
+from throttle.yielding import Yielding
 from monitor.progress import CopyRate
 
 log = logging.getLogger("stream_osc.metrics")
@@ -224,7 +224,7 @@ class MigrationMetrics:
         self._touch()
 
     def follow(self, yielding: Yielding) -> None:
-        """Show what copy and validation yield to (core/yielding.py), each second it is judged."""
+        """Show what copy and validation yield to (throttle/yielding.py), each second it is judged."""
         yielding.on_judged = self._judged
 
     def forget_app_latency(self) -> None:

@@ -16,7 +16,7 @@ dumps, the connector's included). Every other command counts, so that a kind of 
 on the side of yielding.
 
 What it misses: an application whose statements are in flight less than BUSY_AT of the time
-(core/yielding.py) is not yielded to until the work slows it enough that they are. By Little's law, one
+(throttle/yielding.py) is not yielded to until the work slows it enough that they are. By Little's law, one
 running 50 statements a second counts once they take 5 ms; a duration given to `--max-app-latency` protects
 it from the start.
 """
@@ -31,7 +31,7 @@ import pymysql
 
 from core.db import STATEMENT_TAG, close_quietly, query
 from core.logs import log_event
-from core.yielding import Yielding
+from throttle.yielding import Yielding
 
 log = logging.getLogger("stream_osc.app_activity")
 

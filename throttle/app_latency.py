@@ -5,9 +5,9 @@ only on what the application waits on. It writes nothing while the migration is 
 the migration's writes (docs/resilience.md).
 
 Such a write waits for what the application's writes wait for while a copy runs: CPU, the redo log and
-the binlog group commit that a large copy batch fills. Each sample goes to a Yielding (core/yielding.py),
+the binlog group commit that a large copy batch fills. Each sample goes to a Yielding (throttle/yielding.py),
 which decides how much work may run; with `auto`, the counts of the statements other sessions run (an
-ActivityCounter beside the probe, core/app_activity.py) tell it whether there is an application to yield to.
+ActivityCounter beside the probe, throttle/app_activity.py) tell it whether there is an application to yield to.
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from collections.abc import Callable
 
 import pymysql
 
-from core.app_activity import ActivityCounter
+from throttle.app_activity import ActivityCounter
 from core.db import DatabaseUnreachable
 from core.logs import log_event
 from core.state import StateStore, Status
-from core.yielding import Yielding
+from throttle.yielding import Yielding
 
 log = logging.getLogger("stream_osc.app_latency")
 

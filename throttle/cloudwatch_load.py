@@ -19,7 +19,7 @@ from typing import Any
 import botocore.exceptions
 
 from core.endpoints import ConfigError
-from core.load import CLOUDWATCH_OPTION as OPTION
+from core.throttle_options import CLOUDWATCH_OPTION as OPTION
 from core.logs import log_event
 
 log = logging.getLogger("stream_osc.cloudwatch_load")

@@ -10,15 +10,10 @@ from collections.abc import Callable, Sequence
 import pymysql
 
 from core.db import query
-from core.endpoints import ConfigError
 
-THRESHOLD = re.compile(r"^([A-Za-z][A-Za-z0-9_]{0,63})=(\d+)$")
 READ_EVERY_S = 1.0
-CLOUDWATCH_THRESHOLD = re.compile(r"^([A-Za-z][A-Za-z0-9]{0,254})=(\d+(?:\.\d+)?)$")
-CLOUDWATCH_OPTION = "--cloudwatch-max-load"
 FIGURES = re.compile(r"\d+(?:\.\d+)?")
 OPTION_NAMED = re.compile(r"\((--[a-z][a-z-]*)")
-NOTE_TTL_S = 5   # the Redis note `status` shows lives this long after the last throttled check
 
 
 def throttle_cause(reason: str | None) -> str | None:
@@ -56,7 +51,7 @@ class CriticalLoad(Exception):
 
 
 CRITICAL_LOAD_REACHED = "critical load reached ("
-TARGET_SERVER_PREFIX = "on the target server "   # how core/target_load.py names the server a critical load is on
+TARGET_SERVER_PREFIX = "on the target server "   # how throttle/target_load.py names the server a critical load is on
 
 
 def critical_load_reached(critical: str) -> CriticalLoad:
@@ -70,31 +65,6 @@ def is_critical_load_error(stored: str) -> bool:
     (`on the target server HOST:PORT: critical load reached (…`; only the message is stored)."""
     return stored.startswith(CRITICAL_LOAD_REACHED) or (
         stored.startswith(TARGET_SERVER_PREFIX) and f": {CRITICAL_LOAD_REACHED}" in stored)
-
-
-def parse_thresholds(text: str, option: str) -> dict[str, int]:
-    """`Threads_running=25,Innodb_row_lock_current_waits=10` -> {name: limit}; ConfigError if malformed."""
-    return {name: int(limit) for name, limit in _pairs(text, option, THRESHOLD,
-                                                       "STATUS_VARIABLE=NUMBER (e.g. Threads_running=25)")}
-
-
-def parse_cloudwatch_thresholds(text: str) -> dict[str, float]:
-    """`CPUUtilization=80,AuroraReplicaLagMaximum=1000` -> {AWS/RDS metric: limit}; ConfigError if malformed."""
-    return {name: float(limit) for name, limit in _pairs(text, CLOUDWATCH_OPTION, CLOUDWATCH_THRESHOLD,
-                                                         "METRIC=NUMBER (e.g. CPUUtilization=80)")}
-
-
-def _pairs(text: str, option: str, pattern: re.Pattern[str], form: str) -> list[tuple[str, str]]:
-    """The NAME=LIMIT items of a comma-separated option value, each matched by `pattern`."""
-    pairs = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        match = pattern.match(item)
-        if match is None:
-            raise ConfigError(f"{option}: {item!r} is not {form}")
-        pairs.append((match.group(1), match.group(2)))
-    return pairs
 
 
 def read_status(conn: pymysql.connections.Connection, names: list[str]) -> dict[str, int]:

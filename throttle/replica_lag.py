@@ -29,19 +29,6 @@ READ_EVERY_S = 1.0
 LAG_COLUMNS = ("Seconds_Behind_Master", "Seconds_Behind_Source")
 
 
-def parse_replicas(text: str) -> list[tuple[str, int]]:
-    """`replica-1:3306,10.0.0.7` -> [(host, port)]; ConfigError if malformed."""
-    replicas = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        host, _, port = item.rpartition(":") if ":" in item else (item, "", "3306")
-        if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ConfigError(f"--throttle-replicas: {item!r} is not HOST or HOST:PORT")
-        replicas.append((host, int(port)))
-    return replicas
-
-
 def replica_lag(conn: pymysql.connections.Connection) -> tuple[bool, int | None]:
     """(is a replica, seconds behind or None when replication is not running) from SHOW REPLICA STATUS."""
     with conn.cursor() as cur:

@@ -9,13 +9,13 @@ import pymysql
 
 from core.db import connect
 from core.endpoints import MySQLAddress
-from core.load import TARGET_SERVER_PREFIX, CriticalLoad, LoadThrottle
+from throttle.load import TARGET_SERVER_PREFIX, CriticalLoad, LoadThrottle
 
 T = TypeVar("T")
 
 
 class TargetLoad:
-    """A source of reasons to hold back (core/load.py), read through one session of the target server."""
+    """A source of reasons to hold back (throttle/load.py), read through one session of the target server."""
 
     def __init__(self, address: MySQLAddress, max_load: dict[str, int], critical_load: dict[str, int]) -> None:
         self.address = address

@@ -1,7 +1,7 @@
 """Yield to the application: fewer concurrent copy and validation statements, and shorter ones, while
 the application feels the work.
 
-What the application feels is measured the way it feels it (core/app_latency.py: the commit latency
+What the application feels is measured the way it feels it (throttle/app_latency.py: the commit latency
 of a tiny write, ten times a second). Once a second the worst-but-one of those samples is compared
 with the target: above it, the concurrency and the batch time are halved at once (down to one worker
 and a quarter of the target batch time); well below it, one worker and a quarter more batch time come
@@ -16,7 +16,7 @@ target by what the application is to be spared (measured under a heavy load: bas
 beside the connector's start, where the application's own p99 was 4–6 ms; docs/benchmarks.md).
 
 `auto` yields only to an application that is busy: one whose statements were in flight at least BUSY_AT
-of the time over the second judged (core/app_activity.py). Without one, the latency the probe measures is
+of the time over the second judged (throttle/app_activity.py). Without one, the latency the probe measures is
 the work's own (its commits, on an otherwise idle server), and the work comes back as if it were well under
 the target. A duration is a ceiling the operator set, kept whatever else runs.
 
@@ -39,8 +39,8 @@ from dataclasses import dataclass
 AUTO_FACTOR = 2.0
 AUTO_FLOOR_MS = 2.0
 BUSY_AT = 0.25              # other sessions' statements in flight on average: below it, no application to yield to
-MIN_COUNTS = 6              # counts of them a judged second needs to be called idle (core/app_activity.py)
-BASELINE_SAMPLES = 20       # half a second of samples before the capture starts (core/app_latency.py)
+MIN_COUNTS = 6              # counts of them a judged second needs to be called idle (throttle/app_activity.py)
+BASELINE_SAMPLES = 20       # half a second of samples before the capture starts (throttle/app_latency.py)
 RECOVER_BELOW = 0.6         # share of the target under which work is added back
 MIN_TIME_SCALE = 0.25
 WINDOW = 10                 # samples judged together: one second
@@ -151,7 +151,7 @@ class Yielding:
         return established
 
     def count_others(self, count: int | None) -> None:
-        """One count of the statements other sessions run (core/app_activity.py; None: it could not be read)."""
+        """One count of the statements other sessions run (throttle/app_activity.py; None: it could not be read)."""
         with self._changed:
             self._activity.append(count)
 

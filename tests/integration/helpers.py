@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cli.commands import spec_table
 from connectors.rest import ConnectClient
 from cutover.swap import SENTRY_COMMENT
+from core.context import RunContext
 from core.process_owner import pid_space
 from core.db import connect, query, scalar
 from core.endpoints import Endpoints, KafkaAddress, MySQLAddress
@@ -36,7 +37,14 @@ from streams.events import decode_event
 from streams.fence import fence_ids_for
 from streams.topics import admin
 from tests.integration.ledger import create_ledger_table
+from throttle.sources import throttle_for
+from throttle.yielding import never_yielding
 from tests.waiting import wait_for  # noqa: F401  (the integration tests' waits come from here too)
+
+
+def run_context(endpoints: Endpoints, spec: MigrationSpec, migration: Migration, pair: TablePair) -> RunContext:
+    """A worker's run context with the spec's throttle, never yielding to the application's latency."""
+    return RunContext(endpoints, spec, migration, pair, throttle_for, never_yielding(1))
 
 
 def existing_topics(kafka: KafkaAddress) -> set[str]:

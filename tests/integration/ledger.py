@@ -75,7 +75,7 @@ class AcknowledgedWriter(threading.Thread):
         self.doing = ""   # the write under way, named in an error's note
 
     def session(self) -> pymysql.connections.Connection:
-        """An application's session: its statements carry no tag, so the tool counts them (core/app_activity.py)."""
+        """An application's session: its statements carry no tag, so the tool counts them (throttle/app_activity.py)."""
         return connect(self.addr, tagged=False)
 
     def write(self, conn: pymysql.connections.Connection) -> bool | None:

@@ -1,4 +1,4 @@
-"""The application's statements are told from the tool's own (core/app_activity.py): a statement of a session the
+"""The application's statements are told from the tool's own (throttle/app_activity.py): a statement of a session the
 tool did not open counts; one of the tool does not, whichever process of it sent it (this one, or another, as a
 `stream-osc worker` on another machine is); a sleeping session does not."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import threading
 import pymysql
 import pytest
 
-from core.app_activity import sessions_of_others_running
+from throttle.app_activity import sessions_of_others_running
 from core.db import STATEMENT_TAG, query
 from tests.integration.helpers import application_session, db_conn, wait_for
 

@@ -23,13 +23,12 @@ from core.spec import MigrationSpec
 from cutover.blockers import Detection, find_blockers
 from cutover.short_lock import LockNotTaken, lock_tables_briefly
 from cutover.swap import Cutover, CutoverAborted
-from core.context import RunContext
 from core.state import StateStore
 from core.table import load_pair
 from migration.runner import Runner
 from monitor.progress import Progress
-from tests.integration.helpers import (cli, db_conn, fresh_ledger_table, leftovers, migration_row, wait_for,
-                                       waiting_without_coordinator)
+from tests.integration.helpers import (cli, db_conn, fresh_ledger_table, leftovers, migration_row, run_context,
+                                       wait_for, waiting_without_coordinator)
 from tests.integration.ledger import Ledger, create_ledger_table
 
 pytestmark = pytest.mark.integration
@@ -273,7 +272,7 @@ def test_while_a_session_holds_the_table_an_attempt_prepares_nothing_and_request
     try:
         wait_for(lambda: find_blockers(conn, DB, table, True), timeout=20, what="the holder to be found")
         migration = StateStore(conn, spec.metadata_schema).active(DB, table)
-        cutover = Cutover(RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table)), True)
+        cutover = Cutover(run_context(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table)), True)
         before = server_counters(conn)
         try:
             result = cutover.attempt(spec.cutover_window_s, "test:coordinator")

@@ -21,12 +21,12 @@ from applier import recopy, remote
 from applier.conflicts import ConstraintViolated
 from applier.recopy import recopy_keys
 from cli.exit_codes import ExitCode
-from core.context import throttle_for
+from throttle.sources import throttle_for
 from core.db import connect, qualified, query, scalar
-from core.load import CriticalLoad
+from throttle.load import CriticalLoad
 from core.spec import MigrationSpec
 from core.table import load_pair
-from core.target_load import TargetLoad
+from throttle.target_load import TargetLoad
 from tests.integration.helpers import BatchPlan, abort_leftover, chunk_progress, cli, latest_migration_id, leftovers, \
     new_migration_row, start_cli, wait_for, waiting_on, waiting_without_coordinator
 from tests.integration.ledger import AcknowledgedWriter, Ledger, create_ledger_table

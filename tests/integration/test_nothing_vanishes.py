@@ -17,7 +17,6 @@ import pytest
 from core.table import load_pair
 from cutover.queued_ddl import TABLE_MDL_WAIT
 from cutover.swap import Cutover
-from core.context import RunContext
 from cli.exit_codes import ExitCode
 from cli.main import main
 from core.db import ServerInfo, connect, qualified, query, scalar
@@ -29,8 +28,8 @@ from core.state import PROTOCOL, STALE_S, Chunk, StateStore
 from demo.traffic import create_sample_table
 from monitor.progress import Progress
 from tests.integration.deadlocks import ConflictWatch, Refusal, assert_no_tool_deadlock, refusal
-from tests.integration.helpers import (abort_leftover, application_session, cli, leftovers, migration_row, wait_for,
-                                       waiting_without_coordinator)
+from tests.integration.helpers import (abort_leftover, application_session, cli, leftovers, migration_row, run_context,
+                                       wait_for, waiting_without_coordinator)
 
 pytestmark = pytest.mark.integration
 
@@ -238,7 +237,7 @@ def test_ddl_on_the_source_before_the_lock_is_caught_inside_the_cutover_lock(end
     query(conn, f"ALTER TABLE {DB}.{table} ADD COLUMN extra VARCHAR(10) NULL")   # after the last health check
     query(conn, f"UPDATE {DB}.{table} SET extra = 'kept' WHERE id <= 10")
     migration = StateStore(conn, spec.metadata_schema).active(DB, table)
-    ctx = RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
+    ctx = run_context(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
     with pytest.raises(SourceChanged, match=f"table {DB}.{table} was altered.*column extra added"):
         Cutover(ctx, ServerInfo.read(conn).is_mariadb).attempt(spec.cutover_window_s, "test:coordinator")
     columns = [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
@@ -295,7 +294,7 @@ def test_binlog_format_turned_away_from_row_before_the_lock_is_caught_inside_the
     store = StateStore(conn, spec.metadata_schema)
     migration = store.active(DB, table)
     assert store.claim_coordinator(migration.id, "test:coordinator", STALE_S, store.coordinator(migration.id))
-    ctx = RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
+    ctx = run_context(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
     with pytest.raises(SourceChanged, match="binlog_format is MIXED since the migration"):
         Cutover(ctx, ServerInfo.read(conn).is_mariadb).attempt(spec.cutover_window_s, "test:coordinator")
     assert "flag" not in [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE "
@@ -330,7 +329,7 @@ def test_a_truncate_of_the_source_before_the_lock_is_caught_inside_the_cutover_l
     store = StateStore(conn, spec.metadata_schema)
     migration = store.active(DB, table)
     assert store.claim_coordinator(migration.id, "test:coordinator", STALE_S, store.coordinator(migration.id))
-    ctx = RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
+    ctx = run_context(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
     with pytest.raises(SourceChanged, match=f"table {DB}.{table} was replaced during the migration.*truncated"):
         Cutover(ctx, ServerInfo.read(conn).is_mariadb).attempt(spec.cutover_window_s, "test:coordinator")
     assert set(query(conn, f"SELECT id, c FROM {DB}.{table}")) == written          # exactly the application's rows
@@ -354,7 +353,7 @@ def test_a_truncate_queued_inside_the_cutover_lock_cannot_run_before_the_rename(
     store = StateStore(conn, spec.metadata_schema)
     migration = store.active(DB, table)
     assert store.claim_coordinator(migration.id, "test:coordinator", STALE_S, store.coordinator(migration.id))
-    ctx = RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
+    ctx = run_context(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table))
     cutover = Cutover(ctx, ServerInfo.read(conn).is_mariadb)
     if not cutover.is_mariadb:
         cutover.close()

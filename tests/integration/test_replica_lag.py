@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from core.db import connect, query
-from core.replica_lag import replica_lag
+from throttle.replica_lag import replica_lag
 from stack.mariadb import render_bootstrap_sql
 from stack.process import free_ports
 from tests.integration.helpers import (chunk_progress, cli, fresh_table, latest_migration_id, leftovers,

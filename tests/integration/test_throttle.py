@@ -19,7 +19,7 @@ from cutover.compare import compare_tables
 from core.context import STATUS_REREAD_S
 from core.db import connect, query
 from core.endpoints import MySQLAddress
-from core.load import CriticalLoad
+from throttle.load import CriticalLoad
 from core.spec import MigrationSpec, helper_table_name
 from migration.runner import Runner
 from monitor.progress import Progress

@@ -22,7 +22,8 @@ from cutover.validate import validate
 from cutover.validate_ahead import reusable_checks, validate_ahead
 from demo.traffic import create_sample_table
 from streams.topics import TopicNames, consumer_config, end_offsets, group_reader
-from tests.integration.helpers import abort_leftover, cli, leftovers, status_doc, wait_for, waiting_for_cutover
+from tests.integration.helpers import (abort_leftover, cli, leftovers, run_context, status_doc, wait_for,
+                                       waiting_for_cutover)
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +51,7 @@ def waiting_migration(endpoints, conn, table: str, log: Path, rows: int = ROWS,
     spec = MigrationSpec(database=DB, table=table, alter=ALTER, cutover="manual",
                          **{**SETTINGS, "chunk_size": chunk_size}).validate()
     migration = StateStore(conn, spec.metadata_schema).active(DB, table)
-    return RunContext(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table)), output
+    return run_context(endpoints, spec, migration, load_pair(conn, DB, table, spec.new_table)), output
 
 
 def topic_ends(ctx: RunContext) -> dict[int, int]:

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from core.app_latency import LatencyProbe
+from throttle.app_latency import LatencyProbe
 from core.db import STATEMENT_TAG, DatabaseUnreachable, qualified, query
 from core.spec import MigrationSpec, helper_table_name
 from core.state import LATENCY_PROBES, Stage, StateStore, capture_heartbeat_table
-from core.yielding import BUSY_AT, Yielding
+from throttle.yielding import BUSY_AT, Yielding
 from stack.process import free_ports
 from tests.integration.helpers import chunk_progress, cli, db_conn, fresh_table, latest_migration_id, leftovers, \
     new_migration_row, scrape, start_cli, status_doc, wait_for

@@ -6,7 +6,7 @@ import pytest
 from moto import mock_aws
 
 from core.state import Stage
-from core.yielding import BASELINE_SAMPLES, WINDOW, Yielding
+from throttle.yielding import BASELINE_SAMPLES, WINDOW, Yielding
 from monitor.metrics import MigrationMetrics
 
 

@@ -3,7 +3,7 @@ stored message tells it (what the facts tell first is tested in tests/integratio
 from __future__ import annotations
 
 from cli.exit_codes import ExitCode, exit_code_for
-from core.load import critical_load_reached
+from throttle.load import critical_load_reached
 from migration.runner import stopped_coordinator_error
 
 

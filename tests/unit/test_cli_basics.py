@@ -11,7 +11,7 @@ import pytest
 from cli.exit_codes import EPILOG, ExitCode, exit_code_for
 from cli.main import build_parser, main
 from core.endpoints import ConfigError
-from core.load import CriticalLoad
+from throttle.load import CriticalLoad
 from core.source_check import SourceChanged
 from core.target_identity import TargetMismatch
 from core.swap_preconditions import UnsafeServerSetting

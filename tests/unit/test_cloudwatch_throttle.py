@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from core.cloudwatch_load import READ_EVERY_S, CloudWatchLoad
+from throttle.cloudwatch_load import READ_EVERY_S, CloudWatchLoad
 from core.endpoints import ConfigError
-from core.load import LoadThrottle, parse_cloudwatch_thresholds
+from core.throttle_options import parse_cloudwatch_thresholds
+from throttle.load import LoadThrottle
 from core.spec import MigrationSpec
 
 INSTANCE = "aurora-writer-1"

@@ -1,8 +1,8 @@
 """The load throttle's cache: the workers read the server's counters at most once a second, a lock reads them now."""
 from __future__ import annotations
 
-from core import load as load_module
-from core.load import LoadThrottle
+from throttle import load as load_module
+from throttle.load import LoadThrottle
 
 
 def test_a_fresh_read_right_before_a_lock_does_not_answer_from_the_cache(monkeypatch):

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.state import Stage
-from core.yielding import WINDOW, Yielding
+from throttle.yielding import WINDOW, Yielding
 from monitor.metrics import STAGES, MetricsUnavailable, MigrationMetrics
 
 TABLE = "shop.orders"

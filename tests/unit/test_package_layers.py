@@ -7,7 +7,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 # lowest first; a package may import only packages listed before it
-FLOORS = ["core", "streams", "connectors", "monitor", "applier", "cutover", "migration", "stack", "cli", "demo"]
+FLOORS = ["core", "throttle", "streams", "connectors", "monitor", "applier", "cutover", "migration", "stack", "cli",
+          "demo"]
 
 
 def imported_packages(package: str) -> dict[str, set[str]]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.context import throttle_for
+from throttle.sources import throttle_for
 from core.endpoints import ConfigError, Endpoints
-from core.replica_lag import parse_replicas
+from core.throttle_options import parse_replicas
 from core.spec import MigrationSpec
 
 

@@ -1,5 +1,5 @@
 """Every statement text the tool sends opens with its tag (core/db.py: STATEMENT_TAG), those PyMySQL sends of its
-own included, so that no statement of the tool is taken for the application's (core/app_activity.py)."""
+own included, so that no statement of the tool is taken for the application's (throttle/app_activity.py)."""
 from __future__ import annotations
 
 from types import SimpleNamespace

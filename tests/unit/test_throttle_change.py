@@ -2,7 +2,7 @@
 including one cause following another with no gap between them; what changes under one option is not."""
 from __future__ import annotations
 
-from core.load import throttle_change
+from throttle.load import throttle_change
 
 MAX_LOAD = "Threads_running=33 >= 25 (--max-load)"
 APP_LATENCY = ("application write latency 41.5 ms over 20.0 ms (--max-app-latency): 1 of 2 workers, "

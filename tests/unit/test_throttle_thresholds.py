@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from core.endpoints import ConfigError
-from core.load import over, parse_thresholds
+from core.throttle_options import parse_thresholds
+from throttle.load import over
 
 
 def test_a_comma_separated_list_of_limits():

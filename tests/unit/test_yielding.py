@@ -1,5 +1,5 @@
-"""Copy and validation yield to the application's latency (core/yielding.py) with batches sized by time
-(core/pacing.py): pure logic, fed with samples."""
+"""Copy and validation yield to the application's latency (throttle/yielding.py) with batches sized by time
+(applier/pacing.py): pure logic, fed with samples."""
 from __future__ import annotations
 
 import threading
@@ -7,11 +7,11 @@ import threading
 import pymysql
 import pytest
 
-from core import app_activity
+from throttle import app_activity
 from core.endpoints import ConfigError
-from core.pacing import MAX_ROWS, MIN_ROWS, BatchSizer
+from applier.pacing import MAX_ROWS, MIN_ROWS, BatchSizer
 from core.spec import MigrationSpec
-from core.yielding import AUTO_FLOOR_MS, BASELINE_SAMPLES, BUSY_AT, HELD_NOTE_S, MIN_COUNTS, WINDOW, Yielding
+from throttle.yielding import AUTO_FLOOR_MS, BASELINE_SAMPLES, BUSY_AT, HELD_NOTE_S, MIN_COUNTS, WINDOW, Yielding
 from tests.waiting import wait_for
 
 
@@ -420,7 +420,7 @@ class RecordingYielding(Yielding):
 
 
 def test_a_failing_count_is_given_as_none_logged_once_and_the_counter_goes_on(monkeypatch, caplog):
-    """A count that cannot be read counts as busy, and no failure ends the counter (core/app_activity.py)."""
+    """A count that cannot be read counts as busy, and no failure ends the counter (throttle/app_activity.py)."""
     failures = [RuntimeError("no process list"), pymysql.err.OperationalError(1227, "denied")]
 
     def count(conn):
