@@ -94,13 +94,17 @@ def main(argv: list[str] | None = None) -> int:
         runs.append({"invocation": number, **run})
         write_json(json_path, invocations, runs)
 
+    def record_warm_up(run: dict[str, Any]) -> None:   # kept with the invocation, out of the measured runs
+        invocations[number]["warm_up_run"] = run
+        write_json(json_path, invocations, runs)
+
     try:
         undo_placement = place(config.topology, StackConfig(), _say)
     except BenchError as exc:
         _say(f"bench: error: {exc}")
         return 2
     try:
-        Schedule(config, endpoints, record, _say).run()
+        Schedule(config, endpoints, record, _say, record_warm_up).run()
     except BenchError as exc:
         _say(f"bench: error: {exc}")
         return 2

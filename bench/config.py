@@ -125,8 +125,9 @@ def parse_args(argv: list[str] | None, command: str) -> BenchConfig:
                              "the table once, 1 to 4 GiB; a server given by STREAM_OSC_* variables is never changed)")
     parser.add_argument("--no-warm-up", action="store_true",
                         help="measure from the first run; by default one stream-osc run under the heaviest scenario's "
-                             "load goes first, unrecorded, so the broker and Connect have compiled their code as a "
-                             "long-running worker has")
+                             "load goes first, kept out of the measured figures (what it cost the application is "
+                             "reported apart), so the broker and Connect have compiled their code as a long-running "
+                             "worker has")
     parser.add_argument("--topology", choices=TOPOLOGIES, default="shared",
                         help="shared (default): every process on every CPU; split: production's topology, the "
                              "database server alone on one CPU, everything else on the others (bench/topology.py)")

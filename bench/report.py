@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 from bench.config import SCENARIOS
+from bench.conflicts import COUNTS, RULE
 
 ANALYSIS_START, ANALYSIS_END = "<!-- analysis -->", "<!-- /analysis -->"
 # figures summarised per tool/scenario/size: (key in a run, how runs are combined)
@@ -25,6 +26,8 @@ PER_RUN = {
     "blocker_held_s": statistics.median, "blocker_to_swap_s": statistics.median,
     "blocker_seen_to_kill_s": statistics.median, "blocker_kill_to_swap_s": statistics.median,
     **{f"cpu_cores_{role}": statistics.median for role in CPU_ROLES}, "cpu_machine_busy": statistics.median,
+    **dict.fromkeys(COUNTS, sum), "app_deadlock_victims": sum, "app_lock_wait_timeouts": sum,
+    "app_lock_wait_timeouts_alone": sum, "app_other_errors": sum,
 }
 
 
@@ -68,6 +71,7 @@ def summarise(runs: list[dict[str, Any]],
             values = [r[key] for r in group if r.get(key) is not None]
             if values:
                 result[key] = round(combine(values), 2)
+        result.update(_deadlock_runs(group))
         if result.get("app_p99_ms") and result.get("baseline_app_p99_ms"):
             result["app_p99_vs_baseline"] = round(result["app_p99_ms"] / result["baseline_app_p99_ms"], 2)
         if result.get("apply_capacity_events_per_s") and result.get("binlog_row_events_per_s"):
@@ -80,6 +84,24 @@ def summarise(runs: list[dict[str, Any]],
         if result["scenario"] != "idle" and idle and idle["seconds_median"] and result["seconds_median"]:
             result["ratio_to_own_idle"] = round(result["seconds_median"] / idle["seconds_median"], 2)
     return results
+
+
+def _deadlock_runs(group: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many of a group's runs had their deadlocks attributed, the tool's count in each, and why any were not."""
+    attributed = [r for r in group if r.get(COUNTS[0]) is not None]
+    why_not = sorted({r["deadlocks_not_attributed"] for r in group if r.get("deadlocks_not_attributed")})
+    figures: dict[str, Any] = {}
+    if attributed:
+        figures["deadlocks_attributed_runs"] = len(attributed)
+        figures[f"{COUNTS[0]}_per_run"] = [r[COUNTS[0]] for r in attributed]
+    if why_not:
+        figures["deadlocks_not_attributed"] = why_not
+    codes: Counter[str] = Counter()
+    for r in group:
+        codes.update(r.get("app_other_error_codes") or {})
+    if codes:
+        figures["app_other_error_codes"] = dict(sorted(codes.items()))
+    return figures
 
 
 def write_json(path: Path, invocations: list[dict[str, Any]], runs: list[dict[str, Any]]) -> None:
@@ -139,6 +161,88 @@ def _stream_osc_table(results: list[dict[str, Any]]) -> list[str]:
                      f"{latency} | {_fmt(r.get('cutover_blocked_ms'))} | {_fmt(r.get('cutover_attempts'))} | "
                      f"{_fmt(r.get('run_restarts'))} | {_fmt(r.get('peak_rss_mb'))} |")
     return lines
+
+
+def _counts(r: dict[str, Any]) -> list[str]:
+    """The deadlock cells of a result or a run: the tool's (each run's when several), alone, other."""
+    if r.get(COUNTS[0]) is None:
+        return ["not attributed"] * len(COUNTS)
+    tool = _fmt(r[COUNTS[0]])
+    each = r.get(f"{COUNTS[0]}_per_run") or []
+    if len(each) > 1:
+        tool += f" ({' + '.join(map(str, each))})"
+    return [tool, _fmt(r[COUNTS[1]]), _fmt(r[COUNTS[2]])]
+
+
+def _other_errors(r: dict[str, Any]) -> str:
+    """The other errors the load retried, with their codes: `8 (1146 × 8)`."""
+    codes = r.get("app_other_error_codes") or {}
+    detail = f" ({', '.join(f'{code} × {n}' for code, n in codes.items())})" if codes else ""
+    return f"{_fmt(r.get('app_other_errors'))}{detail}"
+
+
+def _conflicts_section(results: list[dict[str, Any]], runs: list[dict[str, Any]],
+                       warm_ups: list[dict[str, Any]]) -> list[str]:
+    """The application's deadlocks, attributed from the server's reports, and its lock-wait timeouts: per tool,
+    scenario and size over the runs, then the warm-up run apart, then the first reports of the tool's deadlocks.
+    Nothing for runs recorded before they were attributed."""
+    loaded = [r for r in results if r["load_tx_per_s"] and
+              (r.get("deadlocks_attributed_runs") or r.get("deadlocks_not_attributed"))]
+    if not loaded and not warm_ups:
+        return []
+    lines = ["## The application's deadlocks and lock-wait timeouts", "",
+             "Every deadlock on the benchmark's schema from the tool's start to the load's end, read from the "
+             "server's own report (`innodb_print_all_deadlocks`; bench/conflicts.py): who is who — "
+             f"{RULE}. The load's sysbench script prints the code of every error it ignores and retries "
+             "(sysbench's `err/s` lumps them together): deadlock victims (1213), lock-wait timeouts (1205) and any "
+             "other error as the application saw them during the run; for the timeouts, beside what the same load "
+             "alone had in its baseline, scaled to the run's length. Sums over the runs; each run's count of the "
+             "tool's deadlocks in brackets.", "",
+             "| rows | scenario | tool | runs | deadlocks with the tool, application rolled back | "
+             "application transactions alone | other | application's deadlock victims (1213) | "
+             "application's lock-wait timeouts (1205) | 1205 with the load alone, for as long | other errors the "
+             "application retried (codes) |",
+             "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in sorted(loaded, key=lambda r: (r["rows"], SCENARIOS.index(r["scenario"]), r["tool"],
+                                           r.get("stream_osc_source") or "")):
+        attributed = r.get("deadlocks_attributed_runs", 0)
+        counted = r["runs"] if attributed == r["runs"] else f"{attributed} of {r['runs']} attributed"
+        lines.append(f"| {r['rows']:,} | {r['scenario']} | {r['tool']} | {counted} | "
+                     f"{' | '.join(_counts(r))} | {_fmt(r.get('app_deadlock_victims'))} | "
+                     f"{_fmt(r.get('app_lock_wait_timeouts'))} | {_fmt(r.get('app_lock_wait_timeouts_alone'))} | "
+                     f"{_other_errors(r)} |")
+    if warm_ups:
+        lines += ["", "### The warm-up run", "",
+                  "Kept out of every other table: the first stream-osc run, under the heaviest load chosen, with a "
+                  "broker and Connect just started (no baseline is measured before it).", "",
+                  "| rows | scenario | tool | s | finished | deadlocks with the tool, application rolled back | "
+                  "application transactions alone | other | application's deadlock victims (1213) | "
+                  "application's lock-wait timeouts (1205) | other errors the application retried (codes) |",
+                  "| ---: | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for w in warm_ups:
+            lines.append(f"| {w['rows']:,} | {w['scenario']} | {w['tool']} | {_fmt(w.get('seconds'))} | "
+                         f"{'yes' if w.get('finished') else 'no'} | {' | '.join(_counts(w))} | "
+                         f"{_fmt(w.get('app_deadlock_victims'))} | {_fmt(w.get('app_lock_wait_timeouts'))} | "
+                         f"{_other_errors(w)} |")
+    why_not = sorted({why for r in loaded for why in r.get("deadlocks_not_attributed", [])} |
+                     {w["deadlocks_not_attributed"] for w in warm_ups if w.get("deadlocks_not_attributed")})
+    if why_not:
+        lines += ["", *[f"Not attributed: {why}." for why in why_not]]
+    return lines + ["", *_deadlock_examples([*warm_ups, *runs])]
+
+
+def _deadlock_examples(runs: list[dict[str, Any]], limit: int = 5) -> list[str]:
+    """The first reports of deadlocks in which the tool took part and the application was rolled back."""
+    shown = []
+    for r in runs:
+        which = "warm-up" if r.get("repetition", 0) < 0 else f"repetition {r['repetition'] + 1}"
+        for text in r.get(f"{COUNTS[0]}_examples", []):
+            shown.append(f"{r['tool']}, {r['scenario']}, {r['rows']:,} rows, {which}: {text}")
+    if not shown:
+        return []
+    return ["The application's transaction rolled back in a deadlock with the tool (the first "
+            f"{min(limit, len(shown))} reports, from each run's `{COUNTS[0]}_examples` in the JSON):", "", "```",
+            *shown[:limit], "```", ""]
 
 
 def _cpu_table(results: list[dict[str, Any]]) -> list[str]:
@@ -239,8 +343,10 @@ def _placement_line(meta: dict[str, Any]) -> list[str]:
 def _warm_up_line(meta: dict[str, Any]) -> list[str]:
     if not meta.get("warm_up"):   # also invocations recorded before there was a warm-up
         return []
-    return ["- warm-up: one stream-osc run under the heaviest load chosen went first and is not recorded, so the "
-            "broker and Connect had compiled their code as a long-running worker has"]
+    kept = (" (what it cost the application: \"The warm-up run\" below)" if "warm_up_run" in meta
+            else "")
+    return ["- warm-up: one stream-osc run under the heaviest load chosen went first, kept out of the measured "
+            f"figures{kept}, so the broker and Connect had compiled their code as a long-running worker has"]
 
 
 def _buffer_pool_line(meta: dict[str, Any]) -> list[str]:
@@ -314,6 +420,8 @@ def write_markdown(path: Path, invocations: list[dict[str, Any]], runs: list[dic
         "seconds with no completed transaction are counted in `app_stalled_seconds` in the JSON. "
         "Peak RSS is the tool process's maximum resident set (wait4 rusage).", "",
         "## Results", "", *_main_table(results), "",
+        *_conflicts_section(results, [r for r in runs if r.get("invocation", 0) in current],
+                            [invocations[i]["warm_up_run"] for i in current if invocations[i].get("warm_up_run")]),
         "## stream-osc in detail", "", *_stream_osc_table(results), "",
         "Apply capacity is the rate at which the appliers drained a backlog left at the copy's end (events "
         "applied ÷ drain time; the appliers apply during the copy, so there is often none to drain, and the "

@@ -7,6 +7,7 @@ from typing import Any
 
 from bench import cpu
 from bench.blocker import OpenTransaction
+from bench.conflicts import ErrorLog, attribute, expected_alone, not_attributed
 from bench.observe import in_stage, latest_migration_id, swap_finished_at
 from bench.config import GH_OST_ENV, BenchConfig
 from bench.load import Baseline, SysbenchLoad, measure_baseline
@@ -22,7 +23,7 @@ TOOL_FUNCS: dict[str, Callable[[ToolRun], Outcome]] = {
     "stream-osc-ahead": stream_osc_with_validation_ahead,
 }
 WARMUP_S = 3.0
-UNRECORDED_REP = -1   # the repetition number of the warm-up run, which is not recorded
+UNRECORDED_REP = -1   # the repetition number of the warm-up run, recorded apart from the measured runs
 
 
 def warm_up_tool(config: BenchConfig) -> str | None:
@@ -44,10 +45,21 @@ class Schedule:
     """Runs the whole benchmark and hands each finished run to `record`."""
 
     def __init__(self, config: BenchConfig, endpoints: Endpoints, record: Callable[[dict[str, Any]], None],
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], record_warm_up: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.config, self.endpoints, self.record, self.say = config, endpoints, record, say
+        self.record_warm_up = record_warm_up   # the warm-up's run, kept apart from the measured ones
         self.buffer_pool_mb: int | None = None
         self.redo_log_mb: int | None = None
+        self._error_log: ErrorLog | None = None
+
+    @property
+    def error_log(self) -> ErrorLog:
+        """The server's error log, where its deadlock reports are read (bench/conflicts.py); looked up once."""
+        if self._error_log is None:
+            self._error_log = ErrorLog.of(self.endpoints.mysql)
+            if self._error_log.why_not:
+                self.say(f"deadlocks not attributed: {self._error_log.why_not}")
+        return self._error_log
 
     def run(self) -> None:
         warm_up_with = warm_up_tool(self.config)
@@ -73,12 +85,15 @@ class Schedule:
                         self.record(self._one(table, tool, scenario, rep, baseline))
 
     def warm_up(self, table: BenchTable, tool: str) -> None:
-        """One run of `tool` (stream-osc), not recorded, under the heaviest load of the scenarios chosen: a broker
-        and Connect worker just started spend their first minutes compiling (on two cores, 2-3 times the Connect CPU
-        of a later run of the same migration), which a production worker has long done."""
+        """One run of `tool` (stream-osc) under the heaviest load of the scenarios chosen, kept out of the measured
+        figures: a broker and Connect worker just started spend their first minutes compiling (on two cores, 2-3
+        times the Connect CPU of a later run of the same migration), which a production worker has long done. What
+        it cost the application (its deadlocks, its refused transactions) is recorded apart (`record_warm_up`)."""
         scenario = max((s for s in self.config.scenarios if s != "blocked"), key=self.config.rate, default="light")
-        self.say(f"warm-up: one {tool} run under the {scenario} load, not recorded")
-        self._one(table, tool, scenario, UNRECORDED_REP, None)
+        self.say(f"warm-up: one {tool} run under the {scenario} load, recorded apart from the measured runs")
+        result = self._one(table, tool, scenario, UNRECORDED_REP, None)
+        if self.record_warm_up is not None:
+            self.record_warm_up(result)
 
     def _load(self, table: BenchTable, rate: int) -> SysbenchLoad:
         return SysbenchLoad(self.endpoints.mysql, table.database, table.rows, rate, self.config.load_threads).start()
@@ -116,6 +131,7 @@ class Schedule:
             if load:
                 time.sleep(WARMUP_S)
             start = load.now() if load else 0.0
+            log_position = self.error_log.position()   # the deadlocks reported from here on are the run's
             migration_before = latest_migration_id(self.endpoints, table)
             if scenario == "blocked":
                 blocker = OpenTransaction(self.endpoints.mysql, table.database, table.table, self.config.blocker_s)
@@ -149,8 +165,13 @@ class Schedule:
             "load_tx_per_s": rate, "buffer_pool_mb": self.buffer_pool_mb,
             "redo_log_mb": self.redo_log_mb, **outcome.figures,
         }
-        if load and baseline:
+        result.update(self._deadlocks(tool, table, log_position, load, blocker))
+        if load:   # the warm-up has no baseline: the application's figures only
             result.update(load.window(start, end).as_dict())
+        if load and baseline:
+            alone = baseline.window
+            result["app_lock_wait_timeouts_alone"] = expected_alone(alone.lock_wait_timeouts, alone.seconds,
+                                                                    end - start)
             if blocker is not None:   # what the application saw while the transaction held the table
                 held = load.window(blocker.opened - load.started, blocker.closed - load.started)
                 result.update({f"held_{k}": v for k, v in held.as_dict().items()})
@@ -160,6 +181,18 @@ class Schedule:
         if load_error:
             result["load_error"] = load_error
         state = "finished" if finished else f"NOT finished ({reason})"
-        which = "warm-up (not recorded)" if rep == UNRECORDED_REP else f"rep {rep + 1}"
+        which = "warm-up (reported apart)" if rep == UNRECORDED_REP else f"rep {rep + 1}"
         self.say(f"  {tool:<11} {scenario:<5} {which}: {outcome.seconds:7.1f} s  {state}")
+        if result.get("deadlocks_tool_app_victim"):
+            self.say(f"  {tool}: the application's transaction rolled back in {result['deadlocks_tool_app_victim']} "
+                     "deadlock(s) with the tool")
         return result
+
+    def _deadlocks(self, tool: str, table: BenchTable, position: int, load: SysbenchLoad | None,
+                   blocker: OpenTransaction | None) -> dict[str, Any]:
+        """The run's deadlocks on the table's schema, from the error log's `position` on, read once the load
+        stopped."""
+        if self.error_log.why_not:
+            return not_attributed(self.error_log.why_not)
+        application = set(load.sessions if load else ()) | ({blocker.connection_id} if blocker else set())
+        return attribute(self.error_log.since(position), tool, application, (table.database, table.table))
