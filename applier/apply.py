@@ -203,7 +203,8 @@ def apply_changed_keys(conn: pymysql.connections.Connection, ctx: RunContext, ke
     a batch that may be reading its row, or, for a key without a row, by every batch running."""
     def recopy(some: set[Key]) -> int:
         if some:
-            with_retry(lambda: recopy_keys(conn, ctx.pair, some, target=target, waits=waits), stop=ctx.stop)
+            with_retry(lambda: recopy_keys(conn, ctx.pair, some, target=target, waits=waits, stop=ctx.stop),
+                       stop=ctx.stop)
         return len(some)
 
     if sorter.copy_complete or not keys:

@@ -33,7 +33,7 @@ CONFIRM_ROUNDS = 10        # re-copies of keys present in one table only until b
 def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Collection[Key],
                 in_transaction: bool = True,
                 target: pymysql.connections.Connection | None = None,
-                waits: LockWaits | None = None) -> tuple[int, int]:
+                waits: LockWaits | None = None, stop: threading.Event | None = None) -> tuple[int, int]:
     """Make the new table's rows of `keys` what the source holds now, a transaction per part of at most
     MAX_LOCKED_KEYS keys: a locking read of the source, then the new table's rows of the keys deleted and the
     present ones inserted by INSERT … SELECT; returns (rows written, rows of the new table deleted).
@@ -72,12 +72,12 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Col
     assert target is not None or not pair.remote, "a new table on another server is written through its own session"
 
     def recopy_part(part: list[Key], nowait: bool) -> tuple[int, int]:
-        lock = share_lock(conn, nowait)
         if target is not None and pair.remote:
-            return _write_remote(conn, target, pair, part, in_transaction, lock)
-        return _recopy_local(conn, pair, part, in_transaction, lock)
+            return _write_remote(conn, target, pair, part, in_transaction, nowait,
+                                 lambda others: recopy_keys(conn, pair, others, in_transaction, target, waits, stop))
+        return _recopy_local(conn, pair, part, in_transaction, share_lock(conn, nowait))
 
-    done = giving_way(recopy_part, distinct, show=lambda key: show_key(pair.pk, key), waits=waits)
+    done = giving_way(recopy_part, distinct, show=lambda key: show_key(pair.pk, key), waits=waits, stop=stop)
     return sum(written for written, _ in done), sum(deleted for _, deleted in done)
 
 
@@ -165,17 +165,24 @@ def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence
 
 
 def _write_remote(conn: pymysql.connections.Connection, target: pymysql.connections.Connection, pair: TablePair,
-                  keys: Sequence[Key], in_transaction: bool, lock: str) -> tuple[int, int]:
+                  keys: Sequence[Key], in_transaction: bool, nowait: bool,
+                  recopy_others: Callable[[list[Key]], object]) -> tuple[int, int]:
     """recopy_keys for a new table on another server. Rows of the new table that the batch collides with under a
     UNIQUE key are re-copied with it: the re-copy starts again with their keys added, so that the source is still
-    read by one locking read, in key order (a second locking read would lock keys below those already held)."""
+    read by one locking read, in key order (a second locking read would lock keys below those already held). Not
+    so for a held key's waiting read, which must lock that key alone (applier/giving_way.py): the rows it collides
+    with are re-copied first, on their own, by `recopy_others`, and the key is read again alone."""
+    lock = share_lock(conn, nowait)
     refusal: pymysql.err.MySQLError | None = None
     for _ in range(ROUNDS):
         try:
             return _write_remote_keys(conn, target, pair, keys, in_transaction, lock)
         except CollidingKeys as more:
-            keys = list(dict.fromkeys([*keys, *more.keys]))
             refusal = more.refusal
+            if nowait:
+                keys = list(dict.fromkeys([*keys, *more.keys]))
+            else:
+                recopy_others(list(more.keys))
     assert refusal is not None
     raise kept_colliding(pair, refusal, True)
 

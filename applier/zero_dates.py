@@ -10,7 +10,8 @@ found in the source is copied as it is now, one found only in the new table is r
 
 The source's lookup is a locking read where others write (the appliers, the drain before the cutover's lock): a
 change reaches the binlog, and so an applier, before a plain read can see it, and a locking read waits for its
-writer's commit. Validation's lookup reads its snapshot, which holds every change up to its fence.
+writer's commit. It gives way as every locking read of the tool does (applier/giving_way.py), page by page.
+Validation's lookup reads its snapshot, which holds every change up to its fence.
 
 The lookup reads the key's index by the key's values in the columns before its first stand-in (an index range;
 test_zero_date_keys.py counts the rows it reads). Where a key holds one in its first column, zero dates lie all
@@ -28,7 +29,7 @@ from core.db import query
 from core.keys import Key
 from core.table import TablePair
 
-FAMILY_TRIES = 10   # NOWAIT tries of a zero-date family's locking read, half a second of back-offs in all
+FAMILY_PAGE = 500   # rows of a zero date's family one locking read may hold (as MAX_LOCKED_KEYS)
 
 
 def with_zero_date_rows(conn: pymysql.connections.Connection, pair: TablePair, keys: set[Key],
@@ -43,26 +44,42 @@ def with_zero_date_rows(conn: pymysql.connections.Connection, pair: TablePair, k
         return keys
     where, params = pk.zero_date_family(standing)
     found = set(keys)
-    sql = f"SELECT {pk.column_list()} FROM {{}} WHERE {where}"
     if locking:
-        found.update(_source_family_locked(conn, sql.format(pair.source_name), params))
+        found.update(_source_family_locked(conn, pair, where, params))
     else:
-        found.update(tuple(row) for row in query(conn, sql.format(pair.source_name), params))
-    found.update(tuple(row) for row in query(target or conn, sql.format(pair.target_name), params))
+        found.update(tuple(row) for row in query(conn, f"SELECT {pk.column_list()} FROM {pair.source_name} "
+                                                       f"WHERE {where}", params))
+    found.update(tuple(row) for row in query(target or conn, f"SELECT {pk.column_list()} FROM {pair.target_name} "
+                                                             f"WHERE {where}", params))
     return found
 
 
-def _source_family_locked(conn: pymysql.connections.Connection, sql: str, params: list) -> list[Key]:
-    """The source's family read as a locking read that gives way (applier/giving_way.py): NOWAIT, tried again
-    after a back-off while an application holds one of its rows. The family is a condition, not a key list, so
-    it cannot be split; only after FAMILY_TRIES refusals does it wait, as the session's lock wait allows: rare
-    (a table whose change keys hold a zero date's stand-in, its family's rows held all that time), and
-    correctness first: a plain read could miss a committed writer's row."""
-    for refusals in range(1, FAMILY_TRIES + 1):
+def _source_family_locked(conn: pymysql.connections.Connection, pair: TablePair, where: str,
+                          params: list) -> list[Key]:
+    """The source's family read as locking reads that give way (applier/giving_way.py): the family is a condition,
+    not a key list, so it is read in pages in key order, each one statement of at most FAMILY_PAGE rows, NOWAIT.
+    A page refused is tried again half as long after a back-off; a page of one row refused is read waiting, holding
+    no other lock (under READ COMMITTED the rows read and not matched are let go). Each page waits only for the
+    writers of its own rows, which is all the read is for: a row the page has passed, written later, is a later
+    change with a change event of its own."""
+    pk = pair.pk
+    found: list[Key] = []
+    after: Key | None = None
+    page, refusals, wait = FAMILY_PAGE, 0, False
+    while True:
+        beyond, beyond_params = ("TRUE", []) if after is None else pk.after(after)
+        sql = (f"SELECT {pk.column_list()} FROM {pair.source_by_key} WHERE ({where}) AND {beyond} "
+               f"ORDER BY {pk.column_list()} LIMIT {page}{share_lock(conn, nowait=not wait)}")
         try:
-            return [tuple(row) for row in query(conn, sql + share_lock(conn), params)]
+            rows = [tuple(row) for row in query(conn, sql, [*params, *beyond_params])]
         except pymysql.err.OperationalError as exc:
-            if not refused(exc):
+            if wait or not refused(exc):   # a waiting read that ran out of time: the caller retries
                 raise
+            refusals += 1
             time.sleep(backoff_s(refusals))
-    return [tuple(row) for row in query(conn, sql + share_lock(conn, nowait=False), params)]
+            page, wait = max(page // 2, 1), page == 1
+            continue
+        found += rows
+        if len(rows) < page:
+            return found
+        after, page, wait, refusals = rows[-1], min(page * 2, FAMILY_PAGE), False, 0

@@ -196,6 +196,10 @@ class PrimaryKey:
             params += values
         return (" AND ".join(parts) or "TRUE"), params
 
+    def after(self, bound: Key) -> tuple[str, list[Any]]:
+        """SQL and parameters for `key > bound` in index order."""
+        return self._compare(bound, ">", ">")
+
     def _compare(self, bound: Key, strict: str, last: str) -> tuple[str, list[Any]]:
         """key <op> bound, lexicographically: c1 > v1 OR (c1 = v1 AND c2 > v2) OR … (c1..cn-1 equal, cn
         `last` vn), led by a plain bound on the first column for the range optimizer."""

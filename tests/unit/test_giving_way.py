@@ -69,3 +69,28 @@ def test_refusals_back_off_more_each_time_up_to_a_ceiling():
 
 def test_parts_keep_the_keys_order():
     assert parts(keys(5), 2) == [[(1,), (2,)], [(3,), (4,)], [(5,)]]
+
+
+def test_a_held_key_whose_wait_runs_out_is_waited_for_again_unless_asked_to_stop():
+    import threading
+
+    from core.context import StopRequested
+
+    waits: list[list[int]] = []
+
+    def held_once(part, nowait):
+        if nowait and (2,) in part:
+            raise REFUSED
+        if not nowait:
+            waits.append([k for (k,) in part])
+            if len(waits) == 1:
+                raise REFUSED   # the first wait ran out
+        return len(part)
+
+    assert sum(giving_way(held_once, keys(3), sleep=lambda s: None)) == 3
+    assert waits == [[2], [2]]
+    stop = threading.Event()
+    stop.set()
+    waits.clear()
+    with pytest.raises(StopRequested):
+        giving_way(held_once, keys(3), sleep=lambda s: None, stop=stop)
