@@ -61,6 +61,11 @@ class Deadlock:
         return any(t.by_tool for t in self.transactions)
 
     @property
+    def application_took_part(self) -> bool:
+        """A transaction whose statement is not the tool's took part (the tool's own sessions alone otherwise)."""
+        return any(not t.by_tool for t in self.transactions)
+
+    @property
     def rolled_back(self) -> DeadlockTransaction | None:
         return next((t for t in self.transactions if t.number == self.victim), None)
 

@@ -6,7 +6,10 @@ lock-wait timeout) is simply not acknowledged, so it is not in their record, and
 A `ConflictWatch` notes the position of the server's error log when it starts; `attribute` reads the deadlock
 reports written since (monitor/deadlocks.py) on the test's schemas (other tests may share the server):
 
-- one in which a stream-osc statement took part is a problem: the test fails, naming the statements;
+- one in which a stream-osc statement and an application transaction took part is a problem: the test fails,
+  naming the statements;
+- one between the tool's own sessions alone (two appliers on the new table) is counted: the server rolls one
+  back and it retries, and no application transaction is in it;
 - one between application transactions alone is reported (a warning naming the statements), not failed;
 - a writer's 1213 that no report on those schemas explains is a problem (the refusal cannot be attributed);
 - 1205s are in no report: they are counted, and against the same workload alone where the test has measured
@@ -120,8 +123,9 @@ class Attribution:
     """What a watch found: the deadlocks on the test's schemas, told apart, and the application's refusals."""
 
     what: str
-    tool: list[Deadlock] = field(default_factory=list)
-    application: list[Deadlock] = field(default_factory=list)
+    tool: list[Deadlock] = field(default_factory=list)          # a stream-osc statement and an application's
+    application: list[Deadlock] = field(default_factory=list)   # application transactions alone
+    internal: list[Deadlock] = field(default_factory=list)      # the tool's own sessions alone (a batch retried)
     refusals: list[Refusal] = field(default_factory=list)
     unexplained: list[Refusal] = field(default_factory=list)   # 1213s no report on the schemas names
     unavailable: str | None = None
@@ -143,8 +147,9 @@ class Attribution:
         return found
 
     def summary(self) -> str:
-        return (f"{self.what}: {len(self.tool)} deadlock(s) with a stream-osc statement, {len(self.application)} "
-                f"between application transactions alone; the application's transactions refused: "
+        return (f"{self.what}: {len(self.tool)} deadlock(s) between a stream-osc statement and the application, "
+                f"{len(self.application)} between application transactions alone, {len(self.internal)} between the "
+                f"tool's own sessions; the application's transactions refused: "
                 f"{len(self.deadlock_victims)} deadlock victim(s), {len(self.lock_wait_timeouts)} lock-wait "
                 f"timeout(s)" + (f" ({self.unavailable})" if self.unavailable else ""))
 
@@ -178,7 +183,12 @@ class ConflictWatch:
         found = Attribution(self.what, refusals=refused, unavailable=self.unavailable)
         deadlocks = [] if self.unavailable else self.deadlocks()
         for deadlock in deadlocks:
-            (found.tool if deadlock.tool_took_part else found.application).append(deadlock)
+            if not deadlock.tool_took_part:
+                found.application.append(deadlock)
+            elif deadlock.application_took_part:
+                found.tool.append(deadlock)
+            else:   # two of the tool's sessions on its own new table: the server rolls one back, which retries
+                found.internal.append(deadlock)
         victims = [d.rolled_back.thread_id for d in deadlocks if d.rolled_back is not None]
         for r in found.deadlock_victims:
             if r.thread_id in victims:
