@@ -82,6 +82,14 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
                         help=f"change events per apply batch (default {DEFAULTS.apply_batch_size})")
     parser.add_argument("--partitions", type=int,
                         help=f"partitions of the change topic (default {DEFAULTS.partitions})")
+    _add_cutover_options(parser)
+    _add_throttle_options(parser)
+    _add_lock_options(parser)
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def _add_cutover_options(parser: argparse.ArgumentParser) -> None:
+    """When the cutover may start and how often it is tried."""
     parser.add_argument("--cutover-window", dest="cutover_window_s", type=float,
                         help="longest time writes may be blocked at cutover, seconds "
                              f"(default {DEFAULTS.cutover_window_s})")
@@ -90,6 +98,10 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-lag", dest="max_lag_events", type=int,
                         help="apply lag (events) under which validation and cutover start "
                              f"(default {DEFAULTS.max_lag_events})")
+
+
+def _add_throttle_options(parser: argparse.ArgumentParser) -> None:
+    """What holds the work and the cutover's locks back, or stops the migration (throttle/)."""
     parser.add_argument("--max-load", help="hold copy, apply, validation and the cutover's locks back while a global "
                                            "status variable is at or above a limit, e.g. Threads_running=25 "
                                            "(comma-separated)")
@@ -106,6 +118,10 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
                                                     "cutover's locks back")
     parser.add_argument("--max-replica-lag", type=int, help="seconds behind at which a --throttle-replicas replica "
                                                             f"holds the work back (default {DEFAULTS.max_replica_lag})")
+
+
+def _add_lock_options(parser: argparse.ArgumentParser) -> None:
+    """How the cutover may lock, whom it may kill, and in which daily windows it may swap."""
     parser.add_argument("--lock-wait-timeout", dest="lock_wait_s", type=float,
                         help="longest one lock request on the table may queue in front of application statements, "
                              f"seconds (default {DEFAULTS.lock_wait_s}; whole seconds, at least 1, on MySQL)")
@@ -123,7 +139,6 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
                              "migration")
     parser.add_argument("--cutover-timezone", help="time zone of --cutover-window-schedule, an IANA name "
                                                    f"(default {DEFAULTS.cutover_timezone})")
-    parser.add_argument("--quiet", action="store_true", help="no progress display")
 
 
 def _duration(text: str) -> float:
@@ -162,7 +177,7 @@ def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> Mig
 
 def given_options(args: argparse.Namespace) -> frozenset[str]:
     """Spec fields set for this run, on the command line or in the config file: on `resume` they replace the
-    values stored with the migration where that is allowed (migration/runner.py, KEPT_UNLESS_GIVEN)."""
+    values stored with the migration where that is allowed (migration/resuming.py, KEPT_UNLESS_GIVEN)."""
     file_keys = set(load_migration_file(args.config)) if getattr(args, "config", None) else set()
     return frozenset(file_keys | {name for name in SPEC_FIELDS if getattr(args, name, None) is not None})
 
@@ -389,7 +404,7 @@ def spec_table(table: str) -> tuple[str, str]:
     return spec.database, spec.table
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def _register_migrate(sub: argparse._SubParsersAction) -> None:
     migrate = sub.add_parser("migrate", help="change a table's schema online")
     add_spec_options(migrate)
     migrate.add_argument("--alter", help='the ALTER clauses, e.g. "ADD COLUMN c INT, ADD INDEX (c)"')
@@ -412,6 +427,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "foreign-key indexes stay); refused when there is none to defer")
     add_metrics_options(migrate)
     migrate.set_defaults(func=cmd_migrate)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    _register_migrate(sub)
 
     for name, func, text in (("resume", cmd_resume, "continue an unfinished migration"),
                              ("cutover", cmd_cutover, "swap the tables of a migration waiting for cutover")):

@@ -8,7 +8,7 @@ from core.source_check import SourceChanged
 from core.swap_preconditions import UnsafeServerSetting
 from core.target_identity import TargetMismatch
 from cutover.validate import ValidationFailed
-from migration.runner import MigrationStopped
+from migration.coordination import MigrationStopped
 
 
 @unique

@@ -17,7 +17,8 @@ from core.spec import MigrationSpec
 from core.state import StateStore
 from core.state import STALE_S
 from migration.lease import CoordinatorLease
-from migration.runner import MigrationStopped, Runner
+from migration.coordination import MigrationStopped
+from migration.runner import Runner
 from migration.teardown import tables_swapped
 from monitor.progress import Progress
 from tests.integration.helpers import db_conn, leftovers, migration_row, wait_for

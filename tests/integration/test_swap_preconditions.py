@@ -14,7 +14,8 @@ from cutover import swap as swap_module
 from core.db import query
 from core.spec import MigrationSpec
 from core.swap_preconditions import MIN_WRITE_LOCK_COUNT, check_swap_settings
-from migration.runner import MigrationStopped, Runner
+from migration.coordination import MigrationStopped
+from migration.runner import Runner
 from monitor.progress import Progress
 from tests.integration.helpers import (cli, fresh_ledger_table, latest_migration_id, leftovers, migration_row,
                                        table_columns, target_schema, waiting_for_cutover)

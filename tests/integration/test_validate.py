@@ -6,7 +6,7 @@ import pytest
 from cutover.compare import compare_tables
 from core.db import qualified, query, scalar
 from core.state import StateStore
-from migration.runner import SNAPSHOT_TRIES
+from migration.cutover_loop import SNAPSHOT_TRIES
 from tests.integration.helpers import (HELD_COPY, cli, db_conn, fresh_table, held_copy, hold_apply_open,
                                        latest_migration_id, leftovers, migration_row, new_migration_row, start_cli,
                                        status_doc, wait_for)

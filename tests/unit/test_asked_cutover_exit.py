@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cli.exit_codes import ExitCode, exit_code_for
 from throttle.load import critical_load_reached
-from migration.runner import stopped_coordinator_error
+from migration.resuming import stopped_coordinator_error
 
 
 def test_a_coordinator_stopped_at_the_critical_load_gives_the_asking_command_exit_4():

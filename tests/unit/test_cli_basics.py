@@ -16,7 +16,7 @@ from core.source_check import SourceChanged
 from core.target_identity import TargetMismatch
 from core.swap_preconditions import UnsafeServerSetting
 from migration.checks import PreflightError
-from migration.runner import MigrationStopped
+from migration.coordination import MigrationStopped
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -1,5 +1,5 @@
 """What `resume` takes back from the migration's stored options, and what a flag given to it replaces."""
-from migration.runner import resumed_values
+from migration.resuming import resumed_values
 
 STORED = {"cutover": "manual", "partitions": 4, "lock_wait_s": 0.3, "lock_tries": 3,
           "force_kill_blockers_after_s": 5.0, "force_kill_max_rows": 7, "copy_workers": 8}
