@@ -41,7 +41,7 @@ from bench.table import BenchTable
 from bench.tools import ToolRun, compile_measured_code, stream_osc_abort, stream_osc_command
 from bench.topology import TOPOLOGIES, place
 from core.endpoints import Endpoints
-from core.state import Status
+from core.stages import Status
 from stack import services
 from stack.config import StackConfig
 

@@ -21,7 +21,8 @@ from migration.lease import coordinator_gone, live_coordinator
 from migration.runner import Runner
 from migration.teardown import Metadata, finish_swapped, tables_swapped, tear_down, verify_target
 from core.spec import TARGET_OPTIONS, MigrationSpec, load_migration_file
-from core.state import SWAPPED_STAGES, StateStore, Status
+from core.state import StateStore
+from core.stages import SWAPPED_STAGES, Status
 from migration.settings import SETTABLE, options_with, parse_assignments
 from migration.target_failover import accept_target
 from migration.worker_process import JoinedWorker, spec_of

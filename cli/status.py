@@ -22,7 +22,8 @@ from cutover.blockers import Blocker
 from core.schedule import parse_schedule
 from core.endpoints import Endpoints, parse_mysql_dsn
 from core.spec import MigrationSpec
-from core.state import FINISHED, WORKING_STAGES, Migration, Stage, StateStore, Status
+from core.state import Migration, StateStore
+from core.stages import FINISHED, WORKING_STAGES, Stage, Status
 from migration.lease import live_coordinator
 from migration.settings import settings_of
 from monitor.progress import copy_fraction

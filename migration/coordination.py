@@ -14,7 +14,8 @@ from core.db import ServerInfo, connect
 from core.endpoints import Endpoints
 from core.process_owner import owner_name
 from core.spec import MigrationSpec
-from core.state import Stage, StateStore
+from core.state import StateStore
+from core.stages import Stage
 from migration.lease import CoordinatorLease
 from migration.teardown import tables_swapped
 from monitor.metrics import MigrationMetrics

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 from core.context import RunContext
 from core.logs import log_event
-from core.state import Stage, Status
+from core.stages import Stage, Status
 from core.swap_preconditions import UnsafeServerSetting
 from cutover.blocker_wait import BlockerClock, BlockerWait
 from cutover.swap import CoordinatorReplaced, Cutover, CutoverAborted, CutoverResult

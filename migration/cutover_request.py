@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from core.state import Stage, StateStore, Status
+from core.state import StateStore
+from core.stages import Stage, Status
 from migration.lease import live_coordinator
 
 POLL_S = 0.5

@@ -35,7 +35,8 @@ from core.logs import log_event
 from core.spec import MigrationSpec
 from core.table import is_generated, load_pair
 from core.source_check import DEFINITION_OPTION, IDENTITY_OPTION, table_definition, table_identity
-from core.state import COPY_UNTIL_OPTION, Migration, Stage, StateStore
+from core.state import COPY_UNTIL_OPTION, Migration, StateStore
+from core.stages import Stage
 from core.target_identity import record_target
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
 from streams.topics import TopicNames, commit_start_offsets, create_capture_heartbeat_topic, create_change_topic

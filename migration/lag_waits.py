@@ -10,7 +10,7 @@ from applier.apply import ApplyStats
 from applier.giving_way import LockWaits
 from core.context import RunContext
 from core.logs import log_event
-from core.state import Status
+from core.stages import Status
 from cutover.blocker_wait import POLL_S as BLOCKER_POLL_S, BlockerClock
 from cutover.blockers import find_blockers
 from migration.background import BackgroundWorkers

@@ -25,7 +25,8 @@ from core.endpoints import Endpoints
 from core.logs import bind_fields, log_event
 from migration.settings import settings_of
 from core.spec import MigrationSpec
-from core.state import FINISHED, PROTOCOL, SWAPPED_STAGES, WORKING_STAGES, Migration, Stage, StateStore
+from core.state import PROTOCOL, Migration, StateStore
+from core.stages import FINISHED, SWAPPED_STAGES, WORKING_STAGES, Stage
 from migration.transient import retrying_transient
 from migration.workers import WorkerGroup
 from throttle.sources import throttle_for

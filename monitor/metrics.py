@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from throttle.load import throttle_cause
 from core.logs import log_event
-from core.state import Stage
+from core.stages import Stage
 from throttle.yielding import Yielding
 from monitor.progress import CopyRate
 

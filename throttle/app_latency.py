@@ -22,7 +22,8 @@ import pymysql
 from throttle.app_activity import ActivityCounter
 from core.db import DatabaseUnreachable
 from core.logs import log_event
-from core.state import StateStore, Status
+from core.state import StateStore
+from core.stages import Status
 from throttle.yielding import Yielding
 
 log = logging.getLogger("stream_osc.app_latency")

@@ -12,7 +12,8 @@ from connectors.rest import ConnectClient
 from core.db import ServerInfo, qualified, query, scalar
 from core.keys import primary_key
 from core.spec import MigrationSpec
-from core.state import Stage, StateStore, Status
+from core.state import StateStore
+from core.stages import Stage, Status
 from streams.topics import TopicNames
 from tests.integration.helpers import (existing_topics, leftovers, migration_row, owner_of, recorded_migration,
                                        table_columns)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.state import IllegalTransition, Stage
+from core.stages import IllegalTransition, Stage
 from tests.integration.helpers import recorded_migration
 
 pytestmark = pytest.mark.integration

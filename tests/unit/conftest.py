@@ -5,7 +5,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from core.state import Stage
+from core.stages import Stage
 from throttle.yielding import BASELINE_SAMPLES, WINDOW, Yielding
 from monitor.metrics import MigrationMetrics
 

@@ -9,7 +9,7 @@ import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from core.state import Stage
+from core.stages import Stage
 from monitor.cloudwatch import CloudWatchPublisher, CloudWatchUnavailable, datums
 from monitor.metrics import MigrationMetrics
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from core.spec import MigrationSpec
-from core.state import Stage, Status
+from core.stages import Stage, Status
 from cutover.swap import CutoverResult
 from migration.coordination import Coordination, MigrationStopped
 from migration.cutover_loop import CutoverLoop

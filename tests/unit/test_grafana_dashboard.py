@@ -9,7 +9,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client import generate_latest
 
-from core.state import Stage
+from core.stages import Stage
 from monitor.metrics import MigrationMetrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.state import Stage
+from core.stages import Stage
 from throttle.yielding import WINDOW, Yielding
 from monitor.metrics import STAGES, MetricsUnavailable, MigrationMetrics
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.state import TRANSITIONS, IllegalTransition, Stage, require_transition
+from core.stages import TRANSITIONS, IllegalTransition, Stage, require_transition
 
 
 def test_the_algorithm_runs_init_copy_apply_validate_cutover_cleanup_done():
