@@ -83,7 +83,7 @@ class Coordination:
         self.progress.say(text)
 
     def enter_stage(self, migration_id: int, stage: Stage, **values: object) -> None:
-        """Move the migration on (core/state.py: TRANSITIONS refuses any other move) and show it."""
+        """Move the migration on (core/stages.py: TRANSITIONS refuses any other move) and show it."""
         self.store.enter_stage(migration_id, stage, **values)
         self.metrics.stage(stage)
 

@@ -1,5 +1,5 @@
 """The stage machine, in order: init → copy → (indexes) → apply → validate → cutover → cleanup, each resumable
-from durable state (core/state.py: TRANSITIONS). Supervision, the lag waits, the cutover loop and resuming are
+from durable state (core/stages.py: TRANSITIONS). Supervision, the lag waits, the cutover loop and resuming are
 parts of their own (migration/supervision.py, lag_waits.py, cutover_loop.py, resuming.py) sharing one
 Coordination."""
 from __future__ import annotations
