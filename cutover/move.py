@@ -28,8 +28,8 @@ from core.source_check import check_source_unchanged
 from core.swap_preconditions import check_swap_settings
 from cutover.counters import FIRST_MARGIN, MARGIN_GROWTH, raise_counter, raise_to, read_counter, short_of
 from cutover.session_bounds import server_is_mariadb, tighten_idle_limit
-from cutover.swap import Cutover, CutoverAborted, CutoverResult, _Renamer, drop_sentry, rename_queues_on_original, \
-    SENTRY_COMMENT, within_window
+from cutover.renamer import Renamer, rename_queues_on_original
+from cutover.swap import Cutover, CutoverAborted, CutoverResult, drop_sentry, SENTRY_COMMENT, within_window
 from cutover.validate import row_hasher
 from cutover.watchdog import StatementWatchdog
 from streams.fence import FenceTimeout
@@ -54,10 +54,10 @@ class MoveCutover(Cutover):
         spec, ctx = self.ctx.spec, self.ctx
         db = spec.database
         source, old = qualified(db, spec.table), qualified(db, spec.old_table)
-        consumer, reader = self._fence_reader()
+        consumer, reader = self.fence.reader()
         lock_conn = ctx.db()
         target = ctx.target_db()
-        renamer: _Renamer | None = None
+        renamer: Renamer | None = None
         watchdog: StatementWatchdog | None = None
         locked_at = 0.0
         try:
@@ -73,8 +73,8 @@ class MoveCutover(Cutover):
                 drop_sentry(lock_conn, spec)
                 query(lock_conn, f"CREATE TABLE {old} (sentry INT) COMMENT=%s", (SENTRY_COMMENT,))
                 tables.append(old)
-                renamer = _Renamer(ctx, max(2, int(window_s) + 2), f"RENAME TABLE {source} TO {old}")
-            start = self._catch_up(lock_conn, reader, consumer, target)
+                renamer = Renamer(ctx, max(2, int(window_s) + 2), f"RENAME TABLE {source} TO {old}")
+            start = self.fence.catch_up(lock_conn, reader, consumer, target)
             self._raise_target_counter(lock_conn, target, target_mariadb)
             watchdog = self._bound_target(target, window_s, target_mariadb)
             self._lock(lock_conn, tables, window_s, [self.migrations_table], on_target)
@@ -85,7 +85,7 @@ class MoveCutover(Cutover):
             try:
                 with within_window("under the lock (on the target or the source)"):
                     ctx.check_target(target)   # still the server init wrote to, before the drain writes there
-                    _, keys = self._drain_keys(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
+                    _, keys = self.fence.drain_keys(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
                                                max(deadline - time.monotonic(), 0.01), False, target)
                     self._prove_rows(lock_conn, target, keys)
                     self._check_target_counter(lock_conn, target, target_mariadb)

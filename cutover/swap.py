@@ -11,81 +11,39 @@ table metadata lock before the unlock. MySQL 8.0.13+ renames inside the lock ses
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import pymysql
-from confluent_kafka import Consumer
 
-from applier.recopy import recopy_keys, with_retry
-from applier.zero_dates import with_zero_date_rows
 from core.context import RunContext
 from cutover.validate import Sessions
 from core.spec import MigrationSpec
 from core.db import DatabaseUnreachable, kill_connection, qualified, query, scalar
-from core.keys import Key
 from core.logs import log_event
 from core.source_check import check_source_unchanged
 from core.swap_preconditions import check_swap_settings
-from cutover.queued_ddl import TABLE_MDL_WAIT, queued_statements
+from cutover.queued_ddl import queued_statements
 from cutover.blockers import TARGET, Blocker, find_blockers
 from cutover.session_bounds import apply_settings, bound_lock_session, remaining_statement_settings, \
     server_is_mariadb, tighten_idle_limit
 from cutover.short_lock import LockNotTaken, lock_tables_briefly
 from cutover.watchdog import StatementWatchdog
-from streams.closing import close_within
-from streams.events import decode_key
-from streams.fence import FenceReader, FenceTimeout, fence_consumer
-from streams.topics import TopicNames, committed_offsets, partition_count
+from cutover.drain import FenceDrain
+from cutover.outcome import CoordinatorReplaced, CutoverAborted, CutoverResult
+from cutover.renamer import Renamer, rename_queues_on_original
+from streams.fence import FenceTimeout
+from streams.topics import TopicNames, partition_count
 
 log = logging.getLogger("stream_osc.cutover")
 
 SENTRY_COMMENT = "stream-osc cutover sentry"
 WITHDRAW_WAIT_S = 5.0   # a killed RENAME session ends at once; past this the sentry is the guard
-PRE_DRAIN_PASSES = 5          # catch-up passes before the lock, at most
-PRE_DRAIN_TIMEOUT_S = 30.0    # a fence not captured by then means capture is stalled: retry the attempt later
-PRE_DRAIN_ENOUGH_KEYS = 50    # a pass with no more keys than this, and no longer than
-PRE_DRAIN_ENOUGH_S = 0.25     # this, leaves little enough for the locked drain
-PRE_DRAIN_MIN_SHRINK = 0.7    # a pass must leave at most this share of the previous one's keys to go on
 # A statement stopped at the window's end: killed (by the watchdog, cutover/watchdog.py), or over MariaDB's
 # max_statement_time, or MySQL's max_execution_time (cutover/session_bounds.py)
 OUT_OF_WINDOW = frozenset({1317, 1969, 3024})
-
-
-class CutoverAborted(Exception):
-    """This attempt ran out of its window or could not take the lock; the original table is in place.
-
-    `blockers` names the sessions that held the table when that was the reason, `throttled` says a throttle
-    (--max-load, …) held the work back; in both cases no lock was requested.
-    """
-
-    def __init__(self, message: str, blockers: tuple[Blocker, ...] = (), throttled: bool = False) -> None:
-        super().__init__(message)
-        self.blockers = blockers
-        self.throttled = throttled
-
-
-class CoordinatorReplaced(Exception):
-    """Another process took the migration over: this one must not rename (cutover/README.md, "One coordinator")."""
-
-    user_facing = True
-
-
-@dataclass(frozen=True)
-class CutoverResult:
-    """What one attempt did."""
-
-    swapped: bool
-    blocked_ms: float
-    drained_keys: int
-    reason: str = ""
-    locked_at: float = 0.0       # wall clock when writes started to wait
-    blockers: tuple[Blocker, ...] = ()   # sessions that held the table, when they stopped the attempt
-    throttled: bool = False              # a throttle held the work back right before the lock: none was requested
 
 
 @contextmanager
@@ -100,56 +58,6 @@ def within_window(where: str) -> Iterator[None]:
         raise
 
 
-class _Renamer(threading.Thread):
-    """Second session: issues the RENAME, which waits on the lock session's metadata locks."""
-
-    def __init__(self, ctx: RunContext, timeout_s: int, sql: str) -> None:
-        super().__init__(daemon=True)
-        self.conn = ctx.db()
-        query(self.conn, "SET SESSION lock_wait_timeout = %s", (timeout_s,))
-        self.thread_id = self.conn.thread_id()
-        self.sql = sql
-        self.error: Exception | None = None
-        self.finished_at = 0.0
-
-    @property
-    def started(self) -> bool:
-        return self.ident is not None
-
-    def close_unless_started(self) -> None:
-        """Close the connection of a RENAME that was never issued (run() closes it otherwise)."""
-        if not self.started:
-            self.conn.close()
-
-    def run(self) -> None:
-        try:
-            query(self.conn, self.sql)
-        except pymysql.err.MySQLError as exc:
-            self.error = exc
-        finally:
-            self.finished_at = time.monotonic()
-            self.conn.close()
-
-    def waiting_on_table_lock(self, probe: pymysql.connections.Connection) -> bool:
-        """True once the RENAME waits for a table's metadata lock (not a schema or backup lock: those
-        would not put it in the original table's queue)."""
-        state = scalar(probe, "SELECT STATE FROM information_schema.PROCESSLIST WHERE ID=%s", (self.thread_id,))
-        return state == TABLE_MDL_WAIT
-
-
-def rename_queues_on_original(table: str, helpers: list[str]) -> bool:
-    """True when the original table comes first in the RENAME's metadata-lock order.
-
-    The server sorts a statement's lock requests by key (schema, then name, bytewise in utf8; folded
-    to lower case when lower_case_table_names is set) and takes them one at a time, so the RENAME
-    waits in the queue of the first one the lock session holds. Only if that is the original table is
-    the RENAME ahead of the application's writes waiting there.
-    """
-    def key(name: str) -> bytes:
-        return name.encode() + b"\0"
-    return all(key(table) < key(h) and key(table.lower()) < key(h.lower()) for h in helpers)
-
-
 class Cutover:
     """Runs cutover attempts for one migration."""
 
@@ -161,84 +69,11 @@ class Cutover:
         self.partitions = partition_count(ctx.endpoints.kafka, self.names.changes)
         self.fence_table = qualified(spec.metadata_schema, ctx.migration.fence_table)
         self.migrations_table = qualified(spec.metadata_schema, "migrations")
-        self._fence: tuple[Consumer, FenceReader] | None = None
-
-    def _fence_reader(self) -> tuple[Consumer, FenceReader]:
-        """The fence consumer and its reader, made once and kept for every attempt: a new consumer's first
-        read waits for its connection (measured: about 0.8 s), which would follow every wait for a holder."""
-        if self._fence is None:
-            consumer = fence_consumer(self.ctx.endpoints.kafka, self.ctx.migration.group_id)
-            try:
-                self._fence = consumer, FenceReader(consumer, self.names.changes, self.partitions)
-            except BaseException:
-                close_within(consumer, "fence")
-                raise
-        return self._fence
+        self.fence = FenceDrain(ctx, self.names, self.partitions)
 
     def close(self) -> None:
         """Close the fence consumer, if one was made."""
-        if self._fence is not None:
-            close_within(self._fence[0], "fence")
-            self._fence = None
-
-    def _drain(self, conn: pymysql.connections.Connection, reader: FenceReader, start: dict[int, int], token: str,
-               timeout: float, in_transaction: bool,
-               target: pymysql.connections.Connection | None = None) -> tuple[dict[int, int], int]:
-        """Fence, read to the fence in every partition, re-copy the keys seen (into `target` when the new table is
-        on another server); (positions, keys)."""
-        positions, keys = self._drain_keys(conn, reader, start, token, timeout, in_transaction, target)
-        return positions, len(keys)
-
-    def _drain_keys(self, conn: pymysql.connections.Connection, reader: FenceReader, start: dict[int, int],
-                    token: str, timeout: float, in_transaction: bool,
-                    target: pymysql.connections.Connection | None) -> tuple[dict[int, int], set[Key]]:
-        """_drain, returning the keys re-copied."""
-        self.ctx.store(conn).write_fence(self.ctx.migration.id, token)
-        keys: set[Key] = set()
-        pk = self.ctx.pair.pk
-
-        def collect(raw: bytes) -> None:
-            change = decode_key(raw, pk)
-            if change is not None and change.pk is not None:
-                keys.add(change.pk)
-
-        started = time.monotonic()
-        positions = reader.read(start, token, timeout, collect)
-        read_at = time.monotonic()
-        if in_transaction:   # others write meanwhile: a locking read may wait for them, or be a deadlock's victim
-            keys = with_retry(lambda: with_zero_date_rows(conn, self.ctx.pair, keys, target))
-            with_retry(lambda: recopy_keys(conn, self.ctx.pair, keys, target=target))
-        else:
-            keys = with_zero_date_rows(conn, self.ctx.pair, keys, target)
-            recopy_keys(conn, self.ctx.pair, keys, in_transaction=False, target=target)
-        log_event(log, "drained to fence", logging.DEBUG, fence=token, keys=len(keys),
-                  read_ms=round((read_at - started) * 1000, 1), recopy_ms=round((time.monotonic() - read_at) * 1000, 1))
-        return positions, keys
-
-    def _catch_up(self, lock_conn: pymysql.connections.Connection, reader: FenceReader,
-                  consumer, target: pymysql.connections.Connection | None = None) -> dict[int, int]:
-        """Drain without the lock, so that only the last moment's changes remain for the window.
-
-        Each pass drains what arrived during the one before, until few keys are left. A pass is short
-        enough when it re-copied few keys and took little time (the changes made during a pass are
-        what the next one, or the locked drain, has to handle). A pass that did not shrink the work
-        much shows the fence's round trip is the floor: stop there. Returns the positions reached.
-        """
-        start = committed_offsets(consumer, self.names.changes, self.partitions)
-        previous_keys: int | None = None
-        for _ in range(PRE_DRAIN_PASSES):
-            pass_started = time.monotonic()
-            try:
-                start, keys = self._drain(lock_conn, reader, start, f"pre-{uuid.uuid4().hex[:12]}",
-                                          PRE_DRAIN_TIMEOUT_S, True, target)
-            except FenceTimeout as exc:
-                raise CutoverAborted(f"change capture is behind: {exc}") from None
-            if keys <= PRE_DRAIN_ENOUGH_KEYS and time.monotonic() - pass_started <= PRE_DRAIN_ENOUGH_S:
-                break
-            if previous_keys is not None and keys > previous_keys * PRE_DRAIN_MIN_SHRINK:
-                break
-            previous_keys = keys
-        return start
+        self.fence.close()
 
     def _holders(self, conn: pymysql.connections.Connection,
                  target: tuple[pymysql.connections.Connection, bool] | None = None) -> list[Blocker]:
@@ -328,7 +163,7 @@ class Cutover:
         lock, after the drain: the appliers must be stopped there, so that nothing else writes it.
         """
         spec, ctx = self.ctx.spec, self.ctx
-        consumer, reader = self._fence_reader()
+        consumer, reader = self.fence.reader()
         lock_conn = ctx.db()
         target = ctx.target_db() if ctx.pair.remote else None
         watchdog: StatementWatchdog | None = None
@@ -339,7 +174,7 @@ class Cutover:
             self._refuse_if_held(lock_conn, on_target)
             for session in every:
                 query(session, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            start = self._catch_up(lock_conn, reader, consumer, target)
+            start = self.fence.catch_up(lock_conn, reader, consumer, target)
             tables = [qualified(spec.database, spec.table), self.fence_table]
             if target is None:
                 tables.append(qualified(spec.database, spec.new_table))
@@ -351,7 +186,7 @@ class Cutover:
                 self._limit_target(target, target_mariadb, watchdog, locked_at + window_s)
             try:
                 with within_window("under the snapshot's lock"):
-                    _, drained = self._drain(lock_conn, reader, start, f"snap-{uuid.uuid4().hex[:12]}",
+                    _, drained = self.fence.drain(lock_conn, reader, start, f"snap-{uuid.uuid4().hex[:12]}",
                                              max(locked_at + window_s - time.monotonic(), 0.01), False, target)
                 for session in every:
                     query(session, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
@@ -388,9 +223,9 @@ class Cutover:
         stopped (its committed offsets are the start)."""
         spec, ctx = self.ctx.spec, self.ctx
         db = spec.database
-        consumer, reader = self._fence_reader()
+        consumer, reader = self.fence.reader()
         lock_conn = ctx.db()
-        renamer: _Renamer | None = None
+        renamer: Renamer | None = None
         locked_at = 0.0
         try:
             check_swap_settings(lock_conn, self.is_mariadb)   # changed since init? Refused before anything is made
@@ -405,10 +240,10 @@ class Cutover:
                 query(lock_conn, f"CREATE TABLE {qualified(db, spec.old_table)} (sentry INT) COMMENT=%s",
                       (SENTRY_COMMENT,))
                 tables.append(qualified(db, spec.old_table))
-                renamer = _Renamer(ctx, max(2, int(window_s) + 2),
+                renamer = Renamer(ctx, max(2, int(window_s) + 2),
                                    f"RENAME TABLE {qualified(db, spec.table)} TO {qualified(db, spec.old_table)}, "
                                    f"{qualified(db, spec.new_table)} TO {qualified(db, spec.table)}")
-            start = self._catch_up(lock_conn, reader, consumer)
+            start = self.fence.catch_up(lock_conn, reader, consumer)
             self._lock(lock_conn, tables, window_s, [self.migrations_table])
             locked_at = time.monotonic()
             locked_wall = time.time()
@@ -416,7 +251,7 @@ class Cutover:
             check_source_unchanged(lock_conn, ctx.migration)   # decisive: no DDL can run while the lock is held
             try:
                 with within_window("under the lock"):
-                    _, drained = self._drain(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
+                    _, drained = self.fence.drain(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
                                              max(deadline - time.monotonic(), 0.01), False)
                     self._carry_auto_increment(lock_conn)
             except FenceTimeout as exc:
@@ -459,7 +294,7 @@ class Cutover:
                 renamer.close_unless_started()
             lock_conn.close()
 
-    def _aborted(self, exc: CutoverAborted, lock_conn: pymysql.connections.Connection, renamer: _Renamer | None,
+    def _aborted(self, exc: CutoverAborted, lock_conn: pymysql.connections.Connection, renamer: Renamer | None,
                  locked_at: float) -> CutoverResult:
         """Roll an attempt back that did not fit (or gave way to a throttle) and say what it cost."""
         self._roll_back(lock_conn, renamer)
@@ -468,7 +303,7 @@ class Cutover:
                   logging.INFO if exc.throttled else logging.WARNING, reason=str(exc))
         return CutoverResult(False, blocked, 0, str(exc), blockers=exc.blockers, throttled=exc.throttled)
 
-    def _withdraw(self, renamer: _Renamer, lock_conn: pymysql.connections.Connection) -> None:
+    def _withdraw(self, renamer: Renamer, lock_conn: pymysql.connections.Connection) -> None:
         """End the RENAME's session (our own user's: no privilege needed) until its thread is gone, through the
         lock session or, if that one was cut, a new one; the sentry stays the guard if that fails.
 
@@ -496,7 +331,7 @@ class Cutover:
             log_event(log, "queued RENAME still running after its session was killed; the sentry makes it fail",
                       logging.WARNING, waited_s=WITHDRAW_WAIT_S)
 
-    def _queue_rename(self, renamer: _Renamer, deadline: float) -> None:
+    def _queue_rename(self, renamer: Renamer, deadline: float) -> None:
         """Issue the RENAME and wait until it queues on the lock session's metadata locks.
 
         It is issued only after the drain: while a RENAME waits on the metadata lock, the lock
@@ -542,7 +377,7 @@ class Cutover:
         if source is not None and target is not None and int(target) < int(source):
             query(lock_conn, f"ALTER TABLE {qualified(spec.database, spec.new_table)} AUTO_INCREMENT = {int(source)}")
 
-    def _roll_back(self, lock_conn: pymysql.connections.Connection, renamer: _Renamer | None) -> None:
+    def _roll_back(self, lock_conn: pymysql.connections.Connection, renamer: Renamer | None) -> None:
         """Withdraw a queued RENAME, unlock with the sentry still in place (so a RENAME the withdrawal missed
         fails on it), then remove the sentry.
 

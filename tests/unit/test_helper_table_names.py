@@ -6,7 +6,7 @@ import string
 
 import pytest
 
-from cutover.swap import rename_queues_on_original
+from cutover.renamer import rename_queues_on_original
 from core.endpoints import ConfigError
 from core.spec import MAX_NAME_CHARS, helper_table_name
 
