@@ -16,7 +16,7 @@ from throttle.cloudwatch_load import CloudWatchLoad
 from core.db import connect
 from core.logs import log_event
 from throttle.replica_lag import ReplicaLag
-from stack.config import StackConfig
+from cli.endpoints import add_stack_option, command_endpoints
 from migration.lease import coordinator_gone, live_coordinator
 from migration.runner import Runner
 from migration.teardown import Metadata, finish_swapped, tables_swapped, tear_down, verify_target
@@ -44,7 +44,8 @@ DEFAULTS = MigrationSpec(database="db", table="t", alter="-")
 
 def add_store_options(parser: argparse.ArgumentParser, config_help: str = "TOML file with [endpoints]") -> None:
     """--config and --metadata-schema: where the services are and which schema holds stream-osc's state."""
-    parser.add_argument("--config", help=config_help)
+    parser.add_argument("--config", help=config_help + " (default: STREAM_OSC_CONFIG)")
+    add_stack_option(parser)
     parser.add_argument("--metadata-schema", help=f"schema for stream-osc's state (default {DEFAULTS.metadata_schema})")
 
 
@@ -185,7 +186,7 @@ def given_options(args: argparse.Namespace) -> frozenset[str]:
 
 def _stored_migration(args: argparse.Namespace, table: str, schema: str | None) -> tuple[str, dict]:
     """The ALTER and options of the table's unfinished migration (for resume/cutover/abort)."""
-    endpoints = StackConfig().endpoints(args.config)
+    endpoints = command_endpoints(args)
     db, tbl = spec_table(table)
     conn = connect(endpoints.mysql)
     try:
@@ -199,7 +200,7 @@ def _stored_migration(args: argparse.Namespace, table: str, schema: str | None) 
 
 def cmd_migrate(args: argparse.Namespace, cutover_now: bool = False) -> int:
     spec = spec_from_args(args, alter_required=not cutover_now and args.command == "migrate")
-    endpoints = StackConfig().endpoints(args.config)
+    endpoints = command_endpoints(args)
     if args.metrics_address is not None and args.metrics_port is None:
         raise PreflightError("--metrics-address needs --metrics-port")
     if spec.cloudwatch_limits():
@@ -227,7 +228,7 @@ def cmd_cutover(args: argparse.Namespace) -> int:
 
 
 def _with_store(args: argparse.Namespace):
-    endpoints = StackConfig().endpoints(args.config)
+    endpoints = command_endpoints(args)
     db, tbl = spec_table(args.table)
     conn = connect(endpoints.mysql)
     return endpoints, conn, StateStore(conn, metadata_schema(args)), db, tbl
@@ -254,7 +255,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """Every migration in the metadata schema, newest first."""
-    endpoints = StackConfig().endpoints(args.config)
+    endpoints = command_endpoints(args)
     conn = connect(endpoints.mysql)
     try:
         rows = list_rows(StateStore(conn, metadata_schema(args)))
@@ -393,7 +394,7 @@ def cmd_accept_target(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Join a running migration with more copy workers and appliers."""
-    endpoints = StackConfig().endpoints(args.config)
+    endpoints = command_endpoints(args)
     db, tbl = spec_table(args.table)
     return JoinedWorker(endpoints, db, tbl, metadata_schema(args),
                         Progress(quiet=args.quiet), args.copy_workers, args.apply_workers).run()

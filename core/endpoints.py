@@ -71,6 +71,10 @@ SSL_MODES = ("disabled", "preferred", "required", "verify-ca", "verify-identity"
 DSN_OPTIONS = ("ssl-mode", "ssl-ca", "ssl-cert", "ssl-key")
 
 
+class MissingEndpoint(ConfigError):
+    """An endpoint no layer gives (unset, or set to an empty string): never filled in by a default here."""
+
+
 @dataclass(frozen=True)
 class MySQLAddress:
     """Parsed `mysql://user:password@host:port/?ssl-mode=…&ssl-ca=…&ssl-cert=…&ssl-key=…` DSN."""
@@ -319,11 +323,12 @@ class Endpoints:
                 raise ConfigError(f"unknown keys in [endpoints] of {path}: {', '.join(sorted(unknown))}")
             values.update({k: str(v) for k, v in section.items()})
         for key, var in keys.items():
-            if environ.get(var):
+            if environ.get(var, "").strip():
                 values[key] = environ[var]
-        missing = [f"{var} (or {key} in [endpoints])" for key, var in ENV_KEYS.items() if key not in values]
+        missing = [f"{var} ({'set but empty; ' if var in environ else ''}or {key} in [endpoints])"
+                   for key, var in ENV_KEYS.items() if not str(values.get(key, "")).strip()]
         if missing:
-            raise ConfigError(f"no address for: {', '.join(missing)}")
+            raise MissingEndpoint(f"no address for: {', '.join(missing)}")
         endpoints = cls(**values)
         parse_mysql_dsn(endpoints.mysql_dsn)  # a malformed DSN is refused here, not at first use
         if endpoints.target_dsn:

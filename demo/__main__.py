@@ -5,7 +5,11 @@ import argparse
 import sys
 import time
 
+from cli.endpoints import refuse_other_servers
+from cli.exit_codes import exit_code_for
 from core.db import connect
+from core.endpoints import Endpoints
+from stack import cli as stack_cli
 from stack.config import StackConfig
 from migration.runner import Runner
 from core.spec import MigrationSpec, helper_table_name
@@ -17,8 +21,20 @@ DEMO_ALTER = ("MODIFY k BIGINT NOT NULL DEFAULT 0, ADD COLUMN status VARCHAR(16)
               "ADD INDEX idx_updated (updated_at)")
 
 
+def demo_endpoints() -> Endpoints:
+    """The embedded stack's endpoints and nothing else: the demo creates and writes to a table, so it never
+    follows STREAM_OSC_* variables or a STREAM_OSC_CONFIG file that name another server (a shell set up for
+    production); it refuses them instead. Settings that are not addresses are not read either."""
+    refuse_other_servers("the demo", otherwise=" (the demo creates stream_osc_demo.orders and writes to it)")
+    stack = StackConfig()
+    return Endpoints.load(environ={}, defaults={**stack.env(), "STREAM_OSC_CONNECTOR_SECRETS_DIR":
+                                                str(stack.connect_secrets_dir)})
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    endpoints = StackConfig().endpoints(args.config)
+    endpoints = demo_endpoints()   # refused before anything starts
+    if not args.no_stack_up:
+        stack_cli.cmd_up(argparse.Namespace(services=[], target_server=False))
     progress = Progress()
     conn = connect(endpoints.mysql)
     db, table = "stream_osc_demo", "orders"
@@ -66,8 +82,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="application writes per second in all (default 300; 0: as fast as they can)")
     parser.add_argument("--writers", type=int, default=4, help="application sessions writing (default 4)")
     parser.add_argument("--seed", type=int, default=7, help="seed of the traffic generator")
-    parser.add_argument("--config", help="TOML file with [endpoints]")
-    return cmd_demo(parser.parse_args(argv))
+    parser.add_argument("--no-stack-up", action="store_true",
+                        help="do not start the embedded stack first (it runs already)")
+    try:
+        return cmd_demo(parser.parse_args(argv))
+    except Exception as exc:
+        if not getattr(exc, "user_facing", False):
+            raise
+        print(f"demo: error: {exc}", file=sys.stderr)
+        return exit_code_for(exc)
 
 
 if __name__ == "__main__":

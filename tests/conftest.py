@@ -37,15 +37,21 @@ def _stack_config() -> StackConfig:
 def stack_config() -> StackConfig | None:
     """The embedded stack the session runs against, with its target server for migrations to another server, or
     None when STREAM_OSC_* endpoints are given."""
-    if any(os.environ.get(var) for var in ENV_KEYS.values()):
-        yield None
+    if any(os.environ.get(var) not in (None, "", StackConfig().env()[var]) for var in ENV_KEYS.values()):
+        yield None   # other servers given (the stack's own variables, `eval "$(stream-osc stack env)"`, are not)
         return
     config = _stack_config()
     results = services.up(config, target_server=True)   # on a failure it stops again what it started
     started = [r.name for r in results if r.started]
+    # The commands use no endpoint they are not given: the stack's are handed in as an operator on it would,
+    # `eval "$(stream-osc stack env)"`, so the CLI in this process and in subprocesses finds them.
+    exported = {var: value for var, value in config.env().items() if not os.environ.get(var)}
+    os.environ.update(exported)
     try:
         yield config
     finally:
+        for var in exported:
+            os.environ.pop(var, None)
         if started:  # leave alone what was already running before the session
             services.stop_all(config, started)
 
@@ -53,7 +59,7 @@ def stack_config() -> StackConfig | None:
 @pytest.fixture(scope="session")
 def endpoints(stack_config: StackConfig | None) -> Endpoints:
     """The STREAM_OSC_* variables if set (STREAM_OSC_TARGET_DSN among them), else the embedded stack (brought up
-    first; its target server's DSN included)."""
+    first; its target server's DSN included, its variables exported)."""
     return StackConfig().endpoints()
 
 

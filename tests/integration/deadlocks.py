@@ -80,7 +80,7 @@ class ErrorLog:
         named = os.environ.get(ERROR_LOG_ENV)
         if named:
             return cls(Path(named))
-        if any(os.environ.get(var) for var in ENV_KEYS.values()):
+        if any(os.environ.get(var) not in (None, StackConfig().env()[var]) for var in ENV_KEYS.values()):
             return cls(None, f"the server's error log is not readable here (set {ERROR_LOG_ENV} to its path)")
         return cls(StackConfig().log_file("mariadb"))
 

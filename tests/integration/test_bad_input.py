@@ -1,4 +1,8 @@
 """Bad input: one clear error, a non-zero exit, and nothing left behind."""
+import os
+import subprocess
+import sys
+
 import pytest
 
 from cli.main import main
@@ -225,3 +229,15 @@ def test_wrong_password_is_not_echoed(endpoints, conn, capsys, monkeypatch):
     code, err = run_migrate(capsys, "svc", "ADD COLUMN c INT")
     assert code == 2 and f"cannot connect to MySQL at {addr.host}:{addr.port}" in err
     assert "Wr0ngSecret" not in err
+
+
+@pytest.mark.parametrize("variable", ["STREAM_OSC_MYSQL_DSN", "STREAM_OSC_CONNECT_URL"])
+def test_an_empty_endpoint_is_refused_and_never_becomes_the_stacks(endpoints, conn, capsys, monkeypatch, variable):
+    """The embedded stack runs and its other variables are set, yet an emptied one is not filled in from it."""
+    create_sample_table(conn, DB, "unset", rows=10)
+    monkeypatch.setenv(variable, "")
+    err = assert_refused(endpoints, capsys, "unset", "ADD COLUMN c INT", f"no address for: {variable} (set but empty")
+    assert endpoints.mysql.password not in err
+    done = subprocess.run([sys.executable, "-m", "cli.main", "list"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, variable: ""}, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and done.stdout == "" and f"{variable} (set but empty" in done.stderr

@@ -138,13 +138,16 @@ def test_bad_observability_options_are_refused_before_any_service_is_asked(monke
     def no_service(*args, **kwargs):
         raise AssertionError("a service was asked")
     monkeypatch.setattr("cli.commands.Runner", no_service)
+    for var, value in {"STREAM_OSC_MYSQL_DSN": "mysql://u:p@db:3306/", "STREAM_OSC_KAFKA_BOOTSTRAP": "k:9092",
+                       "STREAM_OSC_CONNECT_URL": "http://c:8083", "STREAM_OSC_REDIS_URL": "redis://r:6379/0"}.items():
+        monkeypatch.setenv(var, value)
     code = main(["migrate", "--table", "shop.orders", "--alter", "ADD COLUMN note INT NULL", *options])
     err = capsys.readouterr().err
     assert code == ExitCode.REFUSED and len(err.strip().splitlines()) == 1 and message in err, err
 
 
 def _spec_dests(parser) -> set[str]:
-    return {action.dest for action in parser._actions} - {"help", "table", "alter", "config", "quiet", "func",
+    return {action.dest for action in parser._actions} - {"help", "table", "alter", "config", "stack", "quiet", "func",
                                                            "metrics_port", "metrics_address", "cloudwatch_namespace",
                                                            "log_level", "log_format"}
 
