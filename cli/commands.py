@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
+import os
 import sys
 import time
 
@@ -29,7 +31,7 @@ from migration.worker_process import JoinedWorker, spec_of
 from monitor.cloudwatch import CloudWatchPublisher
 from monitor.metrics import DEFAULT_ADDRESS, MigrationMetrics
 from monitor.progress import Progress
-from core.spec import parse_duration
+from core.options import BY_FIELD, BY_NAME
 from core.endpoints import ConfigError, refuse_password_on_command_line
 
 # The spec fields an option or the config file's [migration] section may set (each option's dest is the field).
@@ -54,16 +56,51 @@ def metadata_schema(args: argparse.Namespace, fallback: str | None = None) -> st
     return getattr(args, "metadata_schema", None) or fallback or DEFAULTS.metadata_schema
 
 
+# Spec fields a resumed migration always takes from its stored options (migration/resuming.py RESUMABLE_OPTIONS):
+# `resume` and `cutover` do not offer their options (given there, they would be ignored).
+STORED_ONLY = ("chunk_size", "partitions", "cutover_window_schedule", "cutover_timezone")
+
+
+def add_stored_options(parser: argparse.ArgumentParser) -> None:
+    """The options `migrate` alone takes: kept with the migration for its whole life."""
+    parser.add_argument("--chunk-size", type=option_type("chunk-size"),
+                        help=f"rows per copy chunk (default {DEFAULTS.chunk_size})")
+    parser.add_argument("--partitions", type=option_type("partitions"),
+                        help=f"partitions of the change topic (default {DEFAULTS.partitions})")
+    parser.add_argument("--cutover-window-schedule", metavar="HH:MM-HH:MM[,…]",
+                        help="swap only inside these daily windows, e.g. 02:00-04:00 (the appliers keep the new "
+                             "table in sync meanwhile; `stream-osc cutover` swaps at once); kept for the whole "
+                             "migration")
+    parser.add_argument("--cutover-timezone", help="time zone of --cutover-window-schedule, an IANA name "
+                                                   f"(default {DEFAULTS.cutover_timezone})")
+
+
+class StoredOption(argparse.Action):
+    """An option `resume` and `cutover` do not take (kept out of their --help): given there, one clear refusal
+    instead of a value silently replaced by the stored one."""
+
+    def __init__(self, option_strings, dest, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=None, default=None, help=argparse.SUPPRESS)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(f"{option_string} is kept with the migration from `stream-osc migrate`; "
+                     f"{parser.prog.split()[-1]} uses the stored value (start a new migration to change it)")
+
+
+def refuse_stored_options(parser: argparse.ArgumentParser) -> None:
+    """The options of add_stored_options, refused (for `resume` and `cutover`)."""
+    for field in STORED_ONLY:
+        parser.add_argument(f"--{BY_FIELD[field].name}", action=StoredOption)
+
+
 def add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table", help="DB.TABLE to change")
     add_store_options(parser, "TOML file with [endpoints] and [migration] sections")
-    parser.add_argument("--copy-workers", type=int,
+    parser.add_argument("--copy-workers", type=option_type("copy-workers"),
                         help=f"parallel bulk-copy workers (default {DEFAULTS.copy_workers})")
-    parser.add_argument("--apply-workers", type=int,
+    parser.add_argument("--apply-workers", type=option_type("apply-workers"),
                         help=f"parallel change appliers (default {DEFAULTS.apply_workers})")
-    parser.add_argument("--chunk-size", type=int,
-                        help=f"rows per copy chunk (default {DEFAULTS.chunk_size})")
-    parser.add_argument("--batch-size", type=int,
+    parser.add_argument("--batch-size", type=option_type("batch-size"),
                         help=f"rows of the first copy statement of each worker (default {DEFAULTS.batch_size}); "
                              "later ones are sized by --target-batch-time")
     parser.add_argument("--target-batch-time", metavar="DURATION",
@@ -80,10 +117,8 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
                              "(off by default: docs/benchmarks.md)")
     parser.add_argument("--no-validate-ahead", dest="validate_ahead", action="store_false",
                         help="compare every range at the end only (default)")
-    parser.add_argument("--apply-batch-size", type=int,
+    parser.add_argument("--apply-batch-size", type=option_type("apply-batch-size"),
                         help=f"change events per apply batch (default {DEFAULTS.apply_batch_size})")
-    parser.add_argument("--partitions", type=int,
-                        help=f"partitions of the change topic (default {DEFAULTS.partitions})")
     _add_cutover_options(parser)
     _add_throttle_options(parser)
     _add_lock_options(parser)
@@ -92,12 +127,12 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_cutover_options(parser: argparse.ArgumentParser) -> None:
     """When the cutover may start and how often it is tried."""
-    parser.add_argument("--cutover-window", dest="cutover_window_s", type=float,
+    parser.add_argument("--cutover-window", dest="cutover_window_s", type=option_type("cutover-window"),
                         help="longest time writes may be blocked at cutover, seconds "
                              f"(default {DEFAULTS.cutover_window_s})")
-    parser.add_argument("--cutover-attempts", type=int,
+    parser.add_argument("--cutover-attempts", type=option_type("cutover-attempts"),
                         help=f"cutover attempts before giving up (default {DEFAULTS.cutover_attempts})")
-    parser.add_argument("--max-lag", dest="max_lag_events", type=int,
+    parser.add_argument("--max-lag", dest="max_lag_events", type=option_type("max-lag"),
                         help="apply lag (events) under which validation and cutover start "
                              f"(default {DEFAULTS.max_lag_events})")
 
@@ -118,41 +153,49 @@ def _add_throttle_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--throttle-replicas", help="HOST[:PORT],… replicas (reached with the source's credentials) "
                                                     "whose replication lag holds copy, apply, validation and the "
                                                     "cutover's locks back")
-    parser.add_argument("--max-replica-lag", type=int, help="seconds behind at which a --throttle-replicas replica "
-                                                            f"holds the work back (default {DEFAULTS.max_replica_lag})")
+    parser.add_argument("--max-replica-lag", type=option_type("max-replica-lag"),
+                        help="seconds behind at which a --throttle-replicas replica holds the work back "
+                             f"(default {DEFAULTS.max_replica_lag})")
 
 
 def _add_lock_options(parser: argparse.ArgumentParser) -> None:
     """How the cutover may lock, whom it may kill, and in which daily windows it may swap."""
-    parser.add_argument("--lock-wait-timeout", dest="lock_wait_s", type=float,
+    parser.add_argument("--lock-wait-timeout", dest="lock_wait_s", type=option_type("lock-wait-timeout"),
                         help="longest one lock request on the table may queue in front of application statements, "
                              f"seconds (default {DEFAULTS.lock_wait_s}; whole seconds, at least 1, on MySQL)")
-    parser.add_argument("--lock-tries", type=int,
+    parser.add_argument("--lock-tries", type=option_type("lock-tries"),
                         help=f"lock requests per cutover attempt before it backs off (default {DEFAULTS.lock_tries})")
-    parser.add_argument("--force-kill-blockers-after", dest="force_kill_blockers_after_s", type=_duration,
+    parser.add_argument("--force-kill-blockers-after", dest="force_kill_blockers_after_s",
+                        type=option_type("force-kill-blockers-after"),
                         metavar="DURATION", help="kill sessions that held the table up for this long, e.g. 5s "
                                                  "(default: never; wait for them)")
-    parser.add_argument("--force-kill-max-rows", type=int,
+    parser.add_argument("--force-kill-max-rows", type=option_type("force-kill-max-rows"),
                         help="never kill a transaction that changed more rows than this "
                              f"(default {DEFAULTS.force_kill_max_rows})")
-    parser.add_argument("--cutover-window-schedule", metavar="HH:MM-HH:MM[,…]",
-                        help="swap only inside these daily windows, e.g. 02:00-04:00 (the appliers keep the new "
-                             "table in sync meanwhile; `stream-osc cutover` swaps at once); kept for the whole "
-                             "migration")
-    parser.add_argument("--cutover-timezone", help="time zone of --cutover-window-schedule, an IANA name "
-                                                   f"(default {DEFAULTS.cutover_timezone})")
 
 
-def _duration(text: str) -> float:
-    """argparse type of DURATION options ("5s", "500ms", "2m")."""
-    try:
-        return parse_duration(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def option_type(name: str):
+    """The argparse type of option `name`: its value parsed and checked by the options' schema (core/options.py),
+    so an impossible value is a usage error (exit 2) before anything else happens."""
+    option = BY_NAME[name]
+
+    def parse(text: str) -> object:
+        try:
+            return option.parse(text, f"--{name}")
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--{name}").lstrip(": ")) from None
+    parse.__name__ = name   # argparse names the type in some of its messages
+    return parse
+
+
+def config_file(args: argparse.Namespace) -> str | None:
+    """The config file of this command: --config, else STREAM_OSC_CONFIG, else none."""
+    return getattr(args, "config", None) or os.environ.get("STREAM_OSC_CONFIG") or None
 
 
 def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> MigrationSpec:
-    file_values = load_migration_file(args.config) if getattr(args, "config", None) else {}
+    path = config_file(args)
+    file_values = load_migration_file(path) if path else {}
     table = args.table or file_values.pop("table", None)
     file_values.pop("table", None)
     if not table:
@@ -160,13 +203,17 @@ def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> Mig
     alter = getattr(args, "alter", None) or file_values.pop("alter", None)
     file_values.pop("alter", None)
     values = dict(file_values)
-    if alter is None and getattr(args, "target_dsn", None) is not None:
+    if alter is None and (getattr(args, "target_dsn", None) is not None or file_values.get("target_server")):
         alter = ""   # a move to another server may leave the table's definition as it is
     if alter is None:
         if alter_required:
             raise PreflightError("--alter is required")
         alter, stored = _stored_migration(args, table, file_values.get("metadata_schema"))
         values.update({k: stored[k] for k in TARGET_OPTIONS if k in stored})
+        for field in STORED_ONLY:   # said once: a config file shared with `migrate` may hold them
+            if field in file_values and field in stored and file_values[field] != stored[field]:
+                print(f"stream-osc: {BY_FIELD[field].key} = {file_values[field]!r} in [migration] of {path} is "
+                      f"not used: the migration keeps {stored[field]!r} from `stream-osc migrate`", file=sys.stderr)
     for name in SPEC_FIELDS:   # --cutover, --keep-old/--drop-old and --dry-run (migrate only) included
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
@@ -180,7 +227,8 @@ def spec_from_args(args: argparse.Namespace, alter_required: bool = True) -> Mig
 def given_options(args: argparse.Namespace) -> frozenset[str]:
     """Spec fields set for this run, on the command line or in the config file: on `resume` they replace the
     values stored with the migration where that is allowed (migration/resuming.py, KEPT_UNLESS_GIVEN)."""
-    file_keys = set(load_migration_file(args.config)) if getattr(args, "config", None) else set()
+    path = config_file(args)
+    file_keys = set(load_migration_file(path)) if path else set()
     return frozenset(file_keys | {name for name in SPEC_FIELDS if getattr(args, name, None) is not None})
 
 
@@ -296,7 +344,7 @@ def positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         value = 0.0
-    if value <= 0:
+    if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
     return value
 
@@ -409,6 +457,7 @@ def spec_table(table: str) -> tuple[str, str]:
 def _register_migrate(sub: argparse._SubParsersAction) -> None:
     migrate = sub.add_parser("migrate", help="change a table's schema online")
     add_spec_options(migrate)
+    add_stored_options(migrate)
     migrate.add_argument("--alter", help='the ALTER clauses, e.g. "ADD COLUMN c INT, ADD INDEX (c)"')
     migrate.add_argument("--cutover", choices=["auto", "manual"], help="swap when in sync (auto) or wait (manual)")
     migrate.add_argument("--keep-old", dest="keep_old", action="store_true", default=None,
@@ -438,14 +487,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                              ("cutover", cmd_cutover, "swap the tables of a migration waiting for cutover")):
         parser = sub.add_parser(name, help=text)
         add_spec_options(parser)
+        refuse_stored_options(parser)
         add_metrics_options(parser)
         parser.set_defaults(func=func)
 
     worker = sub.add_parser("worker", help="add copy workers and appliers to a running migration (any machine)")
     worker.add_argument("--table", required=True, help="DB.TABLE of the running migration")
     add_store_options(worker)
-    worker.add_argument("--copy-workers", type=int, help="copy threads in this process (default: the migration's)")
-    worker.add_argument("--apply-workers", type=int, help="applier threads in this process (default: the migration's)")
+    worker.add_argument("--copy-workers", type=option_type("copy-workers"),
+                        help="copy threads in this process (default: the migration's)")
+    worker.add_argument("--apply-workers", type=option_type("apply-workers"),
+                        help="applier threads in this process (default: the migration's)")
     worker.add_argument("--quiet", action="store_true", help="no progress lines")
     worker.set_defaults(func=cmd_worker)
 

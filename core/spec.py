@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from core.config_file import config_section
-from core.endpoints import ConfigError
+from core.endpoints import ConfigError, dsn_parts
+from core.options import BY_FIELD, check_spec_values, option_named, parse_duration, toml_type
 from core.throttle_options import parse_cloudwatch_thresholds, parse_replicas, parse_thresholds
 from core.schedule import CutoverSchedule, parse_schedule
 from core.state import HEARTBEAT_S, STALE_S
@@ -165,6 +166,7 @@ class MigrationSpec:
         self.replicas()
         if self.max_replica_lag < 1:
             raise ConfigError("--max-replica-lag must be at least 1 second")
+        check_spec_values({f.name: getattr(self, f.name) for f in fields(self)})   # every range, nan and inf
         return self
 
     def check_target(self) -> None:
@@ -249,15 +251,46 @@ class MigrationSpec:
         return cls(database=database, table=table, alter=alter, **values).validate()
 
 
+# keys of a [migration] section that are not options of `migrate`'s spec: what `--table` and `--alter` give
+FILE_ONLY_KEYS = ("table", "alter")
+
+
 def load_migration_file(path: str | Path) -> dict[str, Any]:
-    """Read the `[migration]` section of a TOML config file (keys as the long option names)."""
+    """The `[migration]` section of a TOML config file as {spec field: value} (plus `table` and `alter`).
+
+    Its keys are the long options' names, with dashes or underscores (`max_lag`, `cutover-window`,
+    `drop_old`); each value is typed as the option takes it (core/options.py): a value of another type, or out
+    of the option's range, is one ConfigError naming the key and the file.
+    """
     section = config_section(path, "migration")
-    known = {f.name for f in fields(MigrationSpec)} | {"table"}
-    normalized = {k.replace("-", "_"): v for k, v in section.items()}
-    unknown = set(normalized) - known
+    values: dict[str, Any] = {}
+    unknown = []
+    for key, value in section.items():
+        label = f"{key} in [migration] of {path}"
+        if key.replace("-", "_") in FILE_ONLY_KEYS:
+            if not isinstance(value, str):
+                raise ConfigError(f"{label} must be a string, not {toml_type(value)}")
+            values[key.replace("-", "_")] = value
+            continue
+        option = option_named(key) if not key.startswith("-") else None
+        if option is None:
+            unknown.append(key)
+            continue
+        value = option.spec_value(option.typed(value, label))
+        if option.field in values and values[option.field] != value:
+            raise ConfigError(f"{label} contradicts another key of [migration] of {path} (keep_old, drop_old)")
+        values[option.field] = value
+        if option.field == "target_dsn":   # as --target-dsn: a move, and never a password (kept with the migration)
+            if value and dsn_parts(value, label).password:
+                raise ConfigError(f"{label} holds a password: a migration's options are kept in its metadata; put "
+                                  "the password in STREAM_OSC_TARGET_PASSWORD, a Secrets Manager secret "
+                                  "(STREAM_OSC_TARGET_SECRET_ID), or the whole DSN in STREAM_OSC_TARGET_DSN")
+            values["target_server"] = True
     if unknown:
-        raise ConfigError(f"unknown keys in [migration] of {path}: {', '.join(sorted(unknown))}")
-    return normalized
+        hints = [f"{key} (the option is {BY_FIELD[key].key})" if key in BY_FIELD else key for key in sorted(unknown)]
+        raise ConfigError(f"unknown keys in [migration] of {path}: {', '.join(hints)}; the keys are the long "
+                          f"options' names, e.g. max_lag, cutover_window, drop_old (docs/options.md)")
+    return values
 
 
 def with_overrides(spec: MigrationSpec, **values: Any) -> MigrationSpec:
@@ -265,13 +298,3 @@ def with_overrides(spec: MigrationSpec, **values: Any) -> MigrationSpec:
     return replace(spec, **values).validate()
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds of a duration such as "5s", "500ms", "2m", "1h" or "5" (seconds); ConfigError otherwise."""
-    match = _DURATION.match(str(text))
-    if match is None:
-        raise ConfigError(f"invalid duration {text!r}: use a number with ms, s, m or h, e.g. 5s")
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]

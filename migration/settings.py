@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.endpoints import ConfigError
+from core.options import BY_NAME
 from core.spec import MigrationSpec, with_overrides
 from core.state import Migration
 
@@ -38,11 +39,8 @@ def parse_assignments(items: list[str]) -> dict[str, Any]:
         field = SETTABLE.get(name.strip().replace("_", "-"))
         if not sep or field is None:
             raise ConfigError(f"{item!r}: use NAME=VALUE with NAME one of {', '.join(SETTABLE)}")
-        kind = type(getattr(MigrationSpec, field))
-        try:
-            values[field] = kind(text.strip())
-        except ValueError:
-            raise ConfigError(f"{name.strip()}: {text.strip()!r} is not a whole number") from None
+        option = BY_NAME[name.strip().replace("_", "-")]   # typed and range-checked as the option is
+        values[field] = option.parse(text, option.name)
     return values
 
 
