@@ -1,7 +1,9 @@
 """Database connections and server facts (MariaDB vs MySQL)."""
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import ssl
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,6 +23,7 @@ class DatabaseUnreachable(Exception):
 
 
 CR_SSL_CONNECTION_ERROR = 2026
+CONNECT_TIMEOUT_S = 10   # the longest a new session waits for the server to answer
 
 
 # Opens the text of every statement the tool sends, so that the tool's statements are told from the application's
@@ -44,6 +47,17 @@ class _Connection(pymysql.connections.Connection):
         if _Connection.preferred_context is None:
             _Connection.preferred_context = super()._create_ssl_ctx(sslp)
         return _Connection.preferred_context
+
+    def connect(self, sock: Any = None) -> None:
+        """PyMySQL's connect, with the handshake bounded by the connect timeout too: PyMySQL bounds only the
+        TCP connect with it and reads the server's greeting with the read timeout, none by default, so a
+        server (or a proxy) that accepts the connection and never answers would hold the tool forever."""
+        wanted = self._read_timeout
+        self._read_timeout = wanted or self.connect_timeout
+        try:
+            super().connect(sock)
+        finally:
+            self._read_timeout = wanted   # the next read sets the socket's timeout back to it
 
     def escape(self, obj: Any, mapping: dict | None = None) -> str:
         """An integer as PyMySQL writes it (its `escape_int`: the decimal digits), without its dispatch by
@@ -92,7 +106,7 @@ def connect(addr: MySQLAddress, database: str | None = None, autocommit: bool = 
         conn = (_TaggedConnection if tagged else _Connection)(
             host=addr.host, port=addr.port, user=addr.user, password=addr.password,
             database=database, autocommit=autocommit, charset="utf8mb4",
-            connect_timeout=10, read_timeout=read_timeout, ssl=tls_context(addr),
+            connect_timeout=CONNECT_TIMEOUT_S, read_timeout=read_timeout, ssl=tls_context(addr),
             ssl_disabled=addr.ssl_mode == "disabled",
         )
     except pymysql.err.OperationalError as exc:
@@ -140,20 +154,60 @@ def _tls_context(ssl_mode: str, ssl_ca: str, ssl_cert: str, ssl_key: str,
     return context
 
 
+# the server's refusals of a login, in words (its own text is left out: it echoes the user and host)
+LOGIN_REFUSALS = {
+    1040: "the server has too many connections",
+    1044: "access denied to the database",
+    1049: "unknown database",
+    1129: "this host is blocked after too many connection errors (FLUSH HOSTS on the server)",
+    1130: "this host is not allowed to connect to the server",
+    1203: "the user has reached max_user_connections",
+    1226: "the user has exceeded one of its resource limits",
+    2013: "the server closed the connection during the handshake",
+}
+
+
 def connect_failure(exc: pymysql.err.OperationalError, addr: MySQLAddress) -> str:
-    """Why a connection failed, in words (the server's and PyMySQL's texts are left out: one may echo input)."""
+    """Why a connection failed, in words, from the kind of the underlying error: a host name not found, a refused
+    port, a timeout, a refused login, TLS. The server's and PyMySQL's texts are left out: one may echo input,
+    the DSN's password among it."""
     code = exc.args[0] if exc.args else "?"
-    if isinstance(exc.__cause__ or exc.__context__, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY" in str(exc):
+    cause = getattr(exc, "original_exception", None) or exc.__cause__ or exc.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY" in str(exc):
         return (f"error {code}: the server's TLS certificate was not accepted: not signed by ssl-ca"
                 + (", or not issued for this host name" if addr.ssl_mode == "verify-identity" else ""))
-    if isinstance(exc.__cause__ or exc.__context__, ssl.SSLError):
+    if isinstance(cause, ssl.SSLError):
         return f"error {code}: the TLS handshake failed"
+    network = network_failure(cause)
+    if network:
+        return f"error {code}: {network}"
     if code == CR_SSL_CONNECTION_ERROR:   # given a TLS context, PyMySQL refuses a server that offers no TLS
         return f"error {code}: the server offered no TLS, and the DSN asks for ssl-mode={addr.ssl_mode}"
     if code == 1045:
         hint = "; if the user requires TLS, set ssl-mode (docs/connectivity.md)" if addr.ssl_mode == "disabled" else ""
         return f"error 1045: access denied: wrong user name or password{hint}"
+    if code in LOGIN_REFUSALS:
+        return f"error {code}: {LOGIN_REFUSALS[code]}"
     return f"error {code}"
+
+
+def network_failure(cause: BaseException | None) -> str | None:
+    """What a socket error means, in words; None when `cause` is none the network gives."""
+    if isinstance(cause, socket.gaierror):
+        if cause.errno in (socket.EAI_AGAIN, getattr(socket, "EAI_SYSTEM", None)):
+            return "the host name could not be resolved now (DNS did not answer)"
+        return "host name not found (DNS)"
+    if isinstance(cause, (TimeoutError, socket.timeout)):
+        return f"timed out after {CONNECT_TIMEOUT_S:g} s (no answer: a firewall, or a host that is down)"
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused (nothing listens on that port)"
+    if isinstance(cause, ConnectionResetError):
+        return "connection reset by the other side"
+    if isinstance(cause, OSError) and cause.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+        return "no route to the host (network unreachable)"
+    if isinstance(cause, OSError):
+        return f"network error: {os.strerror(cause.errno) if cause.errno else type(cause).__name__}"
+    return None
 
 
 # Every session of the tool:
