@@ -25,6 +25,8 @@ _VICTIM = re.compile(r"WE ROLL BACK TRANSACTION \((\d+)\)")
 # a line of the log's own (a timestamped message) or of the report's sections ends a statement's text
 _TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 _SECTION = re.compile(r"^(?:\*\*\* |RECORD LOCKS |TABLE LOCK |Record lock, |\s*\d+: len \d+;)")
+# the tool's own tables (core/spec.py, helper_table_name; a conflict probe's table adds `_probe`)
+_TOOL_TABLE = re.compile(r"(?:_osc_|~)(?:new|old)(?:_probe)?$")
 _TABLE = re.compile(r"(?:of table|TABLE LOCK table) `((?:[^`]|``)+)`\.`((?:[^`]|``)+)`")
 
 
@@ -39,8 +41,11 @@ class DeadlockTransaction:
 
     @property
     def by_tool(self) -> bool:
-        """The statement is the tool's (it opens with the tool's tag)."""
-        return self.statement.lstrip().startswith(_TAG)
+        """The statement is the tool's (it opens with the tool's tag); or the report shows no statement (one between
+        statements, or finishing) and every lock it shows is on the tool's own tables, which no application writes."""
+        if self.statement.strip():
+            return self.statement.lstrip().startswith(_TAG)
+        return bool(self.tables) and all(_TOOL_TABLE.search(table) for _, table in self.tables)
 
     def short(self, limit: int = 300) -> str:
         """The statement on one line, cut to `limit` characters (a re-copy's key list runs to thousands)."""

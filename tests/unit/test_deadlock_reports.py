@@ -81,3 +81,11 @@ def test_a_log_without_deadlocks_has_none():
 def test_the_embedded_servers_write_every_deadlock_to_their_error_log():
     for server in (mariadb.SOURCE, mariadb.TARGET):
         assert "innodb_print_all_deadlocks = ON" in mariadb.render_config(StackConfig(), server).splitlines()
+
+
+def test_a_transaction_shown_without_a_statement_on_the_tools_own_table_is_the_tools():
+    """Captured in a fault run: two appliers on the new table, the report showing no statement for one of them
+    (between two statements). No application writes the tool's helper tables, so neither is the application's."""
+    (deadlock,) = parse_deadlocks((DATA / "tool_sessions_one_between_statements.log").read_text())
+    assert [t.statement == "" for t in deadlock.transactions] == [False, True]
+    assert deadlock.tool_took_part and not deadlock.application_took_part and not deadlock.application_rolled_back
