@@ -20,16 +20,13 @@ cutover's lock too, and never for a table whose change keys hold no stand-in.
 """
 from __future__ import annotations
 
-import time
-
 import pymysql
 
-from applier.giving_way import backoff_s, refused, share_lock
+from applier.giving_way import refused, share_lock
 from core.db import query
 from core.keys import Key
 from core.table import TablePair
 
-FAMILY_PAGE = 500   # rows of a zero date's family one locking read may hold (as MAX_LOCKED_KEYS)
 
 
 def with_zero_date_rows(conn: pymysql.connections.Connection, pair: TablePair, keys: set[Key],
@@ -56,30 +53,16 @@ def with_zero_date_rows(conn: pymysql.connections.Connection, pair: TablePair, k
 
 def _source_family_locked(conn: pymysql.connections.Connection, pair: TablePair, where: str,
                           params: list) -> list[Key]:
-    """The source's family read as locking reads that give way (applier/giving_way.py): the family is a condition,
-    not a key list, so it is read in pages in key order, each one statement of at most FAMILY_PAGE rows, NOWAIT.
-    A page refused is tried again half as long after a back-off; a page of one row refused is read waiting, holding
-    no other lock (under READ COMMITTED the rows read and not matched are let go). Each page waits only for the
-    writers of its own rows, which is all the read is for: a row the page has passed, written later, is a later
-    change with a change event of its own."""
-    pk = pair.pk
-    found: list[Key] = []
-    after: Key | None = None
-    page, refusals, wait = FAMILY_PAGE, 0, False
-    while True:
-        beyond, beyond_params = ("TRUE", []) if after is None else pk.after(after)
-        sql = (f"SELECT {pk.column_list()} FROM {pair.source_by_key} WHERE ({where}) AND {beyond} "
-               f"ORDER BY {pk.column_list()} LIMIT {page}{share_lock(conn, nowait=not wait)}")
-        try:
-            rows = [tuple(row) for row in query(conn, sql, [*params, *beyond_params])]
-        except pymysql.err.OperationalError as exc:
-            if wait or not refused(exc):   # a waiting read that ran out of time: the caller retries
-                raise
-            refusals += 1
-            time.sleep(backoff_s(refusals))
-            page, wait = max(page // 2, 1), page == 1
-            continue
-        found += rows
-        if len(rows) < page:
-            return found
-        after, page, wait, refusals = rows[-1], min(page * 2, FAMILY_PAGE), False, 0
+    """The source's family read as a locking read: NOWAIT first, as every locking read of the tool
+    (applier/giving_way.py); refused, it is read again waiting. The one exception to giving way: the family is a
+    condition, not a key list, and read in pieces under writers that never stop (a table whose every key holds a
+    zero date) it fell behind them for good; so a refused family read waits, holding the family rows it has read,
+    for as long as the session's lock wait allows. Only tables whose change keys hold a zero date's stand-in ever
+    read one."""
+    sql = f"SELECT {pair.pk.column_list()} FROM {pair.source_by_key} WHERE {where}"
+    try:
+        return [tuple(row) for row in query(conn, sql + share_lock(conn), params)]
+    except pymysql.err.OperationalError as exc:
+        if not refused(exc):
+            raise
+    return [tuple(row) for row in query(conn, sql + share_lock(conn, nowait=False), params)]
