@@ -17,7 +17,8 @@ from bench.table import BenchTable
 from core.db import connect, qualified, query
 from core.endpoints import Endpoints
 from core.spec import MigrationSpec, helper_table_name
-from core.state import Migration, StateStore
+from core.state import StateStore
+from core.state_records import Migration
 from streams.topics import TopicNames, group_lag
 
 STEADY_LAG = 1_000          # the runner's default --max-lag: below it the backlog is drained

@@ -22,7 +22,8 @@ from cutover.blockers import Blocker
 from core.schedule import parse_schedule
 from core.endpoints import Endpoints, parse_mysql_dsn
 from core.spec import MigrationSpec
-from core.state import Migration, StateStore
+from core.state import StateStore
+from core.state_records import Migration
 from core.stages import FINISHED, WORKING_STAGES, Stage, Status
 from migration.lease import live_coordinator
 from migration.settings import settings_of

@@ -15,7 +15,8 @@ from core.table import TablePair, load_pair
 from core.db import connect
 from core.endpoints import Endpoints
 from core.spec import MigrationSpec
-from core.state import Migration, StateStore
+from core.state import StateStore
+from core.state_records import Migration
 from core.stages import Status
 from core import redis_keys
 from core.target_identity import check_target

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import pymysql
 
 from core.db import query
-from core.state import Migration
+from core.state_records import Migration
 
 # The source's definition and identity recorded at init, in the migration's options (absent in migrations
 # started before each was recorded: that check is then skipped).

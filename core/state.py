@@ -1,13 +1,12 @@
 """Durable migration state in the metadata schema: the migration row, its chunks, its fence and capture heartbeat
-tables."""
+tables. The rows are read back as the records of core/state_records.py; the tables are defined (and an earlier
+version's brought up to date) in core/metadata_schema.py."""
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pymysql
@@ -15,97 +14,13 @@ import pymysql
 from core.db import qualified, query, query_count, quote_ident
 from core.keys import Key, dump_key, load_key
 from core.logs import log_event
+from core.metadata_schema import create_tables, upgrade_earlier_schema
 from core.stages import FINISHED, IllegalTransition, Stage, Status, require_transition
+from core.state_records import APP_LATENCY_BASELINE_OPTION, Chunk, ChunkCheck, Migration, capture_heartbeat_table
 
 log = logging.getLogger("stream_osc.state")
 
-
-@dataclass(frozen=True)
-class Chunk:
-    """One planned key range `[start, end)` of the bulk copy (None: open) and how far it got: the rows
-    from `next` on (from `start` while nothing is copied) remain."""
-
-    number: int
-    start: Key | None
-    end: Key | None
-    next: Key | None
-    rows_copied: int
-    done: bool
-
-
-@dataclass(frozen=True)
-class ChunkCheck:
-    """A chunk compared in both tables while the copy went on (cutover/validate_ahead.py): its rows were equal
-    but for the `differing` keys, and only keys of events from `offsets` on (the applier group's committed
-    offsets per partition of the change topic, read before the check) may have been written since."""
-
-    number: int
-    start: Key | None
-    end: Key | None
-    offsets: dict[int, int]
-    at: float   # epoch seconds
-    differing: tuple[Key, ...] = ()
-
-
 FENCE_KEY_COLUMN = "__stream_osc_fence"   # the fence table's key column; its change keys carry it
-CAPTURE_HEARTBEAT_PREFIX = "capture_heartbeat_"   # + migration id: the table of its capture heartbeat row
-
-
-def capture_heartbeat_table(migration_id: int) -> str:
-    """The table of a migration's capture heartbeat row, in the metadata schema (monitor/capture_lag.py)."""
-    return f"{CAPTURE_HEARTBEAT_PREFIX}{migration_id}"
-
-
-@dataclass
-class Migration:
-    """One row of `<metadata>.migrations`."""
-
-    id: int
-    database: str
-    table: str
-    alter_sql: str
-    stage: Stage
-    status: Status
-    prefix: str
-    pk_columns: tuple[str, ...]
-    error: str | None
-    validation_diffs: int
-    cutover_blocked_ms: int | None
-    cutover_at: float | None     # wall-clock time (epoch s) when the swap's lock was taken
-    options: dict[str, Any]
-    protocol: int | None = None   # PROTOCOL of the coordinator that last claimed it (None: a version before it)
-
-    @property
-    def connector(self) -> str:
-        return self.prefix.replace("_", "-")
-
-    @property
-    def fence_table(self) -> str:
-        return f"fence_{self.id}"
-
-    @property
-    def capture_heartbeat_table(self) -> str:
-        return capture_heartbeat_table(self.id)
-
-    @property
-    def group_id(self) -> str:
-        return f"{self.prefix}.appliers"
-
-    @functools.cached_property
-    def copy_until(self) -> Key | None:
-        """The largest key at init: the bulk copy covers keys up to it (None: no bound recorded)."""
-        return load_key(self.options.get(COPY_UNTIL_OPTION))
-
-    @property
-    def app_latency_baseline_ms(self) -> float | None:
-        """The application's write latency measured before the copy (throttle/app_latency.py), if recorded."""
-        value = self.options.get(APP_LATENCY_BASELINE_OPTION)
-        return float(value) if value is not None else None
-
-
-# columns added after the first release of the metadata schema: name -> definition
-LATER_COLUMNS = {"coordinator": "VARCHAR(200) NULL", "heartbeat_at": "TIMESTAMP(6) NULL", "pk_columns": "TEXT NULL",
-                 "cutover_requested_at": "TIMESTAMP(6) NULL", "protocol": "INT NULL"}
 
 # How the processes of one migration work together, raised whenever that changes in a way an older process
 # would get wrong (2: each copy batch publishes its key range in its chunk's row, and appliers wait only for
@@ -113,26 +28,9 @@ LATER_COLUMNS = {"coordinator": "VARCHAR(200) NULL", "heartbeat_at": "TIMESTAMP(
 # claims it; a `worker` process of another protocol refuses to join, and a joined one stops when it changes.
 PROTOCOL = 2
 
-# Names and key positions are kept and compared byte for byte: `Orders` and `orders` are two tables (and two
-# positions of a binary-collated key), and any name the server accepts fits.
-NAME_CHARSET = "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-
-# Chunk positions written by versions that planned integer keys only, and their conversion to keys:
-# the inclusive [start_pk, end_pk] becomes the half-open [start_pk, end_pk + 1).
-INTEGER_POSITIONS = ("start_pk", "end_pk", "next_pk")
-POSITIONS_AS_KEYS = ("start_key = CONCAT('[', start_pk, ']'), "
-                     "end_key = CONCAT('[', CAST(end_pk AS DECIMAL(21,0)) + 1, ']'), "
-                     "next_key = CONCAT('[', next_pk, ']')")
-
-# The largest key at init (JSON, core/keys.py): the copy stops there; later keys arrive as changes.
-COPY_UNTIL_OPTION = "copy_until"
-# The application's write latency before the copy (ms), which copy and validation yield against.
-APP_LATENCY_BASELINE_OPTION = "app_latency_baseline_ms"
-
 # The rows the application latency probes update, one per probing process (throttle/app_latency.py).
 LATENCY_PROBES = "latency_probes"
 ER_NO_SUCH_TABLE = 1146
-ER_DUP_FIELDNAME = 1060
 
 # The coordinator lease (migration/lease.py): renewed this often; a coordinator silent for STALE_S is taken
 # for dead and another may take over.
@@ -158,73 +56,15 @@ class StateStore:
 
     def ensure_schema(self) -> None:
         """Create the metadata schema and its tables if missing."""
-        query(self.conn, f"CREATE DATABASE IF NOT EXISTS {quote_ident(self.schema)} CHARACTER SET utf8mb4")
-        query(self.conn, f"""CREATE TABLE IF NOT EXISTS {self.t('migrations')} (
-            id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-            db VARCHAR(64) {NAME_CHARSET} NOT NULL, tbl VARCHAR(64) {NAME_CHARSET} NOT NULL,
-            alter_sql TEXT NOT NULL,
-            stage VARCHAR(16) NOT NULL, status VARCHAR(16) NOT NULL,
-            prefix VARCHAR(100) NOT NULL, pk_column VARCHAR(64) {NAME_CHARSET} NOT NULL, pk_columns TEXT NULL,
-            error TEXT NULL, validation_diffs BIGINT NOT NULL DEFAULT 0,
-            cutover_blocked_ms INT NULL, cutover_at DOUBLE NULL,
-            options TEXT NOT NULL,
-            active_key VARCHAR(140) {NAME_CHARSET} NULL,
-            coordinator VARCHAR(200) NULL, heartbeat_at TIMESTAMP(6) NULL, cutover_requested_at TIMESTAMP(6) NULL,
-            protocol INT NULL,
-            created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
-            updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
-            UNIQUE KEY active_key (active_key)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""")
-        query(self.conn, f"""CREATE TABLE IF NOT EXISTS {self.t('chunks')} (
-            migration_id BIGINT NOT NULL, chunk_no INT NOT NULL,
-            start_key TEXT {NAME_CHARSET} NULL, end_key TEXT {NAME_CHARSET} NULL,
-            next_key TEXT {NAME_CHARSET} NULL,
-            rows_copied BIGINT NOT NULL DEFAULT 0, done TINYINT NOT NULL DEFAULT 0, checked_from TEXT NULL,
-            batch_open TINYINT NOT NULL DEFAULT 0, batch_end TEXT {NAME_CHARSET} NULL,
-            PRIMARY KEY (migration_id, chunk_no)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""")
+        create_tables(self.conn, self.schema)
         self._upgrade_earlier_schema()
 
     def _upgrade_earlier_schema(self) -> None:
-        """Bring a metadata schema made by an earlier version to this one, keeping its migrations resumable:
-        names kept byte for byte, integer chunk positions turned into keys."""
+        """Bring a metadata schema made by an earlier version to this one, once per store."""
         if self._upgraded:
             return
         self._upgraded = True
-
-        def columns(table: str) -> dict[str, str | None]:
-            return {r[0]: r[1] for r in query(self.conn, "SELECT COLUMN_NAME, COLLATION_NAME FROM "
-                                                         "information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND "
-                                                         "TABLE_NAME=%s", (self.schema, table))}
-        present = columns("migrations")
-        for column, definition in LATER_COLUMNS.items():
-            if column not in present:
-                try:
-                    query(self.conn, f"ALTER TABLE {self.t('migrations')} ADD COLUMN {quote_ident(column)} "
-                                     f"{definition}")
-                except pymysql.err.OperationalError as exc:   # another process of this version added it first
-                    if exc.args[0] != ER_DUP_FIELDNAME:
-                        raise
-        if present.get("tbl") != "utf8mb4_bin":
-            query(self.conn, f"ALTER TABLE {self.t('migrations')} " + ", ".join(
-                f"MODIFY {quote_ident(c)} VARCHAR({n}) {NAME_CHARSET} {null}"
-                for c, n, null in (("db", 64, "NOT NULL"), ("tbl", 64, "NOT NULL"), ("pk_column", 64, "NOT NULL"),
-                                   ("active_key", 140, "NULL"))))
-        chunk_columns = columns("chunks")
-        if "start_pk" in chunk_columns:
-            query(self.conn, f"ALTER TABLE {self.t('chunks')} ADD COLUMN start_key TEXT NULL, "
-                             "ADD COLUMN end_key TEXT NULL, ADD COLUMN next_key TEXT NULL")
-            query(self.conn, f"UPDATE {self.t('chunks')} SET {POSITIONS_AS_KEYS}")
-            query(self.conn, f"ALTER TABLE {self.t('chunks')} " +
-                  ", ".join(f"DROP COLUMN {c}" for c in INTEGER_POSITIONS))
-        if "checked_from" not in chunk_columns:
-            query(self.conn, f"ALTER TABLE {self.t('chunks')} ADD COLUMN checked_from TEXT NULL")
-        if "batch_open" not in chunk_columns:
-            query(self.conn, f"ALTER TABLE {self.t('chunks')} ADD COLUMN batch_open TINYINT NOT NULL DEFAULT 0, "
-                             f"ADD COLUMN batch_end TEXT {NAME_CHARSET} NULL")
-        positions = [c for c, collation in columns("chunks").items()
-                     if c in ("start_key", "end_key", "next_key", "batch_end") and collation != "utf8mb4_bin"]
-        if positions:   # compared byte for byte
-            query(self.conn, f"ALTER TABLE {self.t('chunks')} " + ", ".join(
-                f"MODIFY {c} TEXT {NAME_CHARSET} NULL" for c in positions))
+        upgrade_earlier_schema(self.conn, self.schema)
 
     def _row(self, row: tuple) -> Migration:
         (mid, db, tbl, alter_sql, stage, status, prefix, pk_columns, error, diffs, blocked, cutover_at, options,

@@ -28,7 +28,8 @@ from confluent_kafka import Consumer, KafkaException
 from core.context import RunContext
 from core.keys import Key
 from core.logs import log_event
-from core.state import Chunk, ChunkCheck, StateStore
+from core.state import StateStore
+from core.state_records import Chunk, ChunkCheck
 from cutover.validate import differing_keys, row_hasher
 from streams.closing import close_within
 from streams.key_scan import TooManyKeys, changed_keys, scan_consumer

@@ -12,7 +12,8 @@ from core.deferred_indexes import (DEFERRED_INDEXES_OPTION, DeferredIndex, add_i
                                    drop_indexes)
 from core.logs import log_event
 from core.spec import MigrationSpec
-from core.state import Migration, StateStore
+from core.state import StateStore
+from core.state_records import Migration
 from migration.checks import PreflightError
 
 log = logging.getLogger("stream_osc.indexes")

@@ -35,7 +35,8 @@ from core.logs import log_event
 from core.spec import MigrationSpec
 from core.table import is_generated, load_pair
 from core.source_check import DEFINITION_OPTION, IDENTITY_OPTION, table_definition, table_identity
-from core.state import COPY_UNTIL_OPTION, Migration, StateStore
+from core.state import StateStore
+from core.state_records import COPY_UNTIL_OPTION, Migration
 from core.stages import Stage
 from core.target_identity import record_target
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for

@@ -15,7 +15,7 @@ from core.context import read_throttle_note
 from core.logs import log_event
 from core.source_check import SourceChanged, check_source_unchanged
 from core.spec import TARGET_OPTIONS, MigrationSpec, with_overrides
-from core.state import Migration
+from core.state_records import Migration
 from core.stages import SWAPPED_STAGES, WORKING_STAGES, Stage, Status
 from core.swap_preconditions import read_swap_settings, swap_setting_problem
 from migration.checks import PreflightError, check_blocker_privileges

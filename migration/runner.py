@@ -18,7 +18,7 @@ from core.endpoints import Endpoints
 from core.logs import bind_fields, log_event
 from core.source_check import SourceChanged, check_source_unchanged
 from core.spec import MigrationSpec, with_overrides
-from core.state import Migration
+from core.state_records import Migration
 from core.stages import WORKING_STAGES, Stage, Status
 from cutover.blocker_wait import BlockerClock
 from cutover.move import MoveCutover

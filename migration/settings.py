@@ -11,7 +11,7 @@ from typing import Any
 from core.endpoints import ConfigError
 from core.options import BY_NAME
 from core.spec import MigrationSpec, with_overrides
-from core.state import Migration
+from core.state_records import Migration
 
 SETTINGS_OPTION = "settings"
 

@@ -13,7 +13,7 @@ from core.context import RunContext, read_throttle_note
 from core.logs import log_event
 from core.source_check import check_source_unchanged
 from core.spec import with_overrides
-from core.state import Migration
+from core.state_records import Migration
 from core.stages import Status
 from migration.background import BackgroundWorkers
 from migration.coordination import Coordination, MigrationStopped

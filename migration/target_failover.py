@@ -17,7 +17,8 @@ from core.context import target_connection
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
-from core.state import Migration, StateStore
+from core.state import StateStore
+from core.state_records import Migration
 from core.stages import WORKING_STAGES, Stage, Status
 from core.target_identity import TARGET_IDENTITY_OPTION, TargetIdentity, has_token, read_server
 from migration.checks import PreflightError

@@ -20,7 +20,8 @@ from core.context import target_connection
 from core.endpoints import Endpoints
 from core.logs import log_event
 from core.spec import MigrationSpec
-from core.state import Migration, StateStore
+from core.state import StateStore
+from core.state_records import Migration
 from core.stages import Stage, Status
 from core.target_identity import check_target, forget_token
 from cutover.swap import SENTRY_COMMENT, drop_sentry

@@ -25,7 +25,8 @@ from core.endpoints import Endpoints
 from core.logs import bind_fields, log_event
 from migration.settings import settings_of
 from core.spec import MigrationSpec
-from core.state import PROTOCOL, Migration, StateStore
+from core.state import PROTOCOL, StateStore
+from core.state_records import Migration
 from core.stages import FINISHED, SWAPPED_STAGES, WORKING_STAGES, Stage
 from migration.transient import retrying_transient
 from migration.workers import WorkerGroup

@@ -25,7 +25,8 @@ from core import redis_keys
 from core.db import DatabaseUnreachable, close_quietly, connect
 from core.endpoints import Endpoints
 from core.logs import log_event
-from core.state import Migration, StateStore
+from core.state import StateStore
+from core.state_records import Migration
 from core.stages import Status
 from monitor.metrics import LOG_EVERY_S, MigrationMetrics
 from streams.capture_heartbeat import CaptureReader, write_stamp

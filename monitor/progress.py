@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 import time
 from typing import TextIO
-from core.state import Chunk
+from core.state_records import Chunk
 
 
 def format_duration(seconds: float) -> str:

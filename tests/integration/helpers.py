@@ -28,7 +28,8 @@ from core.db import connect, query, scalar
 from core.endpoints import Endpoints, KafkaAddress, MySQLAddress
 from core.keys import Key, KeyColumn, PrimaryKey
 from core.spec import MigrationSpec, helper_table_name
-from core.state import Migration, StateStore, capture_heartbeat_table
+from core.state import StateStore
+from core.state_records import Migration, capture_heartbeat_table
 from core.table import TablePair
 from demo.traffic import create_sample_table
 from migration.init_stage import topic_prefix

@@ -24,7 +24,8 @@ from core.endpoints import MySQLAddress
 from migration.runner import Runner
 from core.spec import MigrationSpec, helper_table_name
 from core.source_check import SourceChanged
-from core.state import PROTOCOL, STALE_S, Chunk, StateStore
+from core.state import PROTOCOL, STALE_S, StateStore
+from core.state_records import Chunk
 from demo.traffic import create_sample_table
 from monitor.progress import Progress
 from tests.integration.deadlocks import ConflictWatch, Refusal, assert_no_tool_deadlock, refusal

@@ -20,7 +20,8 @@ from cutover.compare import compare_tables
 from cutover.swap import SENTRY_COMMENT
 from core import redis_keys
 from core.db import query, scalar
-from core.state import Migration, StateStore
+from core.state import StateStore
+from core.state_records import Migration
 from streams.topics import TopicNames, delete_topics
 from tests.integration.helpers import (HELD_COPY, chunk_progress, cli, db_conn, fresh_table, hold_apply_open,
                                        latest_migration_id, leftovers, migration_row, new_migration_row, start_cli,

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from core.state import Chunk
+from core.state_records import Chunk
 from core.table import TablePair, load_pair
 from cutover import validate as validate_module
 from cutover.compare import compare_tables

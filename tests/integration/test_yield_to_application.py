@@ -11,7 +11,8 @@ import pytest
 from throttle.app_latency import LatencyProbe
 from core.db import STATEMENT_TAG, DatabaseUnreachable, qualified, query
 from core.spec import MigrationSpec, helper_table_name
-from core.state import LATENCY_PROBES, StateStore, capture_heartbeat_table
+from core.state import LATENCY_PROBES, StateStore
+from core.state_records import capture_heartbeat_table
 from core.stages import Stage
 from throttle.yielding import BUSY_AT, Yielding
 from stack.process import free_ports

@@ -1,7 +1,7 @@
 """Progress display: bar, ETA, rate."""
 import io
 
-from core.state import Chunk
+from core.state_records import Chunk
 from monitor.progress import CopyRate, Progress, bar, copy_fraction, format_duration
 
 

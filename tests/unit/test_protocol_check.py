@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.state import PROTOCOL, Migration
+from core.state import PROTOCOL
+from core.state_records import Migration
 from core.stages import Stage, Status
 from migration.checks import PreflightError
 from migration.worker_process import check_protocol

@@ -6,7 +6,7 @@ import pytest
 
 from core.endpoints import ConfigError
 from core.spec import MigrationSpec
-from core.state import Migration
+from core.state_records import Migration
 from core.stages import Stage, Status
 from migration.settings import SETTINGS_OPTION, options_with, parse_assignments, settings_of, with_settings
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cli.status import Times, capture_figures, copy_figures, iso, status_document, status_lines
-from core.state import Migration
+from core.state_records import Migration
 from core.stages import Stage, Status
 from monitor.capture_lag import capture_note
 

@@ -1,7 +1,7 @@
 """Which regions validation compares once chunks were checked ahead (cutover/validate.py, validate_ahead.py)."""
 from __future__ import annotations
 
-from core.state import ChunkCheck
+from core.state_records import ChunkCheck
 from cutover.validate import KeyList, KeyRange, regions_to_compare
 from cutover.validate_ahead import (KEY_COST, MAX_CHANGED_KEYS, MAX_CHECK_AGE_S, earliest_offsets, events_since,
                                     fresh_checks, key_limit)
