@@ -4,7 +4,7 @@ It publishes what the Prometheus exporter serves (monitor/metrics.py), under the
 the `stream_osc_` prefix, with the table as the `Table` dimension: every figure that is a number
 (stage number, copy rows, rates, lags, throttled, cutover, validation); the text-valued ones
 (stage flags, throttle reason, Kafka names) stay in Prometheus and `status`, and a figure not known
-yet (-1) is left out. A failed publish is
+yet is absent there and so here. A failed publish is
 logged and retried at the next interval: it never stops the migration.
 """
 from __future__ import annotations
@@ -26,8 +26,7 @@ PUBLISH_EVERY_S = 60.0
 PREFIX = "stream_osc_"
 BATCH = 20                 # datums per PutMetricData call (the oldest documented limit)
 LABELS_PUBLISHED = {"outcome": "Outcome"}   # labels that become dimensions; samples with others are text-valued
-UNITS = (("_milliseconds", "Milliseconds"), ("_per_second", "Count/Second"), ("_seconds", "Seconds"),
-         ("_ratio", "None"))
+UNITS = (("_per_second", "Count/Second"), ("_seconds", "Seconds"), ("_bytes", "Bytes"), ("_ratio", "None"))
 SKIPPED_SUFFIXES = ("_created", "_timestamp_seconds")   # when a figure changed: CloudWatch stamps each datum itself
 
 
@@ -53,12 +52,12 @@ def unit_of(name: str) -> str:
 
 
 def datums(metrics: MigrationMetrics) -> list[dict[str, Any]]:
-    """The exporter's numeric samples as CloudWatch metric data (unknown -1 figures are left out)."""
+    """The exporter's numeric samples as CloudWatch metric data (a figure not known has no sample to publish)."""
     found = []
     for family in metrics.registry.collect():
         for sample in family.samples:
             extra = set(sample.labels) - {"table"}
-            if extra - set(LABELS_PUBLISHED) or sample.name.endswith(SKIPPED_SUFFIXES) or sample.value < 0:
+            if extra - set(LABELS_PUBLISHED) or sample.name.endswith(SKIPPED_SUFFIXES):
                 continue
             dimensions = [{"Name": "Table", "Value": sample.labels["table"]}]
             dimensions += [{"Name": LABELS_PUBLISHED[k], "Value": sample.labels[k]} for k in sorted(extra)]

@@ -4,7 +4,7 @@ The coordinator feeds them from what it already reads for its progress display (
 the applier group's lag, the throttle note, stage changes and cutover results) and from the latency its
 probe judges each second (throttle/yielding.py); nothing here reads a service or changes the migration.
 Every metric carries the migration's table as a label, so one Prometheus job can scrape the coordinators
-of several migrations.
+of several migrations. Names follow Prometheus' conventions (docs/observability.md lists every series).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import logging
 import time
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, start_http_server
 
 from throttle.load import throttle_cause
 from core.logs import log_event
@@ -26,6 +26,8 @@ STAGES = list(Stage)                 # stream_osc_stage_number is the index in t
 DEFAULT_ADDRESS = "127.0.0.1"         # the endpoint has no authentication: local unless asked otherwise
 LOG_EVERY_S = 10.0                   # copy progress is logged (INFO) at most this often; lag at this interval
 
+disable_created_metrics()   # no `<counter>_created` series: a process-start timestamp per counter tells nothing here
+
 
 class MetricsUnavailable(Exception):
     """The metrics endpoint could not be opened (port taken, address not on this host)."""
@@ -34,7 +36,10 @@ class MetricsUnavailable(Exception):
 
 
 class MigrationMetrics:
-    """Gauges and counters of one migration, in a registry of their own (no process metrics mixed in)."""
+    """Gauges and counters of one migration, in a registry of their own (no process metrics mixed in).
+
+    Names follow Prometheus' conventions: base units (seconds), counters ending in `_total`, no `_created`
+    series, and a figure not known is absent (no sample) rather than a sentinel value."""
 
     def __init__(self, table: str, log_every_s: float = LOG_EVERY_S) -> None:
         self.table = table
@@ -49,79 +54,104 @@ class MigrationMetrics:
         self._server: WSGIServer | None = None
         self.backlog_read_at = float("-inf")   # time.monotonic() of the last apply backlog fed
         self.copy_estimate: tuple[float | None, float | None] = (None, None)   # (rows/s, ETA s) while copying
+        self._counted: dict[Counter, float] = {}   # the last total fed to each counter (it grows by what it gained)
+        self._migration_metrics()
+        self._copy_metrics()
+        self._lag_metrics()
+        self._yield_metrics()
+        for outcome in ("swapped", "rolled_back"):
+            self.cutover_attempts.labels(table, outcome)
+        self.throttled.labels(table).set(0)
 
-        def gauge(name: str, text: str, *labels: str) -> Gauge:
-            return Gauge(name, text, ["table", *labels], registry=self.registry)
+    def _gauge(self, name: str, text: str, *labels: str) -> Gauge:
+        return Gauge(name, text, ["table", *labels], registry=self.registry)
 
+    def _counter(self, name: str, text: str, *labels: str) -> Counter:
+        return Counter(name, text, ["table", *labels], registry=self.registry)
+
+    def _migration_metrics(self) -> None:
+        """The migration's names, stage, throttle, cutover and validation."""
+        gauge = self._gauge
         self.info = gauge("stream_osc_migration_info", "Names of the migration's Kafka objects (value 1)",
                           "migration_id", "connector", "topic", "group")
         self.stage_flag = gauge("stream_osc_stage", "1 for the migration's current stage, 0 for the others", "stage")
         self.stage_number = gauge("stream_osc_stage_number",
                                   "Current stage as a number: " + ", ".join(f"{i} {s}" for i, s in enumerate(STAGES)))
-        self.rows_copied = gauge("stream_osc_copy_rows", "Rows copied by the bulk copy so far")
-        self.rows_estimated = gauge("stream_osc_copy_rows_estimated",
-                                    "Rows the bulk copy will have copied at its end (estimate from progress so far; "
-                                    "-1: unknown, nothing copied yet)")
-        self.copy_ratio = gauge("stream_osc_copy_progress_ratio", "Share of the bulk copy done, 0 to 1")
-        self.copy_rows_per_s = gauge("stream_osc_copy_rows_per_second",
-                                     "Bulk-copy rate since this process started (-1: unknown, before a 2nd sample)")
-        self.copy_eta = gauge("stream_osc_copy_eta_seconds", "Estimated seconds until the bulk copy ends (-1: unknown)")
-        self.chunks_done = gauge("stream_osc_copy_chunks_done", "Copy chunks finished")
-        self.chunks = gauge("stream_osc_copy_chunks", "Copy chunks planned")
-        self.lag_events = gauge("stream_osc_apply_lag_events",
-                                "Change events in the topic not yet applied (the applier group's consumer lag)")
-        self.lag_seconds = gauge("stream_osc_apply_lag_seconds",
-                                 "Estimated seconds to apply the pending events at the current apply rate "
-                                 "(-1: unknown)")
-        self.capture_lag = gauge("stream_osc_capture_lag_seconds",
-                                 "How far change capture (binlog to Kafka) is behind: age of the oldest capture "
-                                 "heartbeat not yet in the change topic, else the last one's delay (-1: unknown)")
-        self.heartbeat_age = gauge("stream_osc_capture_heartbeat_age_seconds",
-                                   "Seconds since the Debezium connector last sent a heartbeat record (-1: unknown)")
-        self.applied = gauge("stream_osc_applied_events", "Change events applied by every applier of the migration")
-        self.keys_waiting = gauge("stream_osc_apply_keys_waiting_on_row_locks",
-                                  "Keys whose re-read has waited a second or more for a row lock another session "
-                                  "holds (a hot row: the tool gives way, then waits for that key alone)")
-        self.longest_wait = gauge("stream_osc_apply_row_lock_wait_seconds",
-                                  "The longest of those waits so far (0: none waiting a second or more)")
         self.throttled = gauge("stream_osc_throttled",
                                "1 while the work holds back: copy, apply and validation for --max-load, "
                                "--cloudwatch-max-load or --throttle-replicas; copy and validation yielding "
                                "for --max-app-latency")
         self.throttle_reason = gauge("stream_osc_throttle_reason_info",
                                      "Why the work holds back (value 1, present only while throttled)", "reason")
-        self.app_latency = gauge("stream_osc_app_write_latency_milliseconds",
+        self.cutover_attempts = self._counter("stream_osc_cutover_attempts_total",
+                                              "Cutover attempts made by this process", "outcome")
+        self.cutover_blocked = gauge("stream_osc_cutover_blocked_seconds",
+                                     "How long application writes waited in the last cutover attempt")
+        self.validation_diffs = gauge("stream_osc_validation_differences",
+                                      "Rows validation found different and re-copied")
+        self.updated = gauge("stream_osc_last_update_timestamp_seconds", "When any figure last changed (Unix time)")
+
+    def _copy_metrics(self) -> None:
+        gauge = self._gauge
+        self.rows_copied = self._counter("stream_osc_copy_rows_total",
+                                         "Rows copied by the bulk copy (a chunk copied again counts again)")
+        self.rows_estimated = gauge("stream_osc_copy_rows_estimated",
+                                    "Rows the bulk copy will have copied at its end (estimate from progress so far; "
+                                    "absent until something is copied)")
+        self.copy_ratio = gauge("stream_osc_copy_progress_ratio", "Share of the bulk copy done, 0 to 1")
+        self.copy_rows_per_s = gauge("stream_osc_copy_rows_per_second",
+                                     "Bulk-copy rate since this process started (absent before a 2nd sample)")
+        self.copy_eta = gauge("stream_osc_copy_eta_seconds",
+                              "Estimated seconds until the bulk copy ends (absent while not known)")
+        self.chunks_done = gauge("stream_osc_copy_chunks_done", "Copy chunks finished")
+        self.chunks = gauge("stream_osc_copy_chunks", "Copy chunks planned")
+
+    def _lag_metrics(self) -> None:
+        gauge = self._gauge
+        self.lag_events = gauge("stream_osc_apply_lag_events",
+                                "Change events in the topic not yet applied (the applier group's consumer lag)")
+        self.lag_seconds = gauge("stream_osc_apply_lag_seconds",
+                                 "Estimated seconds to apply the pending events at the current apply rate "
+                                 "(absent while not known)")
+        self.capture_lag = gauge("stream_osc_capture_lag_seconds",
+                                 "How far change capture (binlog to Kafka) is behind: age of the oldest capture "
+                                 "heartbeat not yet in the change topic, else the last one's delay (absent while "
+                                 "not known)")
+        self.heartbeat_age = gauge("stream_osc_capture_heartbeat_age_seconds",
+                                   "Seconds since the Debezium connector last sent a heartbeat record (absent while "
+                                   "not known)")
+        self.applied = self._counter("stream_osc_applied_events_total",
+                                     "Change events applied by every applier of the migration")
+        self.keys_waiting = gauge("stream_osc_apply_keys_waiting_on_row_locks",
+                                  "Keys whose re-read has waited a second or more for a row lock another session "
+                                  "holds (a hot row: the tool gives way, then waits for that key alone)")
+        self.longest_wait = gauge("stream_osc_apply_row_lock_wait_seconds",
+                                  "The longest of those waits so far (0: none waiting a second or more)")
+
+    def _yield_metrics(self) -> None:
+        """What copy and validation yield to (--max-app-latency), each absent while not judged."""
+        gauge = self._gauge
+        self.app_latency = gauge("stream_osc_app_write_latency_seconds",
                                  "Write latency the application felt in the last second judged, as copy and "
-                                 "validation judge it: the worst-but-one of the probe's one-row writes (-1: not "
-                                 "judged: before the first second, and once copy and validation are over)")
-        self.app_latency_target = gauge("stream_osc_app_write_latency_target_milliseconds",
+                                 "validation judge it: the worst-but-one of the probe's one-row writes (absent "
+                                 "before the first second, and once copy and validation are over)")
+        self.app_latency_target = gauge("stream_osc_app_write_latency_target_seconds",
                                         "--max-app-latency as it stands: a duration, or with auto twice the "
-                                        "baseline and at least 2 ms (-1: off, auto before its baseline, or over)")
-        self.app_latency_baseline = gauge("stream_osc_app_write_latency_baseline_milliseconds",
-                                          "The application's write latency measured before the work (-1: not "
+                                        "baseline and at least 2 ms (absent: off, auto before its baseline, or over)")
+        self.app_latency_baseline = gauge("stream_osc_app_write_latency_baseline_seconds",
+                                          "The application's write latency measured before the work (absent: not "
                                           "measured)")
         self.app_statements = gauge("stream_osc_app_statements_in_flight",
                                     "Statements other sessions ran at a time in the last second judged, on average "
                                     "(with auto, below 0.25 no application is busy and the work does not yield; "
-                                    "-1: not known: not auto, not judged yet, or a count missing or too few)")
+                                    "absent when not known: not auto, not judged yet, or a count missing or too "
+                                    "few)")
         self.statements_allowed = gauge("stream_osc_copy_statements_allowed",
                                         "Copy and validation statements the coordinator may run at once now "
-                                        "(--copy-workers while not yielding; -1: not judged)")
+                                        "(--copy-workers while not yielding; absent: not judged)")
         self.batch_time_ratio = gauge("stream_osc_copy_batch_time_ratio",
                                       "Share of --target-batch-time each copy statement is sized for now (1 while "
-                                      "not yielding; -1: not judged)")
-        self.cutover_attempts = Counter("stream_osc_cutover_attempts", "Cutover attempts made by this process",
-                                        ["table", "outcome"], registry=self.registry)
-        self.cutover_blocked_ms = gauge("stream_osc_cutover_blocked_milliseconds",
-                                        "How long application writes waited in the last cutover attempt")
-        self.validation_diffs = gauge("stream_osc_validation_differences",
-                                      "Rows validation found different and re-copied")
-        self.updated = gauge("stream_osc_last_update_timestamp_seconds", "When any figure last changed (Unix time)")
-        for outcome in ("swapped", "rolled_back"):
-            self.cutover_attempts.labels(table, outcome)
-        self.throttled.labels(table).set(0)
-        self.capture(None, None)
-        self.forget_app_latency()
+                                      "not yielding; absent: not judged)")
 
     # serving -------------------------------------------------------------------------------------
     def serve(self, port: int, address: str = DEFAULT_ADDRESS) -> None:
@@ -159,11 +189,11 @@ class MigrationMetrics:
     def copy(self, fraction: float, rows: int, chunks_done: int, chunks: int) -> None:
         rate, eta = self.copy_rate.sample(fraction, rows)
         self.copy_estimate = (rate, eta)
-        self.rows_copied.labels(self.table).set(rows)
-        self.rows_estimated.labels(self.table).set(round(rows / fraction) if fraction > 0 else -1)
+        self._count(self.rows_copied, rows)
+        self._put(self.rows_estimated, round(rows / fraction) if fraction > 0 else None)
         self.copy_ratio.labels(self.table).set(fraction)
-        self.copy_rows_per_s.labels(self.table).set(rate if rate is not None else -1)
-        self.copy_eta.labels(self.table).set(eta if eta is not None else -1)
+        self._put(self.copy_rows_per_s, rate)
+        self._put(self.copy_eta, eta)
         self.chunks_done.labels(self.table).set(chunks_done)
         self.chunks.labels(self.table).set(chunks)
         self._touch()
@@ -174,8 +204,8 @@ class MigrationMetrics:
 
     def apply(self, lag_events: int, applied_events: int, lag_seconds: float | None) -> None:
         self.apply_backlog(lag_events)
-        self.lag_seconds.labels(self.table).set(lag_seconds if lag_seconds is not None else -1)
-        self.applied.labels(self.table).set(applied_events)
+        self._put(self.lag_seconds, lag_seconds)
+        self._count(self.applied, applied_events)
         self.lag_figures.update(apply_lag_s=None if lag_seconds is None else round(lag_seconds, 1),
                                 applied_events=applied_events)
 
@@ -197,8 +227,8 @@ class MigrationMetrics:
 
     def capture(self, lag_seconds: float | None, heartbeat_age_seconds: float | None) -> None:
         """Capture lag and the connector's heartbeat age (None: not known now)."""
-        self.capture_lag.labels(self.table).set(-1 if lag_seconds is None else lag_seconds)
-        self.heartbeat_age.labels(self.table).set(-1 if heartbeat_age_seconds is None else heartbeat_age_seconds)
+        self._put(self.capture_lag, lag_seconds)
+        self._put(self.heartbeat_age, heartbeat_age_seconds)
         self.lag_figures.update(
             capture_lag_s=None if lag_seconds is None else round(lag_seconds, 3),
             heartbeat_age_s=None if heartbeat_age_seconds is None else round(heartbeat_age_seconds, 3))
@@ -231,18 +261,18 @@ class MigrationMetrics:
         """Copy and validation are over (or not begun): nothing is judged, and nothing stale is shown."""
         for gauge in (self.app_latency, self.app_latency_target, self.app_latency_baseline, self.app_statements,
                       self.statements_allowed, self.batch_time_ratio):
-            gauge.labels(self.table).set(-1)
+            self._put(gauge, None)
 
     def _judged(self, yielding: Yielding) -> None:
         """The last second's latency and the application's statements in flight, the target and the baseline
-        (-1: not known), and the statements and batch time they leave. Called by the probe's thread: a display
+        (absent: not known), and the statements and batch time they leave. Called by the probe's thread: a display
         only, so a failure here is logged, never raised into the probe, whose samples pace copy and validation."""
         try:
-            for gauge, figure in ((self.app_latency, yielding.last_window_ms),
-                                  (self.app_latency_target, yielding.target_ms),
-                                  (self.app_latency_baseline, yielding.baseline_ms),
-                                  (self.app_statements, yielding.last_window_activity)):
-                gauge.labels(self.table).set(-1 if figure is None else figure)
+            for gauge, ms in ((self.app_latency, yielding.last_window_ms),
+                              (self.app_latency_target, yielding.target_ms),
+                              (self.app_latency_baseline, yielding.baseline_ms)):
+                self._put(gauge, None if ms is None else ms / 1000)
+            self._put(self.app_statements, yielding.last_window_activity)
             self.statements_allowed.labels(self.table).set(yielding.allowed)
             self.batch_time_ratio.labels(self.table).set(yielding.time_scale)
         except Exception as exc:   # see the docstring
@@ -250,13 +280,31 @@ class MigrationMetrics:
 
     def cutover_attempt(self, swapped: bool, blocked_ms: float) -> None:
         self.cutover_attempts.labels(self.table, "swapped" if swapped else "rolled_back").inc()
-        self.cutover_blocked_ms.labels(self.table).set(blocked_ms)
+        self.cutover_blocked.labels(self.table).set(blocked_ms / 1000)
         self._touch()
         log_event(log, "cutover attempt", swapped=swapped, blocked_ms=round(blocked_ms))
 
     def validation(self, differences: int) -> None:
         self.validation_diffs.labels(self.table).set(differences)
         self._touch()
+
+    def _put(self, gauge: Gauge, figure: float | None) -> None:
+        """Serve `figure`, or no sample at all when it is not known (None): never a sentinel, never a stale value."""
+        if figure is None:
+            gauge.remove(self.table)
+        else:
+            gauge.labels(self.table).set(figure)
+
+    def _count(self, counter: Counter, total: float) -> None:
+        """Feed a counter the running total read from the shared state: it grows by what the total gained since
+        the last figure fed (a total read lower, e.g. a chunk being copied again, adds nothing: a counter never
+        goes down, and the rows copied again count again as they are copied)."""
+        gained = total - self._counted.get(counter, 0)
+        if gained > 0:
+            counter.labels(self.table).inc(gained)
+        else:
+            counter.labels(self.table)   # served from the first figure on, 0 included
+        self._counted[counter] = total
 
     def _touch(self) -> None:
         self.updated.labels(self.table).set(time.time())

@@ -36,12 +36,12 @@ def latest(client, name: str, **dimensions: str) -> float:
 def test_published_figures_are_the_exporters_with_table_dimension(aws, fed_metrics):
     assert CloudWatchPublisher(fed_metrics, NAMESPACE, client=aws).publish()
     assert latest(aws, "stage_number") == list(Stage).index(Stage.APPLY)
-    assert latest(aws, "copy_rows") == 4_000
+    assert latest(aws, "copy_rows_total") == 4_000
     assert latest(aws, "apply_lag_events") == 250
     assert latest(aws, "apply_lag_seconds") == 1.5
     assert latest(aws, "throttled") == 1
     assert latest(aws, "cutover_attempts_total", Outcome="rolled_back") == 1
-    assert latest(aws, "cutover_blocked_milliseconds") == 3_100
+    assert latest(aws, "cutover_blocked_seconds") == 3.1
     assert latest(aws, "validation_differences") == 3
     listed = aws.list_metrics(Namespace=NAMESPACE)["Metrics"]
     assert listed and all({"Name": "Table", "Value": TABLE} in m["Dimensions"] for m in listed)
@@ -52,7 +52,9 @@ def test_published_figures_are_the_exporters_with_table_dimension(aws, fed_metri
 def test_units_follow_the_metric_names(fed_metrics):
     units = {d["MetricName"]: d["Unit"] for d in datums(fed_metrics)}
     assert units["apply_lag_seconds"] == "Seconds"
-    assert units["cutover_blocked_milliseconds"] == "Milliseconds"
+    assert units["cutover_blocked_seconds"] == "Seconds"
+    assert units["app_write_latency_seconds"] == "Seconds"
+    assert units["copy_rows_total"] == "Count"
     assert units["copy_rows_per_second"] == "Count/Second"
     assert units["copy_progress_ratio"] == "None"
     assert units["apply_lag_events"] == "Count"
@@ -60,7 +62,7 @@ def test_units_follow_the_metric_names(fed_metrics):
 
 def test_unknown_figures_are_left_out():
     metrics = MigrationMetrics(TABLE)
-    metrics.apply(5, 0, None)           # seconds unknown: -1 in Prometheus
+    metrics.apply(5, 0, None)           # seconds unknown: absent in Prometheus too
     assert "apply_lag_seconds" not in {d["MetricName"] for d in datums(metrics)}
 
 

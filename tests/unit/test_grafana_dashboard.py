@@ -60,3 +60,18 @@ def test_stage_panel_names_every_stage_by_its_number():
     stage = next(p for p in dashboard["panels"] if p["title"] == "Stage")
     mapped = {int(k): v["text"] for m in stage["fieldConfig"]["defaults"]["mappings"] for k, v in m["options"].items()}
     assert mapped == dict(enumerate(s.value for s in Stage))
+
+
+def test_no_query_filters_out_a_sentinel():
+    """A figure not known is absent from the exporter (no -1 to hide), so no query needs a `>= 0` filter."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert [text for text in queries(dashboard) if re.search(r">=?\s*0\b", text)] == []
+
+
+def test_units_follow_the_metric_names():
+    """A panel over `_seconds` metrics is in seconds (not milliseconds): the exporter serves base units."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in dashboard["panels"]:
+        exprs = [target["expr"] for target in panel["targets"]]
+        if all(re.search(r"_seconds\b", e) for e in exprs):
+            assert panel["fieldConfig"]["defaults"].get("unit") == "s", panel["title"]
