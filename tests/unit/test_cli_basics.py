@@ -3,6 +3,7 @@ exit codes that are distinct, documented in `--help` and the README, and chosen 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 
@@ -128,6 +129,58 @@ def test_a_user_facing_error_is_one_line_with_its_code(monkeypatch, capsys):
     monkeypatch.setattr("cli.commands.cmd_list", stopped)
     assert main(["list"]) == ExitCode.CRITICAL_LOAD
     assert capsys.readouterr().err == "stream-osc: error: critical load reached (Threads_running=120 >= 100)\n"
+
+
+def json_event(err: str) -> dict:
+    """The one line on stderr, read as a JSON object (fails when it is not exactly one JSON line)."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return json.loads(lines[0])
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_with_json_logs_a_fatal_error_is_one_json_event(monkeypatch, capsys, where):
+    def stopped(args):
+        raise CriticalLoad("critical load reached (Threads_running=120 >= 100)")
+    monkeypatch.setattr("cli.commands.cmd_list", stopped)
+    argv = ["--log-format", "json", "list"] if where == "before" else ["list", "--log-format", "json"]
+    assert main(argv) == ExitCode.CRITICAL_LOAD
+    event = json_event(capsys.readouterr().err)
+    assert (event["level"], event["logger"], event["msg"]) == ("error", "stream_osc.cli", "error")
+    assert event["error"] == "critical load reached (Threads_running=120 >= 100)"
+    assert event["exit_code"] == ExitCode.CRITICAL_LOAD and event["ts"].endswith("Z")
+
+
+def test_with_json_logs_an_internal_error_is_one_json_event_with_its_traceback(monkeypatch, capsys):
+    def broken(args):
+        raise RuntimeError("a bug")
+    monkeypatch.setattr("cli.commands.cmd_list", broken)
+    assert main(["--log-format", "json", "list"]) == ExitCode.INTERNAL
+    event = json_event(capsys.readouterr().err)
+    assert (event["msg"], event["error"], event["exit_code"]) == ("internal error", "RuntimeError: a bug", 1)
+    assert "Traceback" in event["exc"] and "a bug" in event["exc"]
+
+
+def test_with_json_logs_an_interruption_and_a_usage_error_are_json_events(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr("cli.commands.cmd_list", interrupted)
+    assert main(["list", "--log-format=json"]) == ExitCode.INTERRUPTED
+    assert json_event(capsys.readouterr().err)["msg"] == "interrupted"
+    with pytest.raises(SystemExit) as stop:
+        main(["--log-format", "json", "list", "--no-such-option"])
+    assert stop.value.code == ExitCode.REFUSED
+    event = json_event(capsys.readouterr().err)
+    assert event["msg"] == "usage error" and "--no-such-option" in event["error"]
+    assert event["exit_code"] == ExitCode.REFUSED
+
+
+def test_with_logfmt_a_usage_error_stays_one_plain_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["list", "--no-such-option"])
+    assert stop.value.code == ExitCode.REFUSED
+    err = capsys.readouterr().err
+    assert err.startswith("stream-osc: error: unrecognized arguments: --no-such-option") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("options, message", [
