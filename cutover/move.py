@@ -32,7 +32,7 @@ from cutover.renamer import Renamer, rename_queues_on_original
 from cutover.swap import Cutover, CutoverAborted, CutoverResult, drop_sentry, SENTRY_COMMENT, within_window
 from cutover.validate import row_hasher
 from cutover.watchdog import StatementWatchdog
-from streams.fence import FenceTimeout
+from streams.fence import FenceReader, FenceTimeout
 
 log = logging.getLogger("stream_osc.cutover")
 
@@ -52,8 +52,6 @@ class MoveCutover(Cutover):
         """One bounded attempt: lock the source, drain into the target, prove the drained rows, rename the source
         away; the applier group must be stopped (its committed offsets are the start)."""
         spec, ctx = self.ctx.spec, self.ctx
-        db = spec.database
-        source, old = qualified(db, spec.table), qualified(db, spec.old_table)
         consumer, reader = self.fence.reader()
         lock_conn = ctx.db()
         target = ctx.target_db()
@@ -65,15 +63,7 @@ class MoveCutover(Cutover):
             on_target = (target, target_mariadb)
             check_swap_settings(lock_conn, self.is_mariadb)   # changed since init? Refused before anything is made
             self._refuse_if_held(lock_conn, on_target)
-            tables = [source, self.fence_table]
-            if self.is_mariadb:
-                if not rename_queues_on_original(spec.table, [spec.old_table]):
-                    raise CutoverAborted(f"{spec.old_table} sorts before {spec.table}: the RENAME would not queue "
-                                         "on the original table")
-                drop_sentry(lock_conn, spec)
-                query(lock_conn, f"CREATE TABLE {old} (sentry INT) COMMENT=%s", (SENTRY_COMMENT,))
-                tables.append(old)
-                renamer = Renamer(ctx, max(2, int(window_s) + 2), f"RENAME TABLE {source} TO {old}")
+            tables, renamer = self._ready_move(lock_conn, window_s)
             start = self.fence.catch_up(lock_conn, reader, consumer, target)
             self._raise_target_counter(lock_conn, target, target_mariadb)
             watchdog = self._bound_target(target, window_s, target_mariadb)
@@ -82,35 +72,16 @@ class MoveCutover(Cutover):
             deadline = locked_at + window_s
             self._limit_target(target, target_mariadb, watchdog, deadline)
             check_source_unchanged(lock_conn, ctx.migration)
-            try:
-                with within_window("under the lock (on the target or the source)"):
-                    ctx.check_target(target)   # still the server init wrote to, before the drain writes there
-                    _, keys = self.fence.drain_keys(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
-                                               max(deadline - time.monotonic(), 0.01), False, target)
-                    self._prove_rows(lock_conn, target, keys)
-                    self._check_target_counter(lock_conn, target, target_mariadb)
-            except FenceTimeout as exc:
-                raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
+            keys = self._drain_into_target(lock_conn, reader, start, deadline, target, target_mariadb)
             watchdog.close()
             if watchdog.fired or time.monotonic() > deadline:
                 raise CutoverAborted(f"window of {window_s:.1f} s exceeded by the statements on the target")
             tighten_idle_limit(lock_conn, deadline)   # only the RENAME's queueing is left to wait for
             self._prove_lease(lock_conn, coordinator)
             if renamer is not None:
-                check_swap_settings(lock_conn, self.is_mariadb)   # once more, before the RENAME is queued
-                self._queue_rename(renamer, deadline)
-                query(lock_conn, f"DROP TABLE {old}")
-                query(lock_conn, "UNLOCK TABLES")
-                renamer.join()
-                if renamer.error is not None:
-                    raise CutoverAborted(f"rename failed: {renamer.error}")
-                blocked = (renamer.finished_at - locked_at) * 1000
+                blocked = self._rename_queued(lock_conn, renamer, locked_at, deadline)
             else:
-                if time.monotonic() > deadline:
-                    raise CutoverAborted(f"window of {window_s:.1f} s exceeded")
-                query(lock_conn, f"RENAME TABLE {source} TO {old}")
-                query(lock_conn, "UNLOCK TABLES")
-                blocked = (time.monotonic() - locked_at) * 1000
+                blocked = self._rename_in_lock_session(lock_conn, self._move_sql(), locked_at, deadline, window_s)
             log_event(log, "source renamed away; the target holds the table", blocked_ms=round(blocked, 1),
                       drained_keys=len(keys), renamed_to=spec.old_table)
             return CutoverResult(True, blocked, len(keys), locked_at=locked_wall)
@@ -130,6 +101,46 @@ class MoveCutover(Cutover):
                 renamer.close_unless_started()
             lock_conn.close()
             target.close()
+
+    def _move_sql(self) -> str:
+        """The RENAME that moves the source table away to its old-table name."""
+        spec = self.ctx.spec
+        return f"RENAME TABLE {qualified(spec.database, spec.table)} TO {qualified(spec.database, spec.old_table)}"
+
+    def _ready_move(self, lock_conn: pymysql.connections.Connection,
+                    window_s: float) -> tuple[list[str], Renamer | None]:
+        """Before the catch-up: the tables the attempt locks on the source and, on MariaDB, the sentry holding the
+        old-table name (locked too) and the RENAME's own session, which waits for the lock (None on MySQL: the lock
+        session renames)."""
+        spec = self.ctx.spec
+        source, old = qualified(spec.database, spec.table), qualified(spec.database, spec.old_table)
+        tables = [source, self.fence_table]
+        if not self.is_mariadb:
+            return tables, None
+        if not rename_queues_on_original(spec.table, [spec.old_table]):
+            raise CutoverAborted(f"{spec.old_table} sorts before {spec.table}: the RENAME would not queue "
+                                 "on the original table")
+        drop_sentry(lock_conn, spec)
+        query(lock_conn, f"CREATE TABLE {old} (sentry INT) COMMENT=%s", (SENTRY_COMMENT,))
+        tables.append(old)
+        return tables, Renamer(self.ctx, max(2, int(window_s) + 2), self._move_sql())
+
+    def _drain_into_target(self, lock_conn: pymysql.connections.Connection, reader: FenceReader,
+                           start: dict[int, int], deadline: float, target: pymysql.connections.Connection,
+                           target_mariadb: bool) -> set[Key]:
+        """Under the lock: check the target is still the server init wrote to, drain the last changes into it,
+        compare the drained rows on both servers and the counters; returns the keys drained. A drain or a statement
+        (on either server) that does not fit the window ends the attempt (CutoverAborted)."""
+        try:
+            with within_window("under the lock (on the target or the source)"):
+                self.ctx.check_target(target)   # still the server init wrote to, before the drain writes there
+                _, keys = self.fence.drain_keys(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
+                                                max(deadline - time.monotonic(), 0.01), False, target)
+                self._prove_rows(lock_conn, target, keys)
+                self._check_target_counter(lock_conn, target, target_mariadb)
+        except FenceTimeout as exc:
+            raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
+        return keys
 
     def _prove_rows(self, lock_conn: pymysql.connections.Connection, target: pymysql.connections.Connection,
                     keys: set[Key]) -> None:

@@ -34,7 +34,7 @@ from cutover.watchdog import StatementWatchdog
 from cutover.drain import FenceDrain
 from cutover.outcome import CoordinatorReplaced, CutoverAborted, CutoverResult
 from cutover.renamer import Renamer, rename_queues_on_original
-from streams.fence import FenceTimeout
+from streams.fence import FenceReader, FenceTimeout
 from streams.topics import TopicNames, partition_count
 
 log = logging.getLogger("stream_osc.cutover")
@@ -221,8 +221,7 @@ class Cutover:
     def attempt(self, window_s: float, coordinator: str) -> CutoverResult:
         """One bounded attempt by `coordinator`, renaming only while it holds the lease; the applier group must be
         stopped (its committed offsets are the start)."""
-        spec, ctx = self.ctx.spec, self.ctx
-        db = spec.database
+        ctx = self.ctx
         consumer, reader = self.fence.reader()
         lock_conn = ctx.db()
         renamer: Renamer | None = None
@@ -230,51 +229,21 @@ class Cutover:
         try:
             check_swap_settings(lock_conn, self.is_mariadb)   # changed since init? Refused before anything is made
             self._refuse_if_held(lock_conn)
-            tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
-            if self.is_mariadb:
-                if not rename_queues_on_original(spec.table, [spec.new_table, spec.old_table]):
-                    raise CutoverAborted(f"helper tables {spec.new_table}, {spec.old_table} sort before "
-                                         f"{spec.table}: the RENAME would not queue on the original table")
-                # Sentry and RENAME session are made ready before the lock: neither belongs in the window.
-                drop_sentry(lock_conn, self.ctx.spec)
-                query(lock_conn, f"CREATE TABLE {qualified(db, spec.old_table)} (sentry INT) COMMENT=%s",
-                      (SENTRY_COMMENT,))
-                tables.append(qualified(db, spec.old_table))
-                renamer = Renamer(ctx, max(2, int(window_s) + 2),
-                                   f"RENAME TABLE {qualified(db, spec.table)} TO {qualified(db, spec.old_table)}, "
-                                   f"{qualified(db, spec.new_table)} TO {qualified(db, spec.table)}")
+            tables, renamer = self._ready_swap(lock_conn, window_s)
             start = self.fence.catch_up(lock_conn, reader, consumer)
             self._lock(lock_conn, tables, window_s, [self.migrations_table])
             locked_at = time.monotonic()
             locked_wall = time.time()
             deadline = locked_at + window_s
             check_source_unchanged(lock_conn, ctx.migration)   # decisive: no DDL can run while the lock is held
-            try:
-                with within_window("under the lock"):
-                    _, drained = self.fence.drain(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
-                                             max(deadline - time.monotonic(), 0.01), False)
-                    self._carry_auto_increment(lock_conn)
-            except FenceTimeout as exc:
-                raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
+            drained = self._drain_under_lock(lock_conn, reader, start, deadline)
             tighten_idle_limit(lock_conn, deadline)   # only the RENAME's queueing is left to wait for
             drained_at = time.monotonic()
             self._prove_lease(lock_conn, coordinator)   # decisive: no takeover can commit until the unlock
             if renamer is not None:
-                check_swap_settings(lock_conn, self.is_mariadb)   # once more, before the RENAME is queued
-                self._queue_rename(renamer, deadline)
-                query(lock_conn, f"DROP TABLE {qualified(db, spec.old_table)}")
-                query(lock_conn, "UNLOCK TABLES")
-                renamer.join()
-                if renamer.error is not None:
-                    raise CutoverAborted(f"rename failed: {renamer.error}")
-                blocked = (renamer.finished_at - locked_at) * 1000
+                blocked = self._rename_queued(lock_conn, renamer, locked_at, deadline)
             else:
-                if time.monotonic() > deadline:
-                    raise CutoverAborted(f"window of {window_s:.1f} s exceeded")
-                query(lock_conn, f"RENAME TABLE {qualified(db, spec.table)} TO {qualified(db, spec.old_table)}, "
-                                 f"{qualified(db, spec.new_table)} TO {qualified(db, spec.table)}")
-                query(lock_conn, "UNLOCK TABLES")
-                blocked = (time.monotonic() - locked_at) * 1000
+                blocked = self._rename_in_lock_session(lock_conn, self._swap_sql(), locked_at, deadline, window_s)
             log_event(log, "tables swapped", blocked_ms=round(blocked, 1), drained_keys=drained,
                       drain_ms=round((drained_at - locked_at) * 1000, 1))
             return CutoverResult(True, blocked, drained, locked_at=locked_wall)
@@ -293,6 +262,72 @@ class Cutover:
             if renamer is not None:
                 renamer.close_unless_started()
             lock_conn.close()
+
+    def _swap_sql(self) -> str:
+        """The RENAME that swaps the tables: the original to the old-table name, the new table to the original's."""
+        spec = self.ctx.spec
+        db = spec.database
+        return (f"RENAME TABLE {qualified(db, spec.table)} TO {qualified(db, spec.old_table)}, "
+                f"{qualified(db, spec.new_table)} TO {qualified(db, spec.table)}")
+
+    def _ready_swap(self, lock_conn: pymysql.connections.Connection,
+                    window_s: float) -> tuple[list[str], Renamer | None]:
+        """Before the catch-up: the tables the attempt locks and, on MariaDB, the sentry holding the old-table name
+        (locked too) and the RENAME's own session, which waits for the lock (None on MySQL: the lock session
+        renames)."""
+        spec = self.ctx.spec
+        db = spec.database
+        tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
+        if not self.is_mariadb:
+            return tables, None
+        if not rename_queues_on_original(spec.table, [spec.new_table, spec.old_table]):
+            raise CutoverAborted(f"helper tables {spec.new_table}, {spec.old_table} sort before "
+                                 f"{spec.table}: the RENAME would not queue on the original table")
+        # Sentry and RENAME session are made ready before the lock: neither belongs in the window.
+        drop_sentry(lock_conn, self.ctx.spec)
+        query(lock_conn, f"CREATE TABLE {qualified(db, spec.old_table)} (sentry INT) COMMENT=%s",
+              (SENTRY_COMMENT,))
+        tables.append(qualified(db, spec.old_table))
+        return tables, Renamer(self.ctx, max(2, int(window_s) + 2), self._swap_sql())
+
+    def _drain_under_lock(self, lock_conn: pymysql.connections.Connection, reader: FenceReader,
+                          start: dict[int, int], deadline: float) -> int:
+        """Under the lock: drain the last changes to a fence in the lock session, then carry the AUTO_INCREMENT
+        counter over; returns the keys drained. A drain or a statement that does not fit the window ends the
+        attempt (CutoverAborted)."""
+        try:
+            with within_window("under the lock"):
+                _, drained = self.fence.drain(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
+                                              max(deadline - time.monotonic(), 0.01), False)
+                self._carry_auto_increment(lock_conn)
+        except FenceTimeout as exc:
+            raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
+        return drained
+
+    def _rename_queued(self, lock_conn: pymysql.connections.Connection, renamer: Renamer, locked_at: float,
+                       deadline: float) -> float:
+        """MariaDB, once the lease is proved: queue the RENAME on the lock session's metadata locks, drop the
+        sentry and unlock, so that the RENAME runs ahead of every waiting write; returns the milliseconds writes
+        were blocked."""
+        check_swap_settings(lock_conn, self.is_mariadb)   # once more, before the RENAME is queued
+        self._queue_rename(renamer, deadline)
+        query(lock_conn, f"DROP TABLE {qualified(self.ctx.spec.database, self.ctx.spec.old_table)}")
+        query(lock_conn, "UNLOCK TABLES")
+        renamer.join()
+        if renamer.error is not None:
+            raise CutoverAborted(f"rename failed: {renamer.error}")
+        return (renamer.finished_at - locked_at) * 1000
+
+    @staticmethod
+    def _rename_in_lock_session(lock_conn: pymysql.connections.Connection, rename_sql: str, locked_at: float,
+                                deadline: float, window_s: float) -> float:
+        """MySQL, once the lease is proved: `rename_sql` in the lock session itself, still within the window, then
+        unlock; returns the milliseconds writes were blocked."""
+        if time.monotonic() > deadline:
+            raise CutoverAborted(f"window of {window_s:.1f} s exceeded")
+        query(lock_conn, rename_sql)
+        query(lock_conn, "UNLOCK TABLES")
+        return (time.monotonic() - locked_at) * 1000
 
     def _aborted(self, exc: CutoverAborted, lock_conn: pymysql.connections.Connection, renamer: Renamer | None,
                  locked_at: float) -> CutoverResult:
