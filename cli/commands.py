@@ -12,7 +12,7 @@ import sys
 import time
 
 from cli.exit_codes import ExitCode
-from cli.status import list_rows, read_status, status_lines
+from cli.status import list_lines, list_rows, read_status, status_lines
 from migration.checks import PreflightError
 from throttle.cloudwatch_load import CloudWatchLoad
 from core.db import connect
@@ -306,30 +306,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     endpoints = command_endpoints(args)
     conn = connect(endpoints.mysql)
     try:
-        rows = list_rows(StateStore(conn, metadata_schema(args)))
+        rows = list_rows(StateStore(conn, metadata_schema(args)), endpoints)
     finally:
         conn.close()
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    print(f"{'ID':>6}  {'TABLE':<40} {'STAGE':<9} {'STATE':<8} {'AGE':>10}  ERROR")
-    for row in rows:
-        print(f"{row['migration']:>6}  {row['table']:<40} {row['stage']:<9} {row['state']:<8} "
-              f"{format_age(row['age_s']):>10}  {'yes' if row['has_error'] else ''}")
+    print(json.dumps(rows, indent=2) if args.json else "\n".join(list_lines(rows)))
     return 0
-
-
-def format_age(seconds: float) -> str:
-    """3d04h, 5h07m, 12m30s, 45s."""
-    seconds = int(seconds)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def port_number(text: str) -> int:
@@ -526,7 +507,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help=f"NAME one of {', '.join(SETTABLE)}, e.g. max-load=Threads_running=30 batch-size=2000")
     setting.set_defaults(func=cmd_set)
 
-    listing = sub.add_parser("list", help="every migration recorded: table, stage, state, age")
+    listing = sub.add_parser("list", help="every migration recorded: table, stage, state, progress, ETA, lag, age")
     add_store_options(listing)
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     listing.set_defaults(func=cmd_list)

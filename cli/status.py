@@ -27,7 +27,7 @@ from core.state_records import Migration
 from core.stages import FINISHED, WORKING_STAGES, Stage, Status
 from migration.lease import live_coordinator
 from migration.settings import settings_of
-from monitor.progress import copy_fraction
+from monitor.progress import copy_fraction, format_duration
 from streams.topics import TopicNames, group_lag
 
 SCHEMA_VERSION = 1
@@ -242,13 +242,13 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
     """The document as aligned `name: value` lines for a terminal (unknown figures say why)."""
     copy = doc["copy"]
     rate = f", {copy['rows_per_s']:,.0f} rows/s" if copy["rows_per_s"] is not None else ""
-    eta = f", ETA {copy['eta_s']:.0f} s" if copy["eta_s"] is not None else ""
+    eta = f", ETA {format_duration(copy['eta_s'])}" if copy["eta_s"] is not None else ""
     finished = doc["state"] in ("done", "aborted")
     rows: list[tuple[str, object]] = [
         ("migration", doc["migration"]), ("table", doc["table"]), ("alter", doc["alter"]),
         ("moves to", doc["target"]),
         ("stage", doc["stage"]), ("state", doc["state"]),
-        ("started", f"{doc['created_at']} ({doc['age_s']:.0f} s ago)"),
+        ("started", f"{doc['created_at']} ({format_duration(doc['age_s'])} ago)"),
         ("copy", f"{copy['rows']:,} rows, chunks {copy['chunks_done']}/{copy['chunks']} "
                  f"({copy['progress'] * 100:.1f}%{rate}{eta})"
                  + (f", {copy['chunks_checked']} validated ahead" if copy["chunks_checked"] else "")),
@@ -280,18 +280,81 @@ def _known(value: object, error: str | None) -> object:
     return f"unknown ({error})" if error else value
 
 
-def list_rows(store: StateStore) -> list[dict[str, Any]]:
-    """Every migration recorded in the metadata schema, newest first: id, table, stage, status, age."""
+def list_rows(store: StateStore, endpoints: Endpoints) -> list[dict[str, Any]]:
+    """Every migration recorded in the metadata schema, newest first: id, table, stage, state, age, and for an
+    unfinished one its copy progress and ETA (as `status` reads them) and its lag: the applier group's, read from
+    Kafka, and the capture lag its coordinator last measured (Redis). A figure not read is null."""
     if not store.schema_exists():
         return []
     rows = query(store.conn, f"SELECT id, db, tbl, stage, status, error IS NOT NULL, "
                              f"TIMESTAMPDIFF(MICROSECOND, created_at, NOW(3)) / 1e6, "
                              f"TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(3)) / 1e6, alter_sql "
                              f"FROM {store.t('migrations')} ORDER BY id DESC")
-    listed = []
-    for mid, db, tbl, stage, status, failed, age, idle, alter_sql in rows:
-        coordinator = running_coordinator(store, mid, status)
-        listed.append({"migration": int(mid), "table": f"{db}.{tbl}", "stage": stage, "status": status,
-                       "state": state_of(status, coordinator), "has_error": bool(failed), "age_s": round(float(age), 3),
-                       "updated_s_ago": round(float(idle), 3), "alter": alter_sql})
-    return listed
+    notes = redis.Redis.from_url(endpoints.redis_url, socket_timeout=5)
+    try:
+        listed = []
+        for row in rows:
+            mid, status = int(row[0]), row[4]
+            copy, live = None, {}
+            if status not in FINISHED:
+                migration = store.get(mid)
+                chunks = store.chunks(mid)
+                chunk_rows = int(migration.options.get("chunk_size", MigrationSpec.chunk_size))
+                copy = (sum(c.rows_copied for c in chunks), sum(c.done for c in chunks), len(chunks),
+                        copy_fraction(chunks, chunk_rows) if chunks else 0.0)
+                live = list_live(endpoints, migration, notes)
+            listed.append(list_entry(row, running_coordinator(store, mid, status), copy, live))
+        return listed
+    finally:
+        notes.close()
+
+
+def list_live(endpoints: Endpoints, migration: Migration, notes: redis.Redis) -> dict[str, Any]:
+    """The applier group's lag (Kafka) and the coordinator's capture lag and copy rate (its Redis note) of an
+    unfinished migration; what cannot be read is left out (null in the list)."""
+    figures: dict[str, Any] = {}
+    if migration.stage in LAG_STAGES:
+        names = TopicNames(migration.prefix, migration.database, migration.table)
+        try:
+            partitions = int(migration.options.get("partitions", MigrationSpec.partitions))
+            figures["apply_lag_events"] = group_lag(endpoints.kafka, migration.group_id, names.changes, partitions)
+        except Exception:  # noqa: BLE001 - the list still shows the rest (status says why)
+            pass
+    try:
+        figures.update(capture_figures(notes.get(redis_keys.capture_note(migration.id)), migration.stage))
+    except redis.RedisError:
+        pass
+    return figures
+
+
+def list_entry(row: tuple, coordinator: tuple[str, float] | None, copy: tuple[int, int, int, float] | None,
+               live: dict[str, Any]) -> dict[str, Any]:
+    """One migration of `list` (docs/status.md): `row` as read from the migrations table; `copy` (rows, chunks
+    done, chunks, progress) and `live` (list_live) for an unfinished one, else None and {}."""
+    mid, db, tbl, stage, status, failed, age, idle, alter_sql = row
+    age = float(age)
+    progress = eta = None
+    if status == Status.DONE:
+        progress = 1.0
+    elif copy is not None:
+        figures = copy_figures(*copy, stage, age, live.get("copy_measured"))
+        progress, eta = figures["progress"], figures["eta_s"]
+    return {"migration": int(mid), "table": f"{db}.{tbl}", "stage": stage, "status": status,
+            "state": state_of(status, coordinator), "has_error": bool(failed), "age_s": round(age, 3),
+            "updated_s_ago": round(float(idle), 3), "alter": alter_sql, "progress": progress, "eta_s": eta,
+            "apply_lag_events": live.get("apply_lag_events"), "capture_lag_s": live.get("capture_lag_s")}
+
+
+def list_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """`list` for a terminal: one line a migration, durations as `1h02m` (JSON keeps seconds)."""
+    def shown(value: object, text: str) -> str:
+        return "-" if value is None else text
+    lines = [f"{'ID':>6}  {'TABLE':<40} {'STAGE':<9} {'STATE':<8} {'PROGRESS':>8} {'ETA':>6} {'LAG':>14} "
+             f"{'AGE':>6}  ERROR"]
+    for row in rows:
+        progress, eta, lag = row["progress"], row["eta_s"], row["apply_lag_events"]
+        lines.append(f"{row['migration']:>6}  {row['table']:<40} {row['stage']:<9} {row['state']:<8} "
+                     f"{shown(progress, f'{(progress or 0) * 100:.1f}%'):>8} "
+                     f"{shown(eta, format_duration(eta or 0)):>6} {shown(lag, f'{lag or 0:,} events'):>14} "
+                     f"{format_duration(row['age_s']):>6}  {'yes' if row['has_error'] else ''}".rstrip())
+    return lines

@@ -8,10 +8,17 @@ from core.state_records import Chunk
 
 
 def format_duration(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    hours, rest = divmod(seconds, 3600)
+    """A duration as a terminal shows it, in its two largest units as gh-ost prints them: 3d04h, 1h02m, 3m05s, 42s.
+    The one helper for every duration shown to a person (progress line, `status`, `list`); JSON keeps seconds."""
+    seconds = max(round(seconds), 0)
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def bar(fraction: float, width: int = 30) -> str:

@@ -1,10 +1,11 @@
 """`status`, `status --watch` and `list` against a real migration: a coordinator killed mid-copy makes the
 migration `stopped` with exit code 3 at once; `resume` continues it and `status --watch` follows it to
-`done`, one typed JSON document per line, then exits 0."""
+`done`, one typed JSON document per line, then exits 0; `list` shows its progress, ETA and lag meanwhile."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,6 +36,13 @@ def test_killed_coordinator_is_stopped_with_exit_3_and_watch_follows_the_resume_
         doc = json.loads(running.stdout)
         assert (doc["migration"], doc["stage"], doc["state"]) == (migration.id, "copy", "running")
         assert doc["coordinator"] and doc["copy"]["rows"] > 0 and isinstance(doc["copy"]["rows_per_s"], float)
+        # list: progress, ETA and lag of the running migration, seconds in JSON and durations on a terminal
+        [entry] = [r for r in json.loads(cli("list", "--json").stdout) if r["migration"] == migration.id]
+        assert 0 < entry["progress"] <= 1 and isinstance(entry["apply_lag_events"], int), entry
+        assert entry["eta_s"] is None or isinstance(entry["eta_s"], float), entry
+        [line] = [line for line in cli("list").stdout.splitlines() if line.split()[:1] == [str(migration.id)]]
+        assert re.search(r" \d+\.\d% ", line) and re.search(r" \d[\d,]* events ", line), line
+        assert re.search(r" (\d+d\d\dh|\d+h\d\dm|\d+m\d\ds|\d+s)$", line), line   # the age, as a duration
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
     finally:

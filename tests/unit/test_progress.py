@@ -1,6 +1,8 @@
 """Progress display: bar, ETA, rate."""
 import io
 
+import pytest
+
 from core.state_records import Chunk
 from monitor.progress import CopyRate, Progress, bar, copy_fraction, format_duration
 
@@ -8,8 +10,16 @@ from monitor.progress import CopyRate, Progress, bar, copy_fraction, format_dura
 def test_bar_and_duration():
     assert bar(0.5, 10) == "[#####-----]"
     assert bar(2.0, 4) == "[####]"
-    assert format_duration(3725) == "1h02m05s"
-    assert format_duration(65) == "1m05s"
+
+
+
+@pytest.mark.parametrize("seconds, shown", [
+    (0, "0s"), (42, "42s"), (42.4, "42s"), (59.6, "1m00s"), (65, "1m05s"), (185, "3m05s"), (3600, "1h00m"),
+    (3725, "1h02m"), (86_399, "23h59m"), (3 * 86_400 + 4 * 3600 + 59, "3d04h"), (-5, "0s"),
+])
+def test_durations_read_as_gh_ost_prints_them(seconds, shown):
+    """One helper for every duration a terminal shows (progress line, `status`, `list`): the two largest units."""
+    assert format_duration(seconds) == shown
 
 
 def test_copy_rate_and_eta():

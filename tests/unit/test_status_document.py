@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.status import Times, capture_figures, copy_figures, iso, status_document, status_lines
+from cli.status import (Times, capture_figures, copy_figures, iso, list_entry, list_lines, status_document,
+                        status_lines)
 from core.state_records import Migration
 from core.stages import Stage, Status
 from monitor.capture_lag import capture_note
@@ -74,9 +75,54 @@ def test_every_field_has_its_documented_type(case, doc):
     assert wrong == {}, case
 
 
-def test_list_fields_are_documented():
-    assert set(documented_fields("## `stream-osc list`")) == {
-        "migration", "table", "stage", "status", "state", "has_error", "age_s", "updated_s_ago", "alter"}
+LISTED = (7, "shop", "orders", "copy", "running", 0, 3725.5, 1.25, "ADD COLUMN note INT")   # a row as list reads it
+
+
+def listed(**changes) -> tuple:
+    names = ("migration", "db", "tbl", "stage", "status", "failed", "age", "idle", "alter")
+    return tuple({**dict(zip(names, LISTED)), **changes}[name] for name in names)
+
+
+def test_list_fields_are_documented_and_typed():
+    fields = documented_fields("## `stream-osc list`")
+    assert set(fields) == {"migration", "table", "stage", "status", "state", "has_error", "age_s", "updated_s_ago",
+                           "alter", "progress", "eta_s", "apply_lag_events", "capture_lag_s"}
+    for entry in (list_entry(LISTED, ("host:1:abc", 0.5), (500, 2, 10, 0.25),
+                             {"apply_lag_events": 1_204, "capture_lag_s": 0.04, "copy_measured": (80.0, 185.0)}),
+                  list_entry(listed(stage="done", status="done"), None, None, {})):
+        assert set(entry) == set(fields)
+        assert {name: type(entry[name]).__name__ for name, types in fields.items()
+                if not isinstance(entry[name], types)} == {}
+
+
+def test_list_shows_progress_eta_and_lag_of_each_migration():
+    copying = list_entry(LISTED, ("host:1:abc", 0.5), (500, 2, 10, 0.25),
+                         {"apply_lag_events": 1_204, "capture_lag_s": 0.04, "copy_measured": (80.0, 185.0)})
+    assert (copying["progress"], copying["eta_s"], copying["apply_lag_events"], copying["capture_lag_s"]) == \
+        (0.25, 185.0, 1_204, 0.04)
+    averaged = list_entry(LISTED, None, (500, 2, 10, 0.25), {})   # no coordinator's rate: over the age
+    assert averaged["state"] == "stopped" and averaged["eta_s"] == round(3725.5 * 3, 1)
+    done = list_entry(listed(stage="done", status="done"), None, None, {})
+    assert (done["progress"], done["eta_s"], done["apply_lag_events"]) == (1.0, None, None)
+
+
+def test_list_on_a_terminal_shows_human_durations_and_seconds_in_json():
+    rows = [list_entry(LISTED, ("host:1:abc", 0.5), (500, 2, 10, 0.25),
+                       {"apply_lag_events": 1_204, "copy_measured": (80.0, 185.0)}),
+            list_entry(listed(migration=6, stage="done", status="done", age=42.0), None, None, {})]
+    header, copying, done = list_lines(rows)
+    assert header.split() == ["ID", "TABLE", "STAGE", "STATE", "PROGRESS", "ETA", "LAG", "AGE", "ERROR"]
+    assert copying.split() == ["7", "shop.orders", "copy", "running", "25.0%", "3m05s", "1,204", "events", "1h02m"]
+    assert done.split() == ["6", "shop.orders", "done", "done", "100.0%", "-", "-", "42s"]
+    assert json.loads(json.dumps(rows))[0]["eta_s"] == 185.0 and rows[0]["age_s"] == 3725.5
+
+
+def test_status_on_a_terminal_shows_the_eta_and_age_as_durations():
+    doc = status_document(migration(Stage.COPY), TIMES, (1_000, 1, 4, 0.25), ("host:1:abc", 0.5),
+                          capture_figures(json.dumps(capture_note(0.1, 0.5, None, 812.3, 3725.0)).encode(), Stage.COPY))
+    lines = "\n".join(status_lines(doc))
+    assert "812 rows/s, ETA 1h02m)" in lines and "(1m40s ago)" in lines
+    assert doc["copy"]["eta_s"] == 3725.0 and doc["age_s"] == 100.25   # JSON keeps seconds
 
 
 def test_timestamps_are_utc_iso_with_milliseconds():
