@@ -20,6 +20,7 @@ from core.logs import log_event
 from throttle.replica_lag import ReplicaLag
 from cli.endpoints import add_stack_option, command_endpoints
 from migration.lease import coordinator_gone, live_coordinator
+from migration.notify import tell_aborted
 from migration.runner import Runner
 from migration.teardown import Metadata, finish_swapped, tables_swapped, tear_down, verify_target
 from core.spec import TARGET_OPTIONS, MigrationSpec, load_migration_file
@@ -122,6 +123,10 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
     _add_cutover_options(parser)
     _add_throttle_options(parser)
     _add_lock_options(parser)
+    parser.add_argument("--hook", dest="hook_dir", metavar="DIR", type=option_type("hook"),
+                        help="run DIR's executables named after the migration's events (docs/options.md)")
+    parser.add_argument("--notify-url", metavar="URL", type=option_type("notify-url"),
+                        help="POST each event to URL as Slack-compatible JSON (docs/options.md)")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
 
 
@@ -379,12 +384,14 @@ def cmd_abort(args: argparse.Namespace) -> int:
     spec = MigrationSpec(database=db, table=tbl, alter=migration.alter_sql, metadata_schema=metadata_schema(args),
                          **{k: migration.options[k] for k in TARGET_OPTIONS if k in migration.options})
     verify_target(conn, endpoints, spec, migration)   # the DROP below must never reach another server's table
+    coordinator = None
     if migration.stage in SWAPPED_STAGES:
         live = live_coordinator(store, migration.id)
         if live is not None:
             raise PreflightError(f"migration {migration.id} already swapped the tables; its coordinator {live[0]} "
                                  "is finishing the cleanup, nothing to abort")
     else:
+        coordinator = live_coordinator(store, migration.id)
         store.update(migration.id, status=Status.ABORTED)
         if not coordinator_gone(store, migration.id):
             raise PreflightError(f"the coordinator of migration {migration.id} did not stop; try the abort again")
@@ -403,6 +410,8 @@ def cmd_abort(args: argparse.Namespace) -> int:
               "removed) and the migration is recorded as done.")
         return ExitCode.ALREADY_SWAPPED
     tear_down(conn, endpoints, spec, migration, drop_new_table=True, metadata=Metadata.WORK)   # a sentry too
+    if coordinator is None:   # (a coordinator that ran told of the abort itself)
+        tell_aborted(endpoints, migration)
     new = f"{spec.target_database}.{spec.new_table} on the target server" if spec.target_server else spec.new_table
     print(f"migration {migration.id} of {args.table} aborted; connector, topics, {new} and its copy plan "
           f"removed (its row stays, marked aborted); {args.table} is the original table")

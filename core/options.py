@@ -8,9 +8,11 @@ field of `core/spec.py`'s MigrationSpec (`max_lag_events`).
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from core.config_file import ConfigError
 
@@ -34,7 +36,11 @@ KINDS = {
     "duration": "a duration such as 5s, 500ms or 2m (or a number of seconds), not negative",
     "flag": "true or false",
     "text": "a string",
+    "url": "an http:// or https:// URL",
+    "directory": "a directory",
 }
+# kinds whose values are strings in a config file (quoted)
+STRING_KINDS = ("text", "url", "directory")
 # kind -> the range of its values, for messages
 RANGES = {"count": "at least 1", "limit": "at least 0", "seconds": "a finite number of seconds above 0",
           "duration": "a finite duration of at least 0 s"}
@@ -97,8 +103,8 @@ class Option:
         else:
             ok = isinstance(value, str)
         if not ok:
-            raise ConfigError(f"{label} must be {expected}{' (without quotes)' if self.kind != 'text' else ''}, "
-                              f"not {toml_type(value)}")
+            quotes = "" if self.kind in STRING_KINDS else " (without quotes)"
+            raise ConfigError(f"{label} must be {expected}{quotes}, not {toml_type(value)}")
         return self.check(float(value) if self.kind in ("seconds", "duration") else value, label)
 
     def check(self, value: Any, label: str) -> Any:
@@ -110,11 +116,49 @@ class Option:
             raise ConfigError(f"{label} must be {RANGES[self.kind]}, not {value:g}")
         if self.choices and value not in self.choices:
             raise ConfigError(f"{label} must be one of {', '.join(self.choices)}, not {value!r}")
+        if self.kind == "url" and value:
+            problem = url_problem(value)
+            if problem:   # never the URL itself: its user:password or its path (a webhook's token) may be secret
+                raise ConfigError(f"{label} {problem}")
+        if self.kind == "directory" and value:
+            if not os.path.isdir(value):
+                raise ConfigError(f"{label}: {value!r} is not a directory")
+            return os.path.abspath(value)   # kept with the migration: a resume from elsewhere finds the same one
         return value
 
     def spec_value(self, value: Any) -> Any:
         """What the spec field holds for the option's value."""
         return (not value) if self.inverted else value
+
+
+def url_problem(text: str) -> str | None:
+    """What makes `text` no http(s) URL a notification can be posted to, in words that never repeat it (None if it
+    is one); "" is no URL and fine (the option is off)."""
+    if any(c.isspace() or not c.isprintable() for c in text):
+        return "must be one URL, without spaces or control characters"
+    try:
+        parts = urlsplit(text)
+        _ = parts.port   # ValueError for a port that is not a number in range
+    except ValueError:
+        return "must be an http:// or https:// URL with a valid host and port"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "must be an http:// or https:// URL"
+    if not parts.hostname:
+        return "must name a host (http://HOST[:PORT]/PATH)"
+    return None
+
+
+def redacted_url(text: str) -> str:
+    """A URL as logs and messages show it: scheme, host and port only. Its user:password never, nor its path and
+    query (a webhook's URL often carries its token there, as Slack's does)."""
+    try:
+        parts = urlsplit(text)
+        host, port = parts.hostname or "?", parts.port
+    except ValueError:
+        return "(an invalid URL)"
+    host = f"[{host}]" if ":" in host else host
+    hidden = "/…" if parts.path.strip("/") or parts.query else ""
+    return f"{parts.scheme}://{host}{f':{port}' if port else ''}{hidden}"
 
 
 def toml_type(value: Any) -> str:
@@ -164,6 +208,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("target-table", "target_table", "text"),
     Option("where", "where", "text"),
     Option("defer-indexes", "defer_indexes", "flag"),
+    Option("hook", "hook_dir", "directory"),
+    Option("notify-url", "notify_url", "url"),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
 # the option that sets each field (for a field two options set, the one that says it directly: keep-old)
@@ -180,5 +226,5 @@ def check_spec_values(values: dict[str, Any]) -> None:
     option as on the command line."""
     for field, value in values.items():
         option = BY_FIELD.get(field)
-        if option is not None and value is not None and option.kind in ("count", "limit", "seconds", "duration"):
-            option.check(value, f"--{option.name}")
+        if option is not None and value is not None and option.kind in ("count", "limit", "seconds", "duration", "url"):
+            option.check(value, f"--{option.name}")   # (a directory is looked for when given, not at every resume)

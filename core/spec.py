@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,8 @@ class MigrationSpec:
     target_table: str = ""           # DB2.T2 on that server ("": the same names)
     where: str = ""                  # only rows matching this predicate are copied and kept in sync (another server)
     defer_indexes: bool = False         # non-unique secondary indexes added after the copy (migration/index_stage.py)
+    hook_dir: str = ""               # executables named after the migration's events run here (migration/notify.py)
+    notify_url: str = field(default="", repr=False)   # a JSON POST at each event; its user:password never shown
 
     @property
     def qualified_name(self) -> str:

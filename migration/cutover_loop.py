@@ -21,6 +21,7 @@ from migration.supervision import Supervisor
 log = logging.getLogger("stream_osc.runner")   # the coordinator's events keep one logger: log readers match it
 
 SNAPSHOT_TRIES = 3   # validation snapshot tries in all (2, 4 s apart) before live tables are compared
+HOOK_RETRY_MAX_S = 30   # a swap postponed by the before-cutover hook asks it again after 2, 4, 8 … up to this many s
 
 
 def close_sessions(sessions: list[Sessions]) -> None:
@@ -42,6 +43,7 @@ class CutoverLoop:
         self.lag = lag
         self.blocker_clock = blocker_clock   # --force-kill-blockers-after counts across waits and attempts
         self.analyzed = False                # the new table's statistics were refreshed in this cut_over
+        self.hook_refusals = 0               # before-cutover hook refusals in a row
 
     # validation ------------------------------------------------------------------------------------
     def validate(self, ctx: RunContext, cutover: Cutover) -> None:
@@ -140,6 +142,7 @@ class CutoverLoop:
         if shared.cutover_now:   # `stream-osc cutover` cutting over itself: a request it left for a coordinator
             shared.store.clear_cutover_request(ctx.migration.id)   # that died must not outlive this attempt
         self.analyzed = False
+        self.hook_refusals = 0
         attempt = postponed = 0
         while attempt < shared.spec.cutover_attempts:
             if not self._ready_to_lock(ctx, cutover):
@@ -157,6 +160,7 @@ class CutoverLoop:
                 shared.enter_stage(ctx.migration.id, Stage.CLEANUP, cutover_blocked_ms=int(result.blocked_ms),
                                    cutover_at=result.locked_at)
                 shared.say(self._swapped_message(result))
+                shared.notify("swapped", ctx.migration.id, blocked_ms=int(result.blocked_ms))   # the lock is gone
                 return
             if result.blockers:   # no lock was requested: wait for them again, not counted as an attempt
                 self.blocker_clock.saw(result.blockers, shared.clock.monotonic())
@@ -165,15 +169,18 @@ class CutoverLoop:
             attempt += 1
             backoff = min(2 ** attempt, 30)
             shared.say(f"cutover: attempt {attempt} rolled back ({result.reason}); retrying in {backoff} s")
+            shared.notify("cutover-failed", ctx.migration.id, attempt=attempt, attempts=shared.spec.cutover_attempts,
+                          error=result.reason, retry_in_s=backoff)   # rolled back: no lock held
             shared.clock.sleep(backoff)
         raise MigrationStopped(f"cutover did not fit the {shared.spec.cutover_window_s:.1f} s window in "
                                f"{shared.spec.cutover_attempts} attempts; the original table is untouched. Retry "
                                "with `stream-osc cutover` at a quieter time or with a larger --cutover-window")
 
     def _ready_to_lock(self, ctx: RunContext, cutover: Cutover) -> bool:
-        """Caught up, inside a window, no session holding the table, not paused and not throttled: True when the
-        lock may be asked for now; False when a wait ended with a reason to look again (the window closed while
-        sessions held the table, or the throttle held the work back and the appliers fell behind)."""
+        """Caught up, inside a window, no session holding the table, not paused, not throttled and let by the
+        before-cutover hook: True when the lock may be asked for now; False when a wait ended with a reason to look
+        again (the window closed while sessions held the table, the throttle held the work back and the appliers
+        fell behind, or the hook postponed the swap)."""
         self.supervisor.hold_while_paused(ctx)
         if self.workers.appliers is None:
             self.workers.start_appliers(ctx)
@@ -186,7 +193,35 @@ class CutoverLoop:
         if not self.window_open(ctx):   # it closed while sessions held the table
             return False
         self.supervisor.hold_while_paused(ctx)   # a pause set during the waits above is kept before any lock
-        return not self.supervisor.hold_while_throttled(ctx, "cutover")
+        if self.supervisor.hold_while_throttled(ctx, "cutover"):
+            return False
+        return self._hook_allows(ctx)
+
+    def _hook_allows(self, ctx: RunContext) -> bool:
+        """The before-cutover hooks, run with no lock held and the appliers applying: True when each exited 0 (or
+        there is none). Otherwise the swap is postponed as outside its window: the new table kept in sync, the
+        hooks asked again after 2, 4, 8 … HOOK_RETRY_MAX_S s (not counted as an attempt), and False."""
+        shared = self.shared
+        if not shared.spec.hook_dir:
+            return True
+        refused = shared.before_cutover(ctx.migration.id)
+        if refused is None:
+            if self.hook_refusals:
+                shared.say("cutover: the before-cutover hook lets the swap go ahead")
+            self.hook_refusals = 0
+            self.supervisor.hold_while_paused(ctx)   # a pause or a closing window while the hook ran
+            return self.window_open(ctx)
+        self.hook_refusals += 1
+        retry_in = min(2 ** self.hook_refusals, HOOK_RETRY_MAX_S)
+        shared.say(f"cutover: postponed: {refused.describe()}; the new table is kept in sync, and the hook asked "
+                   f"again in {retry_in} s")
+        log_event(log, "cutover postponed by the before-cutover hook", logging.WARNING, hook=refused.hook,
+                  exit_code=refused.exit_code, timed_out=refused.timed_out, refusals=self.hook_refusals,
+                  retry_in_s=retry_in)
+        until = shared.clock.monotonic() + retry_in
+        self.lag.keep_in_sync_until(ctx, lambda: shared.clock.monotonic() >= until,
+                                    "cutover postponed by the before-cutover hook", hook=refused.hook)
+        return False
 
     def _attempt(self, cutover: Cutover) -> CutoverResult:
         """One attempt; a refusal that no retry mends stops the migration (resumable)."""

@@ -13,6 +13,7 @@ from connectors.health import binlog_gone, describe_failure
 from connectors.rest import ConnectError
 from core.context import read_throttle_note
 from core.logs import log_event
+from core.options import redacted_url
 from core.source_check import SourceChanged, check_source_unchanged
 from core.spec import TARGET_OPTIONS, MigrationSpec, with_overrides
 from core.state_records import Migration
@@ -35,7 +36,14 @@ RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", 
 LOCK_OPTIONS = ("lock_wait_s", "lock_tries", "force_kill_blockers_after_s", "force_kill_max_rows")
 THROTTLE_OPTIONS = ("max_load", "critical_load", "cloudwatch_max_load", "rds_instance", "throttle_replicas",
                     "max_replica_lag", "max_app_latency")
-KEPT_UNLESS_GIVEN = (*LOCK_OPTIONS, *THROTTLE_OPTIONS)
+# who is told of the migration's events (migration/notify.py): a resume on another machine may name its own
+NOTIFY_OPTIONS = ("hook_dir", "notify_url")
+KEPT_UNLESS_GIVEN = (*LOCK_OPTIONS, *THROTTLE_OPTIONS, *NOTIFY_OPTIONS)
+
+
+def shown_value(field: str, value: object) -> object:
+    """An option's value as logs and messages show it: a notification URL without its user:password and path."""
+    return redacted_url(str(value)) if field == "notify_url" and value else value
 
 
 def resumed_values(options: dict[str, object], given: frozenset[str]) -> dict[str, object]:
@@ -155,8 +163,9 @@ class Resuming:
             shared.store.change_options(migration.id, lambda current: {
                 **current.options, **replaced,
                 SETTINGS_OPTION: {k: v for k, v in settings_of(current).items() if k not in replaced}})
-            log_event(log, "stored options replaced", **replaced)
-            shared.say("resume: " + ", ".join(f"{k}={v!r}" for k, v in replaced.items()) + " as given "
+            shown = {k: shown_value(k, v) for k, v in replaced.items()}
+            log_event(log, "stored options replaced", **shown)
+            shared.say("resume: " + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + " as given "
                        "(on the command line or in the config file), replacing the migration's own values")
         return spec
 

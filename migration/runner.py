@@ -31,6 +31,7 @@ from migration.index_stage import build_deferred_indexes, deferred
 from migration.init_stage import run_init
 from migration.lag_waits import LagWaits
 from migration.lease import live_coordinator
+from migration.notify import stop_figures
 from migration.resuming import Resuming, resumed_values
 from migration.settings import settings_of, with_settings
 from migration.supervision import Supervisor
@@ -66,16 +67,35 @@ class Runner:
         self.cutover_loop = CutoverLoop(self.shared, self.supervisor, self.workers, self.lag, blocker_clock)
         self.resuming = Resuming(self.shared, given, resume_live)
         self.probe: LatencyProbe | None = None
+        self.migration_id: int | None = None   # once this process coordinates a migration with an id
 
     # entry ---------------------------------------------------------------------------------------
     def run(self) -> int:
-        """Run (or continue) the migration of spec's table to its end; 0 on success."""
+        """Run (or continue) the migration of spec's table to its end; 0 on success. A stop with an error is told
+        (`failed`, or `aborted`) once the lease is given up, so an `abort` waiting for this process goes on."""
+        stopped: tuple[str, dict] | None = None
         try:
             return self._run()
+        except Exception as exc:
+            stopped = self._stop_event(exc)
+            raise
         finally:
             self._stop_probe()
             self.shared.lease.stop(self.shared.conn)
+            if stopped is not None:
+                self.shared.notify(stopped[0], self.migration_id, **stopped[1])
             bind_fields(migration=None)   # a later run in this process names its own
+
+    def _stop_event(self, exc: Exception) -> tuple[str, dict] | None:
+        """The event and figures of a stop on `exc` of the migration this process coordinates (None before it
+        coordinates one: a refusal, or another process's migration this one only asked)."""
+        if self.migration_id is None:
+            return None
+        try:
+            aborted = self.shared.store.status(self.migration_id) == Status.ABORTED
+        except Exception:  # noqa: BLE001 - the session may be what failed: then it did not read as aborted
+            aborted = False
+        return stop_figures(exc, aborted)
 
     def _run(self) -> int:
         """Start the migration, or take up the one under way (joining or asking its live coordinator instead)."""
@@ -117,6 +137,7 @@ class Runner:
             return None
         shared.say(f"init: migration {migration.id} captures {shared.spec.qualified_name} via connector "
                    f"{migration.connector}; copying by key ({', '.join(migration.pk_columns)})")
+        shared.notify("started", migration.id, resumed=False)
         return migration
 
     def _resume(self, migration: Migration) -> Migration:
@@ -133,11 +154,13 @@ class Runner:
             self.resuming.warn_if_cutover_would_refuse()
         if migration.status != Status.RUNNING or migration.error:   # (an error of the work it continues: moot)
             shared.store.update(migration.id, status=Status.RUNNING, error=None)
+        shared.notify("started", migration.id, resumed=True)
         return migration
 
     def _created(self, migration: Migration) -> None:
         """From the moment the migration has an id: hold its lease and name it on every log line."""
         bind_fields(migration=migration.id)
+        self.migration_id = migration.id
         self.shared.lease.start(migration.id)
         self._start_probe(migration.id)
 
@@ -307,6 +330,7 @@ class Runner:
                 self.supervisor.hold_while_paused(ctx)
                 self.cutover_loop.validate(ctx, cutover)
             self._stop_probe()   # only copy and validation yield to the application's latency
+            self._tell_in_sync(migration.id)
             if shared.spec.cutover == "manual":
                 self.cutover_loop.wait_for_cutover_request(ctx)
             self.cutover_loop.cut_over(ctx, cutover)
@@ -341,6 +365,23 @@ class Runner:
         self.supervisor.show_throttle(ctx)   # a release followed by the last chunks within one tick is said too
         self._show_copy(ctx, force=True)
         shared.enter_stage(ctx.migration.id, Stage.INDEXES if deferred(ctx.migration) else Stage.APPLY)
+        shared.notify("copy-done", ctx.migration.id)
+
+    def _tell_in_sync(self, migration_id: int) -> None:
+        """`in-sync`: validated, the cutover next; what it waits for, if anything (`stream-osc cutover` with
+        --cutover manual, or the next window of its schedule)."""
+        shared = self.shared
+        schedule = shared.spec.schedule()
+        now = shared.clock.now()
+        if shared.cutover_now:
+            waiting: dict[str, object] = {}
+        elif shared.spec.cutover == "manual":
+            waiting = {"waiting_for": "cutover-request"}
+        elif schedule is not None and not schedule.is_open(now):
+            waiting = {"waiting_for": "window", "window_opens_at": schedule.next_opening(now).isoformat()}
+        else:
+            waiting = {}
+        shared.notify("in-sync", migration_id, **waiting)
 
     def _build_indexes(self, ctx: RunContext) -> None:
         """--defer-indexes: add the deferred indexes to the new table, then apply."""
