@@ -19,7 +19,7 @@ import pymysql
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from cli.commands import spec_table
+from cli.command_spec import spec_table
 from connectors.rest import ConnectClient
 from cutover.swap import SENTRY_COMMENT
 from core.context import RunContext

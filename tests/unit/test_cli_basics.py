@@ -206,7 +206,7 @@ def _spec_dests(parser) -> set[str]:
 
 
 def test_every_spec_option_of_migrate_is_a_spec_field_and_reaches_the_spec():
-    from cli.commands import SPEC_FIELDS, given_options, spec_from_args
+    from cli.command_spec import SPEC_FIELDS, given_options, spec_from_args
     subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert _spec_dests(subparsers.choices["migrate"]) <= SPEC_FIELDS
     assert _spec_dests(subparsers.choices["resume"]) <= SPEC_FIELDS

@@ -2,7 +2,7 @@
 import pytest
 
 from cli.main import build_parser
-from cli.commands import spec_from_args
+from cli.command_spec import spec_from_args
 from core.db import STATEMENT_TAG
 from core.endpoints import ConfigError
 from core.spec import MigrationSpec, parse_duration

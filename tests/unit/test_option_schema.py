@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from cli.commands import spec_from_args
+from cli.command_spec import spec_from_args
 from cli.main import build_parser, main
 from core.endpoints import ConfigError
 from core.options import OPTIONS
