@@ -16,9 +16,11 @@ check: setup
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q tests/unit
 
-# pytest exits 5 when it collected no test: that is a failure here, not a pass.
+# pytest exits 5 when it collected no test: that is a failure here, not a pass. TEST_WORKERS processes run the
+# test files side by side against one stack; a test marked `exclusive` runs alone (tests/README.md).
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -m "not slow" tests; rc=$$?; \
+	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; exit $$rc
 
 test-slow: setup

@@ -58,8 +58,13 @@ def db_conn(endpoints: Endpoints):
 
 
 def leftovers(endpoints: Endpoints, db: str, table: str) -> list[str]:
-    """Everything a migration of db.table could have left behind (rows of finished or aborted ones excepted)."""
+    """Everything a migration of db.table could have left behind (rows of finished or aborted ones excepted).
+
+    Connectors and topics are found by their name, which holds the table's name but not its schema's: those of a
+    recorded migration of a table of the same name in another schema (another test's, running beside) are not
+    this table's."""
     found: list[str] = []
+    others: set[str] = set()   # prefixes of migrations of another schema's table of this name
     conn = db_conn(endpoints)
     try:
         for name in (helper_table_name(table, 'new'), helper_table_name(table, 'old')):
@@ -77,12 +82,16 @@ def leftovers(endpoints: Endpoints, db: str, table: str) -> list[str]:
             found += [f"table stream_osc.{r[0]}" for r in query(
                 conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA='stream_osc'")
                 if r[0] in captured]
+            others = {r[0] for r in query(conn, "SELECT prefix FROM stream_osc.migrations WHERE tbl=%s AND db<>%s",
+                                          (table, db))}
     finally:
         conn.close()
     marker = f"streamosc_{re.sub('[^A-Za-z0-9_]', '_', table)}_"
+    others_connectors = {prefix.replace("_", "-") for prefix in others}
     found += [f"connector {c}" for c in ConnectClient(endpoints.connect_url).names()
-              if c.startswith(marker.replace("_", "-"))]
-    found += [f"topic {t}" for t in existing_topics(endpoints.kafka) if marker in t]
+              if c.startswith(marker.replace("_", "-")) and c not in others_connectors]
+    found += [f"topic {t}" for t in existing_topics(endpoints.kafka)
+              if marker in t and not any(prefix in t for prefix in others)]
     return found
 
 

@@ -16,7 +16,7 @@ from throttle.app_activity import sessions_of_others_running
 from core.db import STATEMENT_TAG, query
 from tests.integration.helpers import application_session, db_conn, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]   # alone: it counts every other session's statements
 
 SLEEP_S = 600   # ended by KILL QUERY once looked at
 OTHER_PROCESS_SLEEP_S = 601   # told apart in the process list

@@ -196,6 +196,7 @@ def test_leftover_new_table(endpoints, conn, capsys):
         query(conn, f"DROP TABLE {DB}.left_osc_new")
 
 
+@pytest.mark.exclusive   # it sets binlog_format for the whole server: every capture sees it
 def test_binlog_not_row(endpoints, conn, capsys):
     create_sample_table(conn, DB, "stmt", rows=10)
     query(conn, "SET GLOBAL binlog_format = 'STATEMENT'")

@@ -16,7 +16,7 @@ import pytest
 from connectors.rest import ConnectClient, ConnectUnreachable, connect_client, is_connect_answer
 from stack import services
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]   # alone: it restarts the stack's Kafka Connect
 
 ABSENT = "streamosc-never-created"
 

@@ -32,7 +32,7 @@ from tests.integration.helpers import (cli, db_conn, fresh_table, latest_migrati
                                        new_migration_row, start_cli, wait_for)
 from tests.integration.tcp_relay import TcpRelay, refuses, tcp_peer_ports
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]   # alone: it kills and restarts the stack's own processes
 
 DB = "faults"
 ROWS = 40_000

@@ -27,7 +27,7 @@ from tests.integration.helpers import cli, fresh_ledger_table, migration_row, st
     waiting_without_coordinator
 from tests.integration.ledger import Ledger
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]   # alone: it measures how long the application waits
 
 DB = "frozen_coordinator"
 WRITERS = 4

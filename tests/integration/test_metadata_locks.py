@@ -259,6 +259,7 @@ def server_counters(conn) -> dict[str, int]:
                                                             "('Com_create_table', 'Com_lock_tables', 'Com_update')")}
 
 
+@pytest.mark.exclusive   # the server's statement counters are its measure
 def test_while_a_session_holds_the_table_an_attempt_prepares_nothing_and_requests_no_lock(endpoints, conn):
     """A cutover attempt and a validation snapshot look for holders first: with one there, no sentry is made,
     no catch-up fence written, no lock requested; the holder is named so that the wait (and its kill clock)

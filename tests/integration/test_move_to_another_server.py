@@ -170,6 +170,7 @@ def test_where_keeps_exactly_the_rows_the_writers_left_inside_the_predicate(endp
                              f"{sum(1 for k in found.keys() & wanted.keys() if found[k] != wanted[k])} stale")
 
 
+@pytest.mark.exclusive   # the target server's connection count is its load
 def test_load_limits_hold_the_work_back_for_the_target_server_too(endpoints, target):
     """--max-load / --critical-load are read on the target server as well: a move writes there."""
     spec = MigrationSpec(database=DB, table="t", alter="", target_server=True,

@@ -271,6 +271,7 @@ def mixed_binlog(endpoints, conn):
             session.close()
 
 
+@pytest.mark.exclusive   # it sets binlog_format for the whole server: every capture sees it
 def test_binlog_format_turned_away_from_row_during_the_copy_stops_the_migration_without_a_swap(
         endpoints, conn, mixed_binlog):
     table = "statement_in_copy"
@@ -284,6 +285,7 @@ def test_binlog_format_turned_away_from_row_during_the_copy_stops_the_migration_
     assert leftovers(endpoints, DB, table) == []
 
 
+@pytest.mark.exclusive   # it sets binlog_format for the whole server: every capture sees it
 def test_binlog_format_turned_away_from_row_before_the_lock_is_caught_inside_the_cutover_lock(
         endpoints, conn, mixed_binlog):
     table = "statement_at_lock"
@@ -529,6 +531,7 @@ def test_a_migration_recorded_by_an_integer_key_version_resumes_where_it_was(con
 
 
 # 6. sessions still on statement-based binlog -------------------------------------------------------
+@pytest.mark.exclusive   # it sets binlog_format for the whole server: every capture sees it
 def test_sessions_that_may_still_write_mixed_binlog_are_pointed_out(endpoints, conn, capsys):
     table = "session_format"
     fresh(conn, table)

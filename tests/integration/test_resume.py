@@ -57,6 +57,7 @@ def cutover_waits_for(db: str, table: str, connection_id: int) -> bool:
 # a kill in apply and in validate: in the slow suite (make test-slow); init, copy and cutover run in every make test
 @pytest.mark.parametrize("stage", ["init", "copy", pytest.param("apply", marks=pytest.mark.slow),
                                    pytest.param("validate", marks=pytest.mark.slow), "cutover"])
+@pytest.mark.exclusive   # the server's own count of row writes is its measure: every test's writes are in it
 def test_killed_coordinator_resumes_without_copying_twice(endpoints, cli_log, stage):
     table = f"kill_{stage}"
     conn = db_conn(endpoints)
@@ -167,6 +168,7 @@ def lease_holders(endpoints, conn, migration_id: int) -> dict[int, bytes]:
     return {n: holder for n, holder in holders.items() if holder is not None}
 
 
+@pytest.mark.exclusive   # the server's write counters standing still are its measure
 def test_pause_stops_every_write_keeps_the_chunks_leased_and_resume_continues(endpoints, cli_log):
     """A pause longer than a chunk's lease must not cost the paused workers their chunks: before the workers
     renewed their leases while paused, every chunk in progress was given up (a WARNING each) and claimed again."""
@@ -224,6 +226,7 @@ def stop_connector(connect: ConnectClient, name: str) -> None:
     wait_for(lambda: connect.state(name).connector == "STOPPED", 60, "the connector to stop")
 
 
+@pytest.mark.exclusive   # it purges the binlog every test's capture reads
 def test_purged_binlog_position_stops_with_a_clear_error(endpoints):
     table = "purged"
     with waiting_migration(endpoints, table, seed=9) as (conn, migration, connect):

@@ -21,7 +21,7 @@ from tests.integration.helpers import (cli, fresh_ledger_table, latest_migration
                                        table_columns, target_schema, waiting_for_cutover)
 from tests.integration.ledger import Ledger
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]   # alone: it lowers server settings every migration reads
 
 DB = "swap_settings"
 MOVED_DB = "swap_settings_moved"   # the schema on the target server

@@ -29,7 +29,7 @@ from tests.integration.helpers import (chunk_progress, cli, db_conn, fresh_table
                                        fresh_ledger_table)
 from tests.integration.ledger import Ledger
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]   # alone: its SELECT SLEEP sessions are the load
 
 DB = "throttle"
 MOVED_DB = "throttle_moved"   # the schema on the target server
