@@ -10,15 +10,15 @@ changes included). When the copy or an applier meets a refusal it is one of two 
   with the row being written (row 5 copied with u='x', then the application moved 'x' to row 900). It
   is removed so the row at hand can be written; its change is applied later.
 
-The server decides which, never a Python comparison: the source's current rows are put into a Probe,
-a TEMPORARY table created LIKE the new table without its UNIQUE keys, where the server converts and
-checks them as the new table would. UNIQUE keys are then checked on those converted rows by grouping
+The server decides which, never a Python comparison: a ConstraintCheck puts the source's current rows into
+its probe table, a TEMPORARY table created LIKE the new table without its UNIQUE keys, where the server converts
+and checks them as the new table would. UNIQUE keys are then checked on those converted rows by grouping
 on the key parts (LEFT(col, SUB_PART) for prefix parts; rows with a NULL part never collide, as in
 the index). Every statement names the probe table once (MySQL cannot reopen a TEMPORARY table).
 Each statement reads its own moment (READ COMMITTED), and the copy does not lock the rows it checks: a
 verdict drawn from rows read at two moments is judged again on rows read in one statement, and when the
 rows changed in between, the round proves nothing either way; it is rolled back and tried again (RowsMoved).
-A round that clears the way writes the rows it checked (Probe.write_checked).
+A round that removed the stale collisions writes the rows it checked (ConstraintCheck.write_checked).
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class ConstraintViolated(Exception):
 
 
 class RowsMoved(Exception):
-    """The source's rows changed between the probe's reads: the round proves nothing and is tried again."""
+    """The source's rows changed between the check's reads: the round proves nothing and is tried again."""
 
 
 def refused_by_new_table(exc: BaseException) -> bool:
@@ -160,8 +160,9 @@ def show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class Probe:
-    """A TEMPORARY table LIKE the new table, without its UNIQUE keys, in one session.
+class ConstraintCheck:
+    """Checks the source's rows against the new table's rules and removes the new table's stale rows that collide
+    with them, through a TEMPORARY table LIKE the new table without its UNIQUE keys (the probe table), in one session.
 
     Create it outside any transaction (its ALTER commits implicitly); use it inside one. Under LOCK
     TABLES it needs no lock of its own.
@@ -175,7 +176,7 @@ class Probe:
         self.name = qualified(pair.database, self.table)
         self.keys: list[UniqueKey] = []
 
-    def __enter__(self) -> "Probe":
+    def __enter__(self) -> "ConstraintCheck":
         names, self.keys = unique_keys(self.conn, self.pair.database, self.pair.target)
         query(self.conn, f"DROP TEMPORARY TABLE IF EXISTS {self.name}")
         query(self.conn, f"CREATE TEMPORARY TABLE {self.name} LIKE {self.pair.target_name}")
@@ -190,9 +191,9 @@ class Probe:
                 raise   # else the session is likely gone, and its temporary table with it
 
     # the decision ----------------------------------------------------------------------------------
-    def clear_way(self, keys: Sequence[Key]) -> int:
+    def remove_stale_collisions(self, keys: Sequence[Key]) -> int:
         """Check the source's current rows `keys` against the new definition and remove the new table's
-        stale rows that collide with them; returns how many were removed. The probe then holds those rows,
+        stale rows that collide with them; returns how many were removed. The probe table then holds those rows,
         as read and converted in one statement: write_checked() writes them.
 
         Runs in the caller's transaction (an applier's holds the locks of `keys`), after the new table's
@@ -206,7 +207,7 @@ class Probe:
         """
         pk = self.pair.pk
         query(self.conn, f"DELETE FROM {self.name}")
-        self._refuse(self._load(keys))
+        self._refuse(self._insert_source_rows(keys))
         self._check_duplicates()
         colliding: dict[Key, None] = {}
         # No alias: under LOCK TABLES a table is known by its locked name. A key whose first part is a
@@ -228,7 +229,7 @@ class Probe:
             removed += query_count(self.conn, f"DELETE FROM {self.pair.target_name} WHERE {pk.in_list(len(stale))} "
                                               f"AND ({key.values()}) IN (SELECT {key.values('p')} FROM {self.name} p)",
                                    pk.flat(stale))
-        self._refuse(self._load(stale))
+        self._refuse(self._insert_source_rows(stale))
         if self._duplicate() is None:
             query(self.conn, f"DELETE FROM {self.name} WHERE {pk.in_list(len(stale))}", pk.flat(stale))
             return removed
@@ -237,12 +238,12 @@ class Probe:
         # rows changed between the reads (two rows exchanged a value, or the row of `keys` moved away from
         # it), and q's removal is not proven: the caller rolls the round back and tries again.
         query(self.conn, f"DELETE FROM {self.name}")
-        self._refuse(self._load([*keys, *stale]))
+        self._refuse(self._insert_source_rows([*keys, *stale]))
         self._check_duplicates()
         raise RowsMoved(f"rows of {self._table} changed while their UNIQUE values were checked")
 
     def write_checked(self) -> int:
-        """Insert into the new table the rows clear_way checked, as it read them; returns how many.
+        """Insert into the new table the rows remove_stale_collisions checked, as it read them; returns how many.
 
         Not the source's rows read again: a row that took a UNIQUE value from a copied row after the check
         would collide with that row's stale copy, and a copy batch, which locks no source row, met that in
@@ -252,8 +253,8 @@ class Probe:
             return cur.execute(f"INSERT INTO {self.pair.target_name} ({self.pair.target_column_list}) "
                                f"SELECT {self.pair.target_column_list} FROM {self.name}")
 
-    def _load(self, keys: Sequence[Key]) -> list[Refusal]:
-        """Put the source's current rows `keys` into the probe; returns the ones the server refuses
+    def _insert_source_rows(self, keys: Sequence[Key]) -> list[Refusal]:
+        """Put the source's current rows `keys` into the probe table; returns the ones the server refuses
         (at most SAMPLE), found by halving the failing statement down to single rows."""
         if not keys:
             return []
@@ -269,9 +270,9 @@ class Probe:
             if len(keys) == 1:
                 return [Refusal(keys[0], exc.args[0], exc.args[1])]
         half = len(keys) // 2
-        found = self._load(keys[:half])
+        found = self._insert_source_rows(keys[:half])
         if len(found) < SAMPLE:
-            found += self._load(keys[half:])
+            found += self._insert_source_rows(keys[half:])
         return found[:SAMPLE]
 
     def _duplicate(self) -> tuple[UniqueKey, list[tuple]] | None:
@@ -347,10 +348,10 @@ def unresolved(pair: TablePair, exc: pymysql.err.MySQLError, during_apply: bool)
 
 
 def with_refusals_resolved(conn: pymysql.connections.Connection, pair: TablePair,
-                           write: Callable[[Probe | None], T], *, during_apply: bool, rounds: int,
-                           before_probe: Callable[[], None] = lambda: None) -> T:
-    """Run `write` (one transaction); if the new table refuses a row, run it again with a probe that
-    clears stale rows out of the way or raises ConstraintViolated, up to `rounds` times.
+                           write: Callable[[ConstraintCheck | None], T], *, during_apply: bool, rounds: int,
+                           before_constraint_check: Callable[[], None] = lambda: None) -> T:
+    """Run `write` (one transaction); if the new table refuses a row, run it again with a ConstraintCheck
+    that removes the stale rows colliding with it or raises ConstraintViolated, up to `rounds` times.
 
     The one loop of the copy and the appliers: a refusal is never hidden, and never resolved by
     deleting a row the server has not shown to be stale. Other errors propagate.
@@ -361,11 +362,12 @@ def with_refusals_resolved(conn: pymysql.connections.Connection, pair: TablePair
         if not refused_by_new_table(exc):
             raise
         refusal = exc
-    before_probe()
-    with Probe(conn, pair, during_apply=during_apply) as probe:   # made between transactions: its DDL commits
+    before_constraint_check()
+    # made between transactions: its DDL commits
+    with ConstraintCheck(conn, pair, during_apply=during_apply) as constraint_check:
         for _ in range(rounds):
             try:
-                return write(probe)
+                return write(constraint_check)
             except RowsMoved:
                 log_event(log, "rows moved while a refusal was checked; checked again", logging.DEBUG,
                           table=pair.source)

@@ -12,7 +12,7 @@ import redis
 
 from applier.apply import bound_lock_waits
 from applier.chunks import ChunkQueue, next_boundary
-from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
+from applier.conflicts import ROUNDS, ConstraintCheck, primary_key_race, with_refusals_resolved
 from applier.recopy import PK_RACE_RETRIES, recopy_keys, with_retry
 from applier.remote import CollidingKeys, kept_colliding, read_rows, write_rows
 from core.context import RunContext
@@ -65,7 +65,7 @@ def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: 
     (invariants 6 and 9). The refusal is then decided by the server (applier/conflicts.py): rules the
     source's current rows really break stop the migration (ConstraintViolated); a stale row copied
     earlier, whose change is in the topic, is removed and the batch written again, from the rows checked
-    (Probe.write_checked).
+    (ConstraintCheck.write_checked).
 
     A new table on another server is written through `target` (_copy_batch_remote).
     """
@@ -82,8 +82,9 @@ def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: 
     for attempt in range(PK_RACE_RETRIES):
         try:
             return with_refusals_resolved(conn, ctx.pair,
-                                          lambda probe: _copy_batch(conn, ctx, chunk_no, lo, hi, last, probe),
-                                          during_apply=False, rounds=ROUNDS, before_probe=still_ours)
+                                          lambda constraint_check: _copy_batch(conn, ctx, chunk_no, lo, hi, last,
+                                                                            constraint_check),
+                                          during_apply=False, rounds=ROUNDS, before_constraint_check=still_ours)
         except pymysql.err.MySQLError as exc:   # an applier wrote a key of the range after the batch's DELETE
             if not primary_key_race(exc) or attempt == PK_RACE_RETRIES - 1:
                 raise
@@ -91,8 +92,9 @@ def copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: 
 
 
 def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no: int, lo: Key | None,
-                hi: Key | None, last: bool, probe: Probe | None) -> int:
-    """One transaction of copy_batch; with a probe, the way is cleared (or refused) before the insert.
+                hi: Key | None, last: bool, constraint_check: ConstraintCheck | None) -> int:
+    """One transaction of copy_batch; with a ConstraintCheck, the stale rows colliding with the batch's are removed
+    (or the batch's rows refused) before the insert.
 
     The batch's range is published and the chunk's row locked first, before the read's snapshot: an applier
     that asks about a row in the range waits for the batch's commit (applier/uncopied.py). The new table's
@@ -109,17 +111,17 @@ def _copy_batch(conn: pymysql.connections.Connection, ctx: RunContext, chunk_no:
     try:
         hold_chunk(conn, ctx, chunk_no, lo, hi)
         query(conn, f"DELETE FROM {pair.target_name} WHERE {where}", params)
-        if probe is None:
+        if constraint_check is None:
             rows = query_count(conn, f"INSERT INTO {pair.target_name} ({pair.target_column_list}) "
                                      f"SELECT {pair.source_column_list} FROM {pair.source_name} WHERE {where}", params)
         else:
             keys = [tuple(r) for r in query(conn, f"SELECT {pair.pk.column_list()} FROM {pair.source_name} "
                                                   f"WHERE {where}", params)]
-            removed = probe.clear_way(keys)
+            removed = constraint_check.remove_stale_collisions(keys)
             if removed:
                 log_event(log, "stale copied rows collided under a UNIQUE key; removed, their changes are applied "
                                "later", chunk=chunk_no, rows=removed)
-            rows = probe.write_checked()
+            rows = constraint_check.write_checked()
         moved = query_count(conn, f"UPDATE {store.t('chunks')} SET next_key=%s, rows_copied=rows_copied+%s, "
                                   "done=%s, batch_open=0 WHERE migration_id=%s AND chunk_no=%s AND next_key <=> %s "
                                   "AND NOT done",

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import pymysql
 
-from applier.conflicts import ROUNDS, Probe, primary_key_race, with_refusals_resolved
+from applier.conflicts import ROUNDS, ConstraintCheck, primary_key_race, with_refusals_resolved
 from applier.giving_way import LockWaits, giving_way, share_lock
 from applier.remote import CollidingKeys, kept_colliding, read_keys, write_rows
 from core.context import StopRequested
@@ -87,7 +87,9 @@ def _recopy_local(conn: pymysql.connections.Connection, pair: TablePair, keys: l
     written, deleted, unsettled = 0, 0, keys
     for _ in range(CONFIRM_ROUNDS):
         rows, removed = with_refusals_resolved(
-            conn, pair, lambda probe, batch=unsettled: _write_racing(conn, pair, batch, in_transaction, probe, lock),
+            conn, pair,
+            lambda constraint_check, batch=unsettled: _write_racing(conn, pair, batch, in_transaction,
+                                                                    constraint_check, lock),
             during_apply=True, rounds=ROUNDS)
         written, deleted = written + rows, deleted + removed
         if rows >= len(unsettled):
@@ -124,11 +126,11 @@ def _keys_present_on_one_side(conn: pymysql.connections.Connection, pair: TableP
 
 
 def _write_racing(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key], in_transaction: bool,
-                  probe: Probe | None, lock: str) -> tuple[int, int]:
+                  constraint_check: ConstraintCheck | None, lock: str) -> tuple[int, int]:
     """_write, retried while another session races it on the same primary key."""
     for attempt in range(PK_RACE_RETRIES):
         try:
-            return _write(conn, pair, keys, in_transaction, probe, lock)
+            return _write(conn, pair, keys, in_transaction, constraint_check, lock)
         except pymysql.err.MySQLError as exc:
             if not primary_key_race(exc) or attempt == PK_RACE_RETRIES - 1:
                 raise
@@ -137,8 +139,9 @@ def _write_racing(conn: pymysql.connections.Connection, pair: TablePair, keys: S
 
 
 def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key], in_transaction: bool,
-           probe: Probe | None, lock: str) -> tuple[int, int]:
-    """One transaction of recopy_keys; with a probe, the way is cleared (or refused) before the insert."""
+           constraint_check: ConstraintCheck | None, lock: str) -> tuple[int, int]:
+    """One transaction of recopy_keys; with a ConstraintCheck, the stale rows colliding with the keys' are
+    removed (or the keys' rows refused) before the insert."""
     if in_transaction:
         conn.begin()
     else:
@@ -148,9 +151,9 @@ def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence
         present = [tuple(r) for r in query(conn, f"SELECT {pk.column_list()} FROM {pair.source_by_key} "
                                                  f"WHERE {pk.in_list(len(keys))}{lock}", pk.flat(keys))]
         deleted = query_count(conn, f"DELETE FROM {pair.target_name} WHERE {pk.in_list(len(keys))}", pk.flat(keys))
-        if present and probe is not None:
-            probe.clear_way(present)
-            probe.write_checked()
+        if present and constraint_check is not None:
+            constraint_check.remove_stale_collisions(present)
+            constraint_check.write_checked()
         elif present:
             query(conn, f"INSERT INTO {pair.target_name} ({pair.target_column_list}) SELECT {pair.source_column_list} "
                         f"FROM {pair.source_name} WHERE {pk.in_list(len(present))}", pk.flat(present))

@@ -95,7 +95,7 @@ class Schedule:
         if self.record_warm_up is not None:
             self.record_warm_up(result)
 
-    def _load(self, table: BenchTable, rate: int) -> SysbenchLoad:
+    def _start_load(self, table: BenchTable, rate: int) -> SysbenchLoad:
         return SysbenchLoad(self.endpoints.mysql, table.database, table.rows, rate, self.config.load_threads).start()
 
     def _baseline(self, table: BenchTable, scenario: str) -> Baseline | None:
@@ -103,7 +103,7 @@ class Schedule:
         if not rate:
             return None
         table.restore()
-        load = self._load(table, rate)
+        load = self._start_load(table, rate)
         try:
             baseline = measure_baseline(load, self.config.baseline_s, WARMUP_S)
         finally:
@@ -124,7 +124,7 @@ class Schedule:
         table.restore()
         run = ToolRun(self.endpoints, table, self.config.alter, self.config.limit_for(table.rows), self.config.gh_ost,
                       self.config.stream_osc_args)
-        load = self._load(table, rate) if rate else None
+        load = self._start_load(table, rate) if rate else None
         load_error = None
         blocker: OpenTransaction | None = None
         try:

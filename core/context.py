@@ -100,7 +100,7 @@ class RunContext:
     _status_cache: tuple[float, str | None] = (0.0, Status.RUNNING)
     throttle: Throttle | None = None   # shared by the copies a worker group makes (dataclasses.replace)
     _shared_redis: redis.Redis | None = None
-    _throttle_noted: tuple[str | None, float] = (None, 0.0)   # the note last written, and when
+    _throttle_note_written: tuple[str | None, float] = (None, 0.0)   # the note last written, and when
 
     def __post_init__(self) -> None:
         if self.throttle is None:
@@ -172,7 +172,7 @@ class RunContext:
     def _note_throttle(self, reason: str | None) -> None:
         """Tell `status` why the workers hold back, or that they no longer do (best effort: display only).
         Workers ask before every batch: the same reason is written again only when its note nears expiry."""
-        noted, noted_at = self._throttle_noted
+        noted, noted_at = self._throttle_note_written
         if reason == noted and (reason is None or time.monotonic() - noted_at < NOTE_TTL_S / 2):
             return
         try:
@@ -180,7 +180,7 @@ class RunContext:
                 self.shared_redis().delete(redis_keys.throttle_note(self.migration.id))
             else:
                 self.shared_redis().set(redis_keys.throttle_note(self.migration.id), reason, ex=NOTE_TTL_S)
-            self._throttle_noted = (reason, time.monotonic())
+            self._throttle_note_written = (reason, time.monotonic())
         except redis.RedisError:
             pass
 

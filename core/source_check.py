@@ -170,7 +170,7 @@ def table_identity(conn: pymysql.connections.Connection, database: str, table: s
                         "information_schema.{view} WHERE NAME = %s OR LEFT(NAME, CHAR_LENGTH(%s)) = %s",
                         (name, name + "#", name + "#"))
     fold = _name_fold(conn)
-    return sorted(int(tid) for tid, found in rows if names_table(fold(found), fold(name)))
+    return sorted(int(tid) for tid, found in rows if is_innodb_name_of(fold(found), fold(name)))
 
 
 def _name_fold(conn: pymysql.connections.Connection) -> Callable[[str], str]:
@@ -201,7 +201,7 @@ def _innodb_view(conn: pymysql.connections.Connection, views: tuple[str, str], s
     return []
 
 
-def names_table(found: str, name: str) -> bool:
+def is_innodb_name_of(found: str, name: str) -> bool:
     """Is `found` the InnoDB name of table `name`, or of one of its partitions (`#P#`, MySQL `#p#`)?"""
     return found == name or (found.startswith(name) and found[len(name):].lower().startswith("#p#"))
 

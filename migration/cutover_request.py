@@ -30,15 +30,15 @@ class CutoverAnswer:
 
 
 def ask_coordinator(store: StateStore, migration_id: int, say: Callable[[str], None],
-                    throttle_note: Callable[[], str | None] = lambda: None) -> CutoverAnswer:
+                    read_throttle_reason: Callable[[], str | None] = lambda: None) -> CutoverAnswer:
     """Request the cutover of a migration whose coordinator is alive; return once it swapped or went away.
-    `throttle_note` reads why the coordinator holds the work back (a throttle also postpones the swap's lock)."""
+    `read_throttle_reason` reads why the coordinator holds the work back (a throttle also postpones the swap's lock)."""
     store.request_cutover(migration_id)
     paused_said = False
     throttle_said: str | None = None
     try:
         while True:
-            throttled = throttle_note()
+            throttled = read_throttle_reason()
             if throttled and throttled != throttle_said:
                 say(f"throttled ({throttled}): the swap waits until the load drops")
             throttle_said = throttled

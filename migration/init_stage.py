@@ -201,8 +201,8 @@ def start_capture(conn: pymysql.connections.Connection, endpoints: Endpoints, sp
     commit_start_offsets(endpoints.kafka, migration.group_id, names.changes, spec.partitions)
 
 
-def plan_beside(start: Callable[[], None], endpoints: Endpoints, source: str, pk: PrimaryKey,
-                rows: int) -> list[tuple[Key | None, Key | None]]:
+def plan_copy_while_capture_starts(start: Callable[[], None], endpoints: Endpoints, source: str, pk: PrimaryKey,
+                                   rows: int) -> list[tuple[Key | None, Key | None]]:
     """Run `start` (the capture's start) while the copy's key ranges are read on a session of their own; returns
     the ranges. Both take about a second at 5M rows (the connector's start; 50 walks of 100,000 index rows), so
     side by side they cost one.
@@ -312,8 +312,8 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
         store.create_fence_table(migration.id, fence_ids_for(spec.partitions))
         source = qualified(spec.database, spec.table)
         before_capture()
-        ranges = plan_beside(lambda: start_capture(conn, endpoints, spec, info, migration), endpoints, source, pk,
-                             spec.chunk_size)
+        ranges = plan_copy_while_capture_starts(lambda: start_capture(conn, endpoints, spec, info, migration),
+                                                endpoints, source, pk, spec.chunk_size)
         top = query(conn, f"SELECT {pk.column_list()} FROM {source} ORDER BY "
                           f"{', '.join(c.ident + ' DESC' for c in pk.columns)} LIMIT 1")
         ranges = ranges if top else []   # an empty table has nothing to copy

@@ -155,12 +155,12 @@ def test_a_copy_batch_completes_while_every_round_meets_a_value_moved_out_of_a_c
     each time the batch has checked its rows, 'u-j' leaves row j (copied, its new-table copy now stale) for
     row 30. A round that wrote the source's rows read again, not the rows it checked, met row j's stale copy
     in every round and stopped the migration; the batch must complete, and every write must be in the table."""
-    from applier.conflicts import Probe
+    from applier.conflicts import ConstraintCheck
     rows = [(i, f"u-{i}") for i in range(1, 41)]
     make_table(conn, "movedin", "id INT PRIMARY KEY, u VARCHAR(20), UNIQUE KEY uk (u)", rows)
     app = db_conn(endpoints)
     expected = dict(rows)
-    original_batch, original_clear = copy_module.copy_batch, Probe.clear_way
+    original_batch, original_remove = copy_module.copy_batch, ConstraintCheck.remove_stale_collisions
     moved_in: list[int] = []
 
     def move_into_30(j: int) -> None:
@@ -175,14 +175,14 @@ def test_a_copy_batch_completes_while_every_round_meets_a_value_moved_out_of_a_c
             move_into_30(1)   # the batch's first write meets row 1's stale copy: its careful rounds begin
         return original_batch(c, ctx, chunk_no, lo, hi, last, target)
 
-    def clear_then_move(probe, keys):
-        removed = original_clear(probe, keys)
-        if not probe.during_apply and (30,) in keys and len(moved_in) < 12:
+    def remove_then_move(constraint_check, keys):
+        removed = original_remove(constraint_check, keys)
+        if not constraint_check.during_apply and (30,) in keys and len(moved_in) < 12:
             move_into_30(len(moved_in) + 1)
         return removed
 
     monkeypatch.setattr(copy_module, "copy_batch", copy_after_a_move)
-    monkeypatch.setattr(Probe, "clear_way", clear_then_move)
+    monkeypatch.setattr(ConstraintCheck, "remove_stale_collisions", remove_then_move)
     try:
         migrate_in_ten_row_batches(endpoints, "movedin", "ADD COLUMN extra INT NOT NULL DEFAULT 7")
     finally:
@@ -193,30 +193,30 @@ def test_a_copy_batch_completes_while_every_round_meets_a_value_moved_out_of_a_c
     assert migration_row(conn, DB, "movedin").status == "done"
 
 
-def _probe_round(endpoints, conn, table: str, keys: list[tuple], monkeypatch, between_reads) -> tuple[str, list]:
-    """One careful round of the copy for `keys` of DB.table: the probe clears the way in a transaction, and
-    `between_reads(app)` commits the application's write right after the probe's first read of the source.
+def _careful_round(endpoints, conn, table: str, keys: list[tuple], monkeypatch, between_reads) -> tuple[str, list]:
+    """One careful round of the copy for `keys` of DB.table: the ConstraintCheck removes the stale collisions in a
+    transaction, and `between_reads(app)` commits the application's write right after its first read of the source.
     Returns how the round ended ('cleared', 'moved' or the ConstraintViolated text) and the new table's rows
     after the transaction ended (committed when cleared, else rolled back)."""
-    from applier.conflicts import ConstraintViolated, Probe, RowsMoved
+    from applier.conflicts import ConstraintCheck, ConstraintViolated, RowsMoved
     from core.table import load_pair
     pair = load_pair(conn, DB, table, f"{table}_osc_new")
     worker, app = db_conn(endpoints), db_conn(endpoints)
-    original, reads = Probe._load, []
+    original, reads = ConstraintCheck._insert_source_rows, []
 
-    def write_after_the_first_read(probe, ks):
-        found = original(probe, ks)
+    def write_after_the_first_read(constraint_check, ks):
+        found = original(constraint_check, ks)
         reads.append(list(ks))
         if len(reads) == 1:
             between_reads(app)
         return found
 
-    monkeypatch.setattr(Probe, "_load", write_after_the_first_read)
+    monkeypatch.setattr(ConstraintCheck, "_insert_source_rows", write_after_the_first_read)
     try:
-        with Probe(worker, pair, during_apply=False) as probe:
+        with ConstraintCheck(worker, pair, during_apply=False) as constraint_check:
             worker.begin()
             try:
-                probe.clear_way(keys)
+                constraint_check.remove_stale_collisions(keys)
                 worker.commit()
                 outcome = "cleared"
             except RowsMoved:
@@ -250,7 +250,7 @@ def test_two_rows_exchanging_a_unique_value_between_the_probes_reads_are_not_a_d
         query(app, f"UPDATE {DB}.swapread SET u = 'a' WHERE id = 2")
         app.commit()
 
-    assert _probe_round(endpoints, conn, "swapread", [(2,)], monkeypatch, swap) == ("moved", [(1, "b")])
+    assert _careful_round(endpoints, conn, "swapread", [(2,)], monkeypatch, swap) == ("moved", [(1, "b")])
     assert dict(query(conn, f"SELECT id, u FROM {DB}.swapread")) == {1: "b", 2: "a"}
 
 
@@ -266,7 +266,7 @@ def test_a_real_duplicate_that_moves_away_between_the_probes_reads_keeps_the_oth
     def move_away(app):
         query(app, f"UPDATE {DB}.realmove SET u = 'y' WHERE id = 1")
 
-    assert _probe_round(endpoints, conn, "realmove", [(1,)], monkeypatch, move_away) == ("moved", [(900, "x")])
+    assert _careful_round(endpoints, conn, "realmove", [(1,)], monkeypatch, move_away) == ("moved", [(900, "x")])
 
 
 def test_a_real_duplicate_that_stays_between_the_probes_reads_is_refused(endpoints, conn, monkeypatch):
@@ -274,7 +274,7 @@ def test_a_real_duplicate_that_stays_between_the_probes_reads_is_refused(endpoin
     make_table(conn, "realstay", "id INT PRIMARY KEY, u VARCHAR(20)", [(1, "x"), (900, "x")])
     query(conn, f"CREATE TABLE {DB}.realstay_osc_new (id INT PRIMARY KEY, u VARCHAR(20), UNIQUE KEY uk (u))")
     query(conn, f"INSERT INTO {DB}.realstay_osc_new VALUES (900, 'x')")
-    outcome, rows = _probe_round(endpoints, conn, "realstay", [(1,)], monkeypatch, lambda app: None)
+    outcome, rows = _careful_round(endpoints, conn, "realstay", [(1,)], monkeypatch, lambda app: None)
     assert "share the value ('x'): id=1 (u='x'), id=900 (u='x')" in outcome
     assert rows == [(900, "x")]
 

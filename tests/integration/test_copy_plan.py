@@ -1,5 +1,6 @@
 """Init reads the copy's key ranges on a session of its own while the capture starts (migration/init_stage.py:
-plan_beside): the two overlap, the ranges still cover every key, and a failed start does not wait for the walk."""
+plan_copy_while_capture_starts): the two overlap, the ranges still cover every key, and a failed start does not
+wait for the walk."""
 from __future__ import annotations
 
 import threading
@@ -12,7 +13,7 @@ from applier.chunks import key_ranges
 from core.db import qualified, query
 from core.keys import primary_key
 from migration import init_stage
-from migration.init_stage import plan_beside
+from migration.init_stage import plan_copy_while_capture_starts
 from tests.integration.helpers import db_conn, wait_for
 
 pytestmark = pytest.mark.integration
@@ -60,7 +61,7 @@ def test_the_plan_is_read_while_the_capture_starts_and_covers_every_key(endpoint
             query(holder, "UNLOCK TABLES")
 
     try:
-        ranges = plan_beside(start, endpoints, SOURCE, planned_table, 300)
+        ranges = plan_copy_while_capture_starts(start, endpoints, SOURCE, planned_table, 300)
     finally:
         holder.close()
     assert ranges[0][0] is None and ranges[-1][1] is None
@@ -90,7 +91,8 @@ def test_a_failed_capture_start_stops_the_plan_at_its_next_bound(endpoints, conn
 
     try:
         with pytest.raises(StartFailed):
-            plan_beside(start, endpoints, SOURCE, planned_table, 1)   # a thousand bounds, if walked on
+            # a thousand bounds, if walked on
+            plan_copy_while_capture_starts(start, endpoints, SOURCE, planned_table, 1)
     finally:
         holder.close()
     assert 1 <= len(bounds_read) < 100   # it returned once the walk had stopped, after a few bounds
@@ -109,7 +111,7 @@ def test_a_failed_capture_start_does_not_wait_for_a_plan_read_queued_behind_a_lo
     began = time.monotonic()
     try:
         with pytest.raises(StartFailed):
-            plan_beside(start, endpoints, SOURCE, planned_table, 300)
+            plan_copy_while_capture_starts(start, endpoints, SOURCE, planned_table, 300)
         waited_s = time.monotonic() - began
         assert not plan_waiting_on(conn, "plan")
     finally:

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from core.db import STATEMENT_TAG
-from core.sql_names import names_table as names
+from core.sql_names import names_table
 from cutover.queued_ddl import is_read_or_row_change
 
 
@@ -35,23 +35,24 @@ def test_everything_else_rolls_the_attempt_back(statement):
 
 
 def test_the_table_is_named_as_a_whole_name_in_its_schema():
-    assert names("TRUNCATE `shop`.`t`", "shop", "t", None)
-    assert names("truncate SHOP.T", "shop", "t", "other")
-    assert names("DROP TABLE t", "shop", "t", "shop")
-    assert names("DROP TABLE `order-lines`", "shop", "order-lines", "shop")
-    assert names("DROP TABLE t", "shop", "t", None)               # no session schema: assumed ours
-    assert not names("DROP TABLE t", "shop", "t", "other")        # another schema's t
-    assert not names("TRUNCATE other.t", "shop", "t", "shop")
-    assert not names("ALTER TABLE orders ADD x INT", "shop", "t", "shop")
-    assert not names("DROP TABLE t_archive", "shop", "t", "shop") and not names("DROP TABLE $t", "shop", "t", "shop")
+    assert names_table("TRUNCATE `shop`.`t`", "shop", "t", None)
+    assert names_table("truncate SHOP.T", "shop", "t", "other")
+    assert names_table("DROP TABLE t", "shop", "t", "shop")
+    assert names_table("DROP TABLE `order-lines`", "shop", "order-lines", "shop")
+    assert names_table("DROP TABLE t", "shop", "t", None)               # no session schema: assumed ours
+    assert not names_table("DROP TABLE t", "shop", "t", "other")        # another schema's t
+    assert not names_table("TRUNCATE other.t", "shop", "t", "shop")
+    assert not names_table("ALTER TABLE orders ADD x INT", "shop", "t", "shop")
+    assert not names_table("DROP TABLE t_archive", "shop", "t", "shop")
+    assert not names_table("DROP TABLE $t", "shop", "t", "shop")
 
 
 @pytest.mark.parametrize("table", ["stream", "osc"])
 def test_the_tool_s_tag_is_not_taken_for_a_table_it_names(table):
     """A COMMIT of another migration's session, seen beside the RENAME, does not roll the attempt back for a
     table named after a word of the tag."""
-    assert not names(STATEMENT_TAG + "COMMIT", "shop", table, None)
-    assert names(STATEMENT_TAG + f"TRUNCATE shop.{table}", "shop", table, None)
+    assert not names_table(STATEMENT_TAG + "COMMIT", "shop", table, None)
+    assert names_table(STATEMENT_TAG + f"TRUNCATE shop.{table}", "shop", table, None)
 
 
 def test_a_long_run_of_blanks_is_judged_and_does_not_hold_the_lock():

@@ -1,5 +1,5 @@
 """What a change of the source table's definition is reported as, and how its identity is looked up."""
-from core.source_check import names_table, definition_changes, innodb_name
+from core.source_check import definition_changes, innodb_name, is_innodb_name_of
 
 RECORDED = {"columns": {"id": "bigint(20) NOT NULL auto_increment", "k": "int(11) NOT NULL DEFAULT 0",
                         "legacy": "varchar(20) NULL DEFAULT NULL"},
@@ -45,12 +45,12 @@ def test_windows_device_names_get_the_servers_suffix():
 
 
 def test_partitions_belong_to_their_table_and_a_hash_in_a_name_does_not():
-    assert names_table("shop/t", "shop/t")
-    assert names_table("shop/t#P#p0", "shop/t")            # MariaDB
-    assert names_table("shop/t#p#p0#sp#s1", "shop/t")      # MySQL, a subpartition
-    assert not names_table("shop/t@0023p@0023x", "shop/t")  # the table `t#p#x`
-    assert not names_table("shop/tt", "shop/t")
-    assert not names_table("shop/T", "shop/t")
+    assert is_innodb_name_of("shop/t", "shop/t")
+    assert is_innodb_name_of("shop/t#P#p0", "shop/t")            # MariaDB
+    assert is_innodb_name_of("shop/t#p#p0#sp#s1", "shop/t")      # MySQL, a subpartition
+    assert not is_innodb_name_of("shop/t@0023p@0023x", "shop/t")  # the table `t#p#x`
+    assert not is_innodb_name_of("shop/tt", "shop/t")
+    assert not is_innodb_name_of("shop/T", "shop/t")
 
 
 def test_a_foreign_key_added_either_way_is_named_and_an_earlier_record_without_them_compares():
