@@ -99,7 +99,7 @@ def exclusive_when_marked(request: pytest.FixtureRequest) -> Iterator[None]:
     """Under test workers, a test marked `exclusive` (it changes what every test sees: a global server setting, the
     server's load, the stack's processes) runs alone; the others run side by side."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is None:
+    if run is None or request.node.get_closest_marker("integration") is None:   # unit tests touch no service
         yield
         return
     exclusive = request.node.get_closest_marker("exclusive") is not None
