@@ -13,7 +13,12 @@ missing=()
 need_pkg() { dpkg -s "$1" >/dev/null 2>&1 || missing+=("$1"); }
 need_pkg mariadb-server
 need_pkg redis-server
-command -v java >/dev/null 2>&1 || need_pkg default-jre-headless
+# Kafka 4 needs Java 17+: an older java on PATH (and no JAVA_HOME) gets Debian 12's OpenJDK 17 beside it
+java_major() { "$1" -version 2>&1 | sed -n 's/.*version "\([0-9]*\)\.\{0,1\}\([0-9]*\).*/\1 \2/p' | head -1 |
+               awk '{ print ($1 == 1) ? $2 : $1 }'; }
+java_cmd=${JAVA_HOME:+$JAVA_HOME/bin/java}
+java_cmd=${java_cmd:-$(command -v java || true)}
+if [[ -z $java_cmd ]] || (( $(java_major "$java_cmd" || echo 0) < 17 )); then need_pkg default-jre-headless; fi
 command -v mvn >/dev/null 2>&1 || need_pkg maven
 need_pkg python3-venv
 need_pkg percona-toolkit
