@@ -66,8 +66,24 @@ def refuse_stored_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{BY_FIELD[field].name}", action=StoredOption)
 
 
+SEVERAL_TABLES = ("--table given more than once: a migration changes one table; run one `stream-osc migrate` per "
+                  "table. Several tables are not swapped in one step because on MariaDB that is not safe: a RENAME of "
+                  "several tables waits in one table's metadata-lock queue at a time, in name order, so at the unlock "
+                  "the application's writes already waiting on the other tables would run on the tables it is about "
+                  "to replace, and be lost")
+
+
+class OneTable(argparse.Action):
+    """--table, given once: a second one is refused (argparse would keep the last silently)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(SEVERAL_TABLES)
+        setattr(namespace, self.dest, values)
+
+
 def add_spec_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--table", help="DB.TABLE to change")
+    parser.add_argument("--table", action=OneTable, help="DB.TABLE to change (one)")
     add_store_options(parser, "TOML file with [endpoints] and [migration] sections")
     parser.add_argument("--copy-workers", type=option_type("copy-workers"),
                         help=f"parallel bulk-copy workers (default {DEFAULTS.copy_workers})")

@@ -219,6 +219,10 @@ def _register_migrate(sub: argparse._SubParsersAction) -> None:
                          help="create the new table without its non-unique secondary indexes and add them in one "
                               "ALTER after the bulk copy, before the changes are applied (PRIMARY, UNIQUE and "
                               "foreign-key indexes stay); refused when there is none to defer")
+    migrate.add_argument("--algorithm", metavar="auto|copy", type=option_type("algorithm"),
+                         help="auto (default): first try the ALTER on the table itself as ALGORITHM=INSTANT, which "
+                              "the server refuses at once when it cannot (then the copy runs) and otherwise is the "
+                              "change; copy: always copy (docs/options.md)")
     add_metrics_options(migrate)
     migrate.set_defaults(func=cmd_migrate)
 

@@ -112,6 +112,8 @@ def status_document(migration: Migration, times: Times, copy: tuple[int, int, in
         "table": f"{migration.database}.{migration.table}",
         "alter": migration.alter_sql,
         "target": target_of(migration),
+        "path": migration.path,
+        "path_reason": migration.path_reason,
         "stage": str(migration.stage),
         "status": str(migration.status),
         "state": state_of(migration.status, coordinator),
@@ -244,12 +246,15 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
     rate = f", {copy['rows_per_s']:,.0f} rows/s" if copy["rows_per_s"] is not None else ""
     eta = f", ETA {format_duration(copy['eta_s'])}" if copy["eta_s"] is not None else ""
     finished = doc["state"] in ("done", "aborted")
+    copied = doc.get("path") != "instant"   # an instant change made no copy, connector, topic or group
     rows: list[tuple[str, object]] = [
         ("migration", doc["migration"]), ("table", doc["table"]), ("alter", doc["alter"]),
         ("moves to", doc["target"]),
+        ("path", doc["path"] + (f" ({doc['path_reason']})" if doc.get("path_reason") else "")
+         + (" (ALGORITHM=INSTANT: nothing was copied)" if not copied else "")),
         ("stage", doc["stage"]), ("state", doc["state"]),
         ("started", f"{doc['created_at']} ({format_duration(doc['age_s'])} ago)"),
-        ("copy", f"{copy['rows']:,} rows, chunks {copy['chunks_done']}/{copy['chunks']} "
+        ("copy", None if not copied else f"{copy['rows']:,} rows, chunks {copy['chunks_done']}/{copy['chunks']} "
                  f"({copy['progress'] * 100:.1f}%{rate}{eta})"
                  + (f", {copy['chunks_checked']} validated ahead" if copy["chunks_checked"] else "")),
         ("apply lag (events)", _known(doc["apply_lag_events"], doc["apply_lag_error"])),
@@ -266,10 +271,10 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
         ("coordinator", None if finished else (
             f"{doc['coordinator']} (heartbeat {doc['coordinator_heartbeat_age_s']:.1f} s ago)"
             if doc["coordinator"] else "none running")),
-        ("connector", doc["connector"]),
+        ("connector", doc["connector"] if copied else None),
         ("connector state", f"FAILED: {doc['connector_error']}" if doc["connector_state"] == "FAILED"
          else _known(doc["connector_state"], doc["connector_error"])),
-        ("topic", doc["topic"]), ("consumer group", doc["group"]),
+        ("topic", doc["topic"] if copied else None), ("consumer group", doc["group"] if copied else None),
         ("settings", ", ".join(f"{k}={v}" for k, v in doc["settings"].items()) or None), ("error", doc["error"]),
     ]
     return [f"{name:>20}: {value}" for name, value in rows if value is not None]

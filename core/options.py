@@ -210,6 +210,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("defer-indexes", "defer_indexes", "flag"),
     Option("hook", "hook_dir", "directory"),
     Option("notify-url", "notify_url", "url"),
+    Option("algorithm", "algorithm", "text", choices=("auto", "copy")),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
 # the option that sets each field (for a field two options set, the one that says it directly: keep-old)

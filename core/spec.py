@@ -119,6 +119,7 @@ class MigrationSpec:
     defer_indexes: bool = False         # non-unique secondary indexes added after the copy (migration/index_stage.py)
     hook_dir: str = ""               # executables named after the migration's events run here (migration/notify.py)
     notify_url: str = field(default="", repr=False)   # a JSON POST at each event; its user:password never shown
+    algorithm: str = "auto"          # auto: the ALTER tried as ALGORITHM=INSTANT first (core/instant.py) | copy
 
     @property
     def qualified_name(self) -> str:
@@ -153,6 +154,8 @@ class MigrationSpec:
         self.check_target()
         if self.cutover not in ("auto", "manual"):
             raise ConfigError("--cutover must be auto or manual")
+        if self.algorithm not in ("auto", "copy"):
+            raise ConfigError(f"--algorithm must be auto or copy, not {self.algorithm!r}")
         for name in ("copy_workers", "apply_workers", "chunk_size", "batch_size", "apply_batch_size", "partitions"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1")

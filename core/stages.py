@@ -29,7 +29,7 @@ class Status(StrEnum):
 
 # The algorithm's order: the stages a migration may enter from each (StateStore.enter_stage refuses any other move).
 TRANSITIONS: dict[Stage, frozenset[Stage]] = {
-    Stage.INIT: frozenset({Stage.COPY}),
+    Stage.INIT: frozenset({Stage.COPY, Stage.DONE}),          # DONE: the server made the change instantly
     Stage.COPY: frozenset({Stage.INDEXES, Stage.APPLY}),       # INDEXES with --defer-indexes
     Stage.INDEXES: frozenset({Stage.APPLY}),
     Stage.APPLY: frozenset({Stage.VALIDATE}),

@@ -52,6 +52,10 @@ def capture_heartbeat_table(migration_id: int) -> str:
 COPY_UNTIL_OPTION = "copy_until"
 # The application's write latency before the copy (ms), which copy and validation yield against.
 APP_LATENCY_BASELINE_OPTION = "app_latency_baseline_ms"
+# The path the migration took: "instant" (the server's ALGORITHM=INSTANT was the change) or "copy"; and why the
+# copy, when it is one (core/instant.py). A migration recorded before either was kept is a copy.
+PATH_OPTION = "path"
+PATH_REASON_OPTION = "path_reason"
 
 
 @dataclass
@@ -93,6 +97,17 @@ class Migration:
     def copy_until(self) -> Key | None:
         """The largest key at init: the bulk copy covers keys up to it (None: no bound recorded)."""
         return load_key(self.options.get(COPY_UNTIL_OPTION))
+
+    @property
+    def path(self) -> str:
+        """"instant" or "copy" (core/instant.py); "copy" until init has chosen, and for earlier versions' rows."""
+        return str(self.options.get(PATH_OPTION) or "copy")
+
+    @property
+    def path_reason(self) -> str | None:
+        """Why a copy: the instant try was not made, or the server refused it (None: instant, or not recorded)."""
+        value = self.options.get(PATH_REASON_OPTION)
+        return str(value) if value else None
 
     @property
     def app_latency_baseline_ms(self) -> float | None:

@@ -37,7 +37,7 @@ from core.table import is_generated, load_pair
 from core.source_check import DEFINITION_OPTION, IDENTITY_OPTION, table_definition, table_identity
 from core.state import StateStore
 from core.state_records import COPY_UNTIL_OPTION, Migration
-from core.stages import Stage
+from core.stages import Stage, Status
 from core.target_identity import record_target
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
 from streams.topics import TopicNames, commit_start_offsets, create_capture_heartbeat_topic, create_change_topic
@@ -255,16 +255,19 @@ def _end_plan(endpoints: Endpoints, planned: Future, session: list[pymysql.conne
 def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
              info: ServerInfo, coordinator: str,
              on_created: Callable[[Migration], None] = lambda migration: None,
-             before_capture: Callable[[], None] = lambda: None) -> Migration | None:
-    """Run init as `coordinator`; returns the migration at stage `copy` (None for a dry run, after its checks).
+             before_capture: Callable[[], None] = lambda: None,
+             instant: Callable[[Migration], bool] = lambda migration: False) -> Migration | None:
+    """Run init as `coordinator`; returns the migration at stage `copy`, or at stage `done` when `instant` made the
+    change (None for a dry run, after its checks).
 
     `on_created` is called once the migration row exists (to start its coordinator heartbeat and latency probe);
-    `before_capture` just before the connector and the copy plan add their load (to take the application's
-    latency baseline without it).
+    `instant` right after it, before anything else is made: True when the server made the change instantly
+    (migration/instant_stage.py); `before_capture` just before the connector and the copy plan add their load (to
+    take the application's latency baseline without it).
     """
     target = target_connection(endpoints, spec)
     try:
-        return _run_init(conn, target, endpoints, spec, info, coordinator, on_created, before_capture)
+        return _run_init(conn, target, endpoints, spec, info, coordinator, on_created, before_capture, instant)
     finally:
         if target is not None:
             target.close()
@@ -272,7 +275,8 @@ def run_init(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: M
 
 def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.Connection | None,
               endpoints: Endpoints, spec: MigrationSpec, info: ServerInfo, coordinator: str,
-              on_created: Callable[[Migration], None], before_capture: Callable[[], None]) -> Migration | None:
+              on_created: Callable[[Migration], None], before_capture: Callable[[], None],
+              instant: Callable[[Migration], bool]) -> Migration | None:
     """run_init, with the target server's session when the new table moves to another server."""
     pk = preflight(conn, endpoints, spec, info, target)
     # read first: a DDL, TRUNCATE or replacement from here on is caught (core/source_check.py)
@@ -283,13 +287,7 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
                        "otherwise): a TRUNCATE or a table replaced in place during the migration cannot be caught; "
                        "only its definition is compared", logging.WARNING, table=spec.qualified_name)
     if spec.dry_run:
-        create_new_table(conn, spec, pk, target)
-        try:
-            if spec.defer_indexes:
-                indexes_to_defer(target or conn, spec)
-        finally:
-            query(target or conn, f"DROP TABLE {qualified(spec.target_database, spec.new_table)}")
-        return None
+        return _dry_run(conn, target, spec, pk)
     store = StateStore(conn, spec.metadata_schema)
     store.ensure_schema()
     if store.active(spec.database, spec.table):
@@ -303,6 +301,8 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
     new_table_created = False
     try:
         on_created(migration)
+        if instant(migration):   # the server made the change: nothing else is made
+            return store.get(migration.id)
         if target is not None:   # before anything is written there (core/target_identity.py)
             record_target(target, store, migration.id, f"{endpoints.mysql.where()} {spec.qualified_name}")
         create_new_table(conn, spec, pk, target)
@@ -324,10 +324,30 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
         log_event(log, "capture running; copy planned", migration=migration.id, chunks=len(ranges))
         return store.get(migration.id)
     except BaseException:
-        # a CREATE refused because the name was taken since preflight leaves that table alone
-        tear_down(conn, endpoints, spec, migration, drop_new_table=new_table_created, metadata=Metadata.ALL,
-                  best_effort=True)
+        # a CREATE refused because the name was taken since preflight leaves that table alone; an abort asked
+        # meanwhile (while the instant change waited for the table) keeps the row, marked aborted, as abort does
+        tear_down(conn, endpoints, spec, migration, drop_new_table=new_table_created, best_effort=True,
+                  metadata=Metadata.WORK if _aborted(store, migration.id) else Metadata.ALL)
         raise
+
+
+def _aborted(store: StateStore, migration_id: int) -> bool:
+    """Whether the migration was aborted (False when that cannot be read: the session may be what failed)."""
+    try:
+        return store.status(migration_id) == Status.ABORTED
+    except pymysql.err.Error:
+        return False
+
+
+def _dry_run(conn: pymysql.connections.Connection, target: pymysql.connections.Connection | None,
+             spec: MigrationSpec, pk: PrimaryKey) -> None:
+    """The dry run's ALTER on a new table, dropped after (and the indexes --defer-indexes would defer)."""
+    create_new_table(conn, spec, pk, target)
+    try:
+        if spec.defer_indexes:
+            indexes_to_defer(target or conn, spec)
+    finally:
+        query(target or conn, f"DROP TABLE {qualified(spec.target_database, spec.new_table)}")
 
 
 def spec_options(spec: MigrationSpec) -> dict:

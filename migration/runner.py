@@ -29,6 +29,7 @@ from migration.coordination import Coordination, MigrationStopped
 from migration.cutover_loop import CutoverLoop
 from migration.index_stage import build_deferred_indexes, deferred
 from migration.init_stage import run_init
+from migration.instant_stage import InstantStage
 from migration.lag_waits import LagWaits
 from migration.lease import live_coordinator
 from migration.notify import stop_figures
@@ -65,6 +66,7 @@ class Runner:
         blocker_clock = BlockerClock()   # --force-kill-blockers-after counts across waits and attempts
         self.lag = LagWaits(self.shared, self.supervisor, self.workers, blocker_clock)
         self.cutover_loop = CutoverLoop(self.shared, self.supervisor, self.workers, self.lag, blocker_clock)
+        self.instant = InstantStage(self.shared, blocker_clock)
         self.resuming = Resuming(self.shared, given, resume_live)
         self.probe: LatencyProbe | None = None
         self.migration_id: int | None = None   # once this process coordinates a migration with an id
@@ -126,14 +128,23 @@ class Runner:
         return 0 if migration is None else self._run_stages_retrying(migration.id)
 
     def _init(self) -> Migration | None:
-        """Init: checks, metadata, the new table, topics and the connector; None after a dry run."""
+        """Init: checks, metadata, then the server's instant change if it can make it, else the new table, topics
+        and the connector; None after a dry run or an instant change (the migration is done)."""
         shared = self.shared
         shared.metrics.stage(Stage.INIT)
         shared.say(f"init: checking {shared.spec.qualified_name} and starting change capture")
         migration = run_init(shared.conn, shared.endpoints, shared.spec, shared.info, shared.lease.owner,
-                             on_created=self._created, before_capture=lambda: self._wait_for_baseline(lambda: False))
+                             on_created=self._created, before_capture=lambda: self._wait_for_baseline(lambda: False),
+                             instant=self.instant.decide)
         if migration is None:
+            shared.say(self.instant.expected())
             shared.say("dry run: every check passed and the ALTER is valid; nothing was changed")
+            return None
+        if migration.stage == Stage.DONE:
+            shared.notify("started", migration.id, resumed=False, path="instant")
+            shared.say(f"done: {shared.spec.qualified_name} has the new schema: the server made the change "
+                       f"instantly (ALGORITHM=INSTANT, {self.instant.took_ms:.0f} ms); nothing was copied")
+            shared.notify("swapped", migration.id, blocked_ms=round(self.instant.took_ms), path="instant")
             return None
         shared.say(f"init: migration {migration.id} captures {shared.spec.qualified_name} via connector "
                    f"{migration.connector}; copying by key ({', '.join(migration.pk_columns)})")

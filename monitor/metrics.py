@@ -90,6 +90,8 @@ class MigrationMetrics:
         self.validation_diffs = gauge("stream_osc_validation_differences",
                                       "Rows validation found different and re-copied")
         self.updated = gauge("stream_osc_last_update_timestamp_seconds", "When any figure last changed (Unix time)")
+        self.path_info = gauge("stream_osc_path_info", "The path the migration takes (value 1): instant (the "
+                               "server's ALGORITHM=INSTANT was the change) or copy", "path")
 
     def _copy_metrics(self) -> None:
         gauge = self._gauge
@@ -283,6 +285,12 @@ class MigrationMetrics:
         self.cutover_blocked.labels(self.table).set(blocked_ms / 1000)
         self._touch()
         log_event(log, "cutover attempt", swapped=swapped, blocked_ms=round(blocked_ms))
+
+    def path(self, path: str) -> None:
+        """The path init chose: "instant" or "copy" (migration/instant_stage.py)."""
+        self.path_info.clear()
+        self.path_info.labels(self.table, path).set(1)
+        self._touch()
 
     def validation(self, differences: int) -> None:
         self.validation_diffs.labels(self.table).set(differences)

@@ -65,7 +65,8 @@ def test_abort_after_a_swap_the_metadata_missed_says_so_and_finishes_the_cleanup
 def killed_after_new_table(endpoints, conn, monkeypatch):
     """Run init and kill it right after it created the new table: the process does no undo."""
     sample_table(conn, "orders")
-    spec = MigrationSpec(database=DB, table="orders", alter="ADD COLUMN x INT", partitions=2).validate()
+    spec = MigrationSpec(algorithm="copy", database=DB, table="orders", alter="ADD COLUMN x INT",
+                         partitions=2).validate()
     real_create = init_stage.create_new_table
     recorded_first = []
 
@@ -101,7 +102,7 @@ def test_a_kill_between_new_table_and_capture_leaves_what_abort_removes(endpoint
 
 def test_a_kill_between_new_table_and_capture_leaves_what_migrate_starts_over_from(endpoints, conn, capsys,
                                                                                     killed_after_new_table):
-    code = main(["migrate", "--table", f"{DB}.orders", "--alter", "ADD COLUMN x INT", "--quiet"])
+    code = main(["migrate", "--algorithm", "copy", "--table", f"{DB}.orders", "--alter", "ADD COLUMN x INT", "--quiet"])
     assert code == 0, capsys.readouterr().err
     assert table_columns(conn, DB, "orders") == ["id", "v", "x"]
     assert sorted(query(conn, f"SELECT id, v FROM {DB}.orders")) == [(1, 10), (2, 20), (3, 30)]

@@ -31,8 +31,8 @@ def test_no_acknowledged_write_is_lost_through_repeated_swaps(endpoints, kind):
     with Ledger(endpoints.mysql, db, table, writers=8, seed=len(table)) as ledger:
         for number, alter in enumerate(ALTERS, 1):
             ledger.wait_for_writes(200)
-            spec = MigrationSpec(database=db, table=table, alter=alter, copy_workers=2, apply_workers=2,
-                                 chunk_size=5_000, batch_size=1_000, partitions=4, keep_old=False,
+            spec = MigrationSpec(algorithm="copy", database=db, table=table, alter=alter, copy_workers=2,
+                                 apply_workers=2, chunk_size=5_000, batch_size=1_000, partitions=4, keep_old=False,
                                  max_lag_events=200).validate()
             assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0, f"migration {number}"
         ledger.wait_for_writes(200)   # writes after the last swap count as much as any other

@@ -227,7 +227,8 @@ def migrate_under_key_changes(endpoints, db: str, table: str, shape: Shape) -> N
         writer.start()
     try:
         wait_for(lambda: sum(w.writes for w in writers) >= 300, what="writes before the migration")
-        spec = MigrationSpec(database=db, table=table, alter="ADD COLUMN extra INT NULL", copy_workers=2,
+        spec = MigrationSpec(algorithm="copy", database=db, table=table, alter="ADD COLUMN extra INT NULL",
+                             copy_workers=2,
                              apply_workers=2, chunk_size=1_000, batch_size=300, partitions=4, keep_old=False,
                              max_lag_events=200).validate()
         migration_started = time.monotonic()

@@ -53,7 +53,7 @@ class NoteWriter(AcknowledgedWriter):
 
 
 def run_migration(endpoints: Endpoints, table: str, alter: str) -> None:
-    spec = MigrationSpec(database=DB, table=table, alter=alter, copy_workers=2, apply_workers=1,
+    spec = MigrationSpec(algorithm="copy", database=DB, table=table, alter=alter, copy_workers=2, apply_workers=1,
                          chunk_size=1_000, batch_size=500, partitions=2).validate()
     assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
 

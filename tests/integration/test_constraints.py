@@ -37,7 +37,7 @@ def assert_refused(endpoints, conn, capsys, table: str, alter: str, *extra: str)
     """The migration fails with one clear line, exit 2, nothing left behind and the table unchanged."""
     before = snapshot(conn, table)
     capsys.readouterr()
-    code = main(["migrate", "--table", f"{DB}.{table}", "--alter", alter, "--quiet", *extra])
+    code = main(["migrate", "--algorithm", "copy", "--table", f"{DB}.{table}", "--alter", alter, "--quiet", *extra])
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.startswith("stream-osc: error: ") and len(err.strip().splitlines()) == 1, err
@@ -90,8 +90,8 @@ def test_check_constraint_over_a_violating_row_is_refused(endpoints, conn, capsy
 
 def migrate_in_ten_row_batches(endpoints, table: str, alter: str) -> None:
     """Migrate DB.table with one copy worker in 10-row chunks and batches: its batches come in key order."""
-    spec = MigrationSpec(database=DB, table=table, alter=alter, copy_workers=1, apply_workers=1, chunk_size=10,
-                         batch_size=10, partitions=1).validate()
+    spec = MigrationSpec(algorithm="copy", database=DB, table=table, alter=alter, copy_workers=1, apply_workers=1,
+                         chunk_size=10, batch_size=10, partitions=1).validate()
     assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
 
 

@@ -33,8 +33,8 @@ def test_rows_moved_above_the_top_during_the_copy_are_applied_not_copied(endpoin
         return original(c, ctx, chunk_no, lo, hi, last, target)
 
     monkeypatch.setattr(copy_module, "copy_batch", move_while_copying)
-    spec = MigrationSpec(database=DB, table="moved", alter="ADD COLUMN n INT NULL", copy_workers=1, apply_workers=1,
-                         chunk_size=100, batch_size=50, partitions=2, keep_old=False).validate()
+    spec = MigrationSpec(algorithm="copy", database=DB, table="moved", alter="ADD COLUMN n INT NULL", copy_workers=1,
+                         apply_workers=1, chunk_size=100, batch_size=50, partitions=2, keep_old=False).validate()
     try:
         assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
     finally:

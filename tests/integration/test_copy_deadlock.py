@@ -71,8 +71,8 @@ def test_a_copy_batch_that_loses_a_deadlock_is_written_again_without_restarting_
             raise
 
     monkeypatch.setattr(copy_module, "copy_batch", copy_meeting_a_deadlock)
-    spec = MigrationSpec(database=DB, table="t", alter="ADD COLUMN w INT NOT NULL DEFAULT 7", copy_workers=1,
-                         apply_workers=1, chunk_size=10, batch_size=10, partitions=1).validate()
+    spec = MigrationSpec(algorithm="copy", database=DB, table="t", alter="ADD COLUMN w INT NOT NULL DEFAULT 7",
+                         copy_workers=1, apply_workers=1, chunk_size=10, batch_size=10, partitions=1).validate()
     try:
         with caplog.at_level(logging.WARNING, logger="stream_osc"):
             assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0

@@ -34,7 +34,8 @@ WRITERS = 4
 WINDOW_S = 3.0
 BOUND_S = WINDOW_S + 5   # the application's writes resume within this while the coordinator is stopped
 HOLD_S = MIN_AGE_S * 0.7   # each of the application's short transactions: never waited for as a holder
-OPTIONS = ("--alter", "ADD COLUMN note INT NULL", "--copy-workers", "2", "--apply-workers", "2", "--partitions", "4",
+OPTIONS = ("--alter", "ADD COLUMN note INT NULL", "--algorithm", "copy", "--copy-workers", "2", "--apply-workers", "2",
+           "--partitions", "4",
            "--chunk-size", "5000", "--batch-size", "1000", "--max-lag", "500", "--cutover-window", str(WINDOW_S),
            "--lock-tries", "20")
 

@@ -63,7 +63,8 @@ def test_group_backlog_and_capture_lag_are_visible_and_honest_during_the_copy(en
     earlier = latest_migration_id(conn, DB, table)
     port = free_ports(1)[0]
     log = tmp_path / "cli.log"
-    proc = start_cli("migrate", "--table", qualified, "--alter", "ADD COLUMN flag INT NULL", "--max-load", HOLD_COPY,
+    proc = start_cli("migrate", "--algorithm", "copy", "--table", qualified, "--alter", "ADD COLUMN flag INT NULL",
+                     "--max-load", HOLD_COPY,
                      "--partitions", str(PARTITIONS), "--metrics-port", str(port), "--log-level", "INFO", log=log)
     traffic = Traffic(endpoints.mysql, DB, table, SampleRows(ROWS, 14), seed=14, writers=1, rate=50.0)
     key = (("table", qualified),)

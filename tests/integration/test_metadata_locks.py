@@ -98,7 +98,8 @@ def said(out: io.StringIO, text: str) -> Callable[[HeldTransaction], bool]:
 
 
 def spec_for(table: str, **options) -> MigrationSpec:
-    return MigrationSpec(database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2, apply_workers=2,
+    return MigrationSpec(algorithm="copy", database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2,
+                         apply_workers=2,
                          chunk_size=5_000, batch_size=1_000, partitions=4, keep_old=False, max_lag_events=200,
                          **options).validate()
 

@@ -54,8 +54,8 @@ def test_metrics_endpoint_shows_stage_and_lag_moving_during_a_migration(endpoint
     traffic = Traffic(endpoints.mysql, DB, table, original, seed=41, writers=2, rate=None)
     port = free_ports(1)[0]
     traffic.start()
-    proc = start_cli("migrate", "--table", qualified, "--alter", "ADD COLUMN flag INT NULL", "--copy-workers", "2",
-                     "--chunk-size", "2000", "--batch-size", "200", "--target-batch-time", "0",
+    proc = start_cli("migrate", "--algorithm", "copy", "--table", qualified, "--alter", "ADD COLUMN flag INT NULL",
+                     "--copy-workers", "2", "--chunk-size", "2000", "--batch-size", "200", "--target-batch-time", "0",
                      "--partitions", "2", "--metrics-port", str(port),
                      "--quiet", log=tmp_path / "cli.log")
     stages: list[int] = []

@@ -50,7 +50,7 @@ def test_migration_under_traffic_keeps_every_acknowledged_write(endpoints, kind)
                       rate=None)
     watch = ConflictWatch(endpoints.mysql, [db], f"traffic on {db}.{table}")
     traffic.start()
-    spec = MigrationSpec(database=db, table=table, alter=alter, copy_workers=2, apply_workers=2,
+    spec = MigrationSpec(algorithm="copy", database=db, table=table, alter=alter, copy_workers=2, apply_workers=2,
                          chunk_size=4_000, batch_size=1_000, partitions=4,
                          validate_ahead=kind in VALIDATED_AHEAD).validate()
     migration_window = (0.0, 0.0)

@@ -41,7 +41,7 @@ def spec_for(table: str, alter: str, **options) -> MigrationSpec:
     settings = {"copy_workers": 1, "apply_workers": 1, "chunk_size": 2_000, "batch_size": 200, "partitions": 2,
                 "keep_old": False, "max_lag_events": 50}
     settings.update(options)
-    return MigrationSpec(database=DB, table=table, alter=alter, **settings).validate()
+    return MigrationSpec(algorithm="copy", database=DB, table=table, alter=alter, **settings).validate()
 
 
 def fresh(conn, table: str) -> None:
@@ -415,7 +415,7 @@ def test_a_table_dropped_and_created_again_is_not_resumed_as_the_one_migrated(en
     written = {(i, f"recreated {i}") for i in range(10, 15)}
     query(conn, f"INSERT INTO {DB}.{table} (id, k, c, updated_at) VALUES " + ", ".join(["(%s, 0, %s, NOW())"] * 5),
           [v for row in sorted(written) for v in row])
-    run = cli("migrate", "--table", f"{DB}.{table}", "--alter", spec.alter, "--quiet")
+    run = cli("migrate", "--algorithm", "copy", "--table", f"{DB}.{table}", "--alter", spec.alter, "--quiet")
     assert run.returncode == ExitCode.FAILED, (run.returncode, run.stderr)
     assert f"table {DB}.{table} was replaced during the migration" in run.stderr
     assert "dropped and created again" in run.stderr
@@ -434,7 +434,8 @@ def test_triggers_are_not_left_behind_on_the_old_table(endpoints, conn, capsys):
     create_sample_table(conn, DB, table, rows=100, seed=5)
     query(conn, f"CREATE TRIGGER {DB}.{table}_bi BEFORE INSERT ON {DB}.{table} FOR EACH ROW SET NEW.k = NEW.k + 1")
     query(conn, f"CREATE TRIGGER {DB}.{table}_ad AFTER DELETE ON {DB}.{table} FOR EACH ROW SET @deleted = OLD.id")
-    code = main(["migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN flag INT NULL", "--quiet"])
+    code = main(["migrate", "--algorithm", "copy", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN flag INT NULL",
+                 "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"table {DB}.{table} has triggers ({table}_ad, {table}_bi)" in err
@@ -537,8 +538,8 @@ def test_sessions_that_may_still_write_mixed_binlog_are_pointed_out(endpoints, c
     fresh(conn, table)
     create_sample_table(conn, DB, table, rows=10, seed=6)
     query(conn, "SET GLOBAL binlog_format = 'ROW'")   # a run-time change: older sessions keep their format
-    code = main(["--log-level", "INFO", "migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN flag INT NULL",
-                 "--dry-run", "--quiet"])
+    code = main(["--log-level", "INFO", "migrate", "--algorithm", "copy", "--table", f"{DB}.{table}", "--alter",
+                 "ADD COLUMN flag INT NULL", "--dry-run", "--quiet"])
     err = capsys.readouterr().err
     assert code == 0, err
     if ServerInfo.read(conn).is_mariadb:   # it cannot show other sessions' format: the change is pointed out

@@ -116,8 +116,8 @@ def hooks(tmp_path: Path) -> Hooks:
 
 def migrate(table: str, hooks: Hooks, url: str, log: Path, *args: str):
     """`stream-osc migrate` of DB.table with the hooks and URL, in an environment holding other passwords too."""
-    return start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--partitions", "2",
-                     "--hook", str(hooks.dir), "--notify-url", url, "--log-level", "INFO", *args,
+    return start_cli("migrate", "--algorithm", "copy", "--table", f"{DB}.{table}", "--alter", ALTER, "--partitions",
+                     "2", "--hook", str(hooks.dir), "--notify-url", url, "--log-level", "INFO", *args,
                      env={**os.environ, **APP_ENV}, log=log)
 
 

@@ -32,7 +32,8 @@ SECOND = "elsewhere:1:second"   # the coordinator that takes over
 
 
 def spec_for(table: str) -> MigrationSpec:
-    return MigrationSpec(database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2, apply_workers=2,
+    return MigrationSpec(algorithm="copy", database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2,
+                         apply_workers=2,
                          chunk_size=5_000, batch_size=1_000, partitions=4, keep_old=False, max_lag_events=200,
                          lock_tries=20).validate()
 

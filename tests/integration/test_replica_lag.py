@@ -93,7 +93,8 @@ def test_lagging_replica_holds_the_copy_back_until_it_catches_up(endpoints, conn
     replica.delay(3600)
     query(conn, f"UPDATE {DB}.{table} SET k = k + 1 WHERE id = 1")   # an event the replica now waits on
     wait_for(lambda: (replica.lag() or 0) >= 2, 30, "the replica to fall 2 s behind")
-    proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--throttle-replicas",
+    proc = start_cli("migrate", "--algorithm", "copy", "--table", f"{DB}.{table}", "--alter", ALTER,
+                     "--throttle-replicas",
                      f"127.0.0.1:{replica.port}", "--max-replica-lag", "2", "--copy-workers", "2", "--chunk-size",
                      "5000", log=tmp_path / "cli.log")
     try:
@@ -121,7 +122,8 @@ def test_a_replica_that_is_not_one_or_is_unreachable_is_refused(endpoints, conn,
     fresh_table(conn, DB, table, rows=100, seed=48)
     source = endpoints.mysql
     address = f"{source.host}:{source.port}" if target == "source" else f"127.0.0.1:{free_ports(1)[0]}"
-    result = cli("migrate", "--table", f"{DB}.{table}", "--alter", ALTER, "--throttle-replicas", address, "--quiet")
+    result = cli("migrate", "--algorithm", "copy", "--table", f"{DB}.{table}", "--alter", ALTER, "--throttle-replicas",
+                 address, "--quiet")
     assert result.returncode == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not source.password or source.password not in result.stderr

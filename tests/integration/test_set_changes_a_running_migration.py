@@ -26,8 +26,8 @@ def test_set_releases_a_max_load_that_holds_a_running_copy_back(endpoints, conn,
     qualified = f"{DB}.{table}"
     fresh_table(conn, DB, table, rows=20_000, seed=51)
     earlier = latest_migration_id(conn, DB, table)
-    proc = start_cli("migrate", "--table", qualified, "--alter", "ADD COLUMN flag INT NULL", "--max-load", ALWAYS_OVER,
-                     "--chunk-size", "4000", "--log-level", "info", log=tmp_path / "cli.log")
+    proc = start_cli("migrate", "--algorithm", "copy", "--table", qualified, "--alter", "ADD COLUMN flag INT NULL",
+                     "--max-load", ALWAYS_OVER, "--chunk-size", "4000", "--log-level", "info", log=tmp_path / "cli.log")
     try:
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")
         doc = wait_for(lambda: (lambda d: d if d["throttled"] else None)(status_doc(DB, table)), 60,
@@ -96,7 +96,8 @@ def test_a_setting_is_taken_up_while_an_applier_waits_on_an_application_s_row_lo
     blocker, holder = db_conn(endpoints), db_conn(endpoints)
     earlier = latest_migration_id(conn, DB, table)
     log = tmp_path / "cli.log"
-    proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN flag INT NULL", "--max-lag", "0",
+    proc = start_cli("migrate", "--algorithm", "copy", "--table", f"{DB}.{table}", "--alter",
+                     "ADD COLUMN flag INT NULL", "--max-lag", "0",
                      "--chunk-size", "5000", "--apply-workers", "1", *HELD_COPY, log=log)
     try:
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")

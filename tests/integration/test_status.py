@@ -25,8 +25,8 @@ def test_killed_coordinator_is_stopped_with_exit_3_and_watch_follows_the_resume_
     qualified = f"{DB}.{table}"
     fresh_table(conn, DB, table, rows=60_000, seed=43)
     earlier = latest_migration_id(conn, DB, table)
-    proc = start_cli("migrate", "--table", qualified, "--alter", "ADD COLUMN flag INT NULL", "--copy-workers", "1",
-                     "--chunk-size", "2000", "--batch-size", "50", "--target-batch-time", "0",
+    proc = start_cli("migrate", "--algorithm", "copy", "--table", qualified, "--alter", "ADD COLUMN flag INT NULL",
+                     "--copy-workers", "1", "--chunk-size", "2000", "--batch-size", "50", "--target-batch-time", "0",
                      "--partitions", "2", log=tmp_path / "cli.log")
     try:
         migration = wait_for(lambda: new_migration_row(conn, DB, table, earlier), 60, "the migration row")

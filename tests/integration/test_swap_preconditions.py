@@ -109,8 +109,8 @@ def test_a_setting_lowered_after_the_attempt_began_is_caught_inside_the_lock_bef
     monkeypatch.setattr(cutover_class, "attempt", counted_attempt)
     if move:
         monkeypatch.setenv("STREAM_OSC_TARGET_DSN", endpoints.target_dsn)
-    spec = MigrationSpec(database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2, apply_workers=2,
-                         chunk_size=5_000, partitions=4, max_lag_events=200, target_server=move,
+    spec = MigrationSpec(algorithm="copy", database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2,
+                         apply_workers=2, chunk_size=5_000, partitions=4, max_lag_events=200, target_server=move,
                          target_table=f"{MOVED_DB}.{table}" if move else "").validate()
     with target_schema(endpoints, move, MOVED_DB) as target:
         with Ledger(endpoints.mysql, DB, table, writers=4, seed=11) as ledger:

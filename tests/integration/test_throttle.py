@@ -301,8 +301,8 @@ def test_critical_load_reached_while_no_worker_reads_it_stops_the_migration_befo
     monkeypatch.setattr(cutover_class, "attempt", attempt_under_load)
     if move:
         monkeypatch.setenv("STREAM_OSC_TARGET_DSN", endpoints.target_dsn)
-    spec = MigrationSpec(database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2, apply_workers=2,
-                         chunk_size=2_500, partitions=4, critical_load=LIMIT, target_server=move,
+    spec = MigrationSpec(algorithm="copy", database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2,
+                         apply_workers=2, chunk_size=2_500, partitions=4, critical_load=LIMIT, target_server=move,
                          target_table=f"{MOVED_DB}.{table}" if move else "").validate()
     with target_schema(endpoints, move, MOVED_DB) as target:
         with Ledger(endpoints.mysql, DB, table, writers=4, seed=13) as ledger:
@@ -365,8 +365,8 @@ def test_max_load_reached_during_the_attempts_catch_up_postpones_its_lock(endpoi
         return result
 
     monkeypatch.setattr(swap_module.Cutover, "attempt", attempt_under_load)
-    spec = MigrationSpec(database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2, apply_workers=2,
-                         chunk_size=2_500, partitions=4, max_load=LIMIT, cutover_attempts=1).validate()
+    spec = MigrationSpec(algorithm="copy", database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2,
+                         apply_workers=2, chunk_size=2_500, partitions=4, max_load=LIMIT, cutover_attempts=1).validate()
     migrate_under_writers(endpoints, conn, spec, load, seed=15)
     first = results[0]
     assert first.throttled and not first.swapped and first.blocked_ms == 0, first   # no lock was requested
@@ -399,8 +399,8 @@ def test_max_load_reached_before_the_validation_snapshots_lock_postpones_it(endp
             load.close()   # the load drops once the try has answered
 
     monkeypatch.setattr(swap_module.Cutover, "consistent_snapshots", snapshots_under_load)
-    spec = MigrationSpec(database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2, apply_workers=2,
-                         chunk_size=2_500, partitions=4, max_load=LIMIT).validate()
+    spec = MigrationSpec(algorithm="copy", database=DB, table=table, alter="ADD COLUMN note INT NULL", copy_workers=2,
+                         apply_workers=2, chunk_size=2_500, partitions=4, max_load=LIMIT).validate()
     migrate_under_writers(endpoints, conn, spec, load, seed=16)
     assert tries == ["throttled", "taken"]
 

@@ -84,7 +84,8 @@ def test_copy_runs_one_statement_at_a_time_while_application_writes_are_slow(end
     earlier = latest_migration_id(conn, DB, table)
     with Ledger(endpoints.mysql, DB, table, writers=2, seed=13) as ledger:
         with SlowApplicationWrites(endpoints):
-            proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note INT NULL",
+            proc = start_cli("migrate", "--algorithm", "copy", "--table", f"{DB}.{table}", "--alter",
+                             "ADD COLUMN note INT NULL",
                              "--max-app-latency", "50ms", "--copy-workers", "4", "--chunk-size", "5000",
                              "--batch-size", "100", "--target-batch-time", "0", log=cli_log)
             try:
@@ -140,7 +141,8 @@ def test_auto_yields_to_a_busy_application_and_not_to_the_copy_s_own_latency(end
     port = free_ports(1)[0]
     # no writers without the application: its record is then the rows the table held, each to be in the end
     with Ledger(endpoints.mysql, DB, table, writers=2 if application_busy else 0, seed=29) as ledger:
-        proc = start_cli("migrate", "--table", qualified_table, "--alter", "ADD COLUMN note INT NULL",
+        proc = start_cli("migrate", "--algorithm", "copy", "--table", qualified_table, "--alter",
+                         "ADD COLUMN note INT NULL",
                          "--copy-workers", "4", "--chunk-size", "5000", "--batch-size", "20",
                          "--target-batch-time", "0", "--metrics-port", str(port), log=cli_log)
         try:
@@ -213,7 +215,8 @@ def test_the_latency_baseline_is_taken_before_the_capture_adds_its_load(endpoint
     conn = db_conn(endpoints)
     fresh_table(conn, DB, table, rows=2_000, seed=17)
     earlier = latest_migration_id(conn, DB, table)
-    proc = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN flag INT NULL", log=cli_log)
+    proc = start_cli("migrate", "--algorithm", "copy", "--table", f"{DB}.{table}", "--alter",
+                     "ADD COLUMN flag INT NULL", log=cli_log)
 
     def running(condition):
         assert proc.poll() is None, cli_log.read_text()[-3000:]

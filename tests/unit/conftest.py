@@ -23,6 +23,7 @@ def _feed_every_figure(metrics: MigrationMetrics) -> MigrationMetrics:
     metrics.throttle("Threads_running=31 >= 25")
     metrics.cutover_attempt(False, 3_100.0)
     metrics.validation(3)
+    metrics.path("copy")
     yielding = Yielding(4, "auto")
     metrics.follow(yielding)
     for i in range(BASELINE_SAMPLES + WINDOW):   # the baseline (samples of 2 ms), then a second of 31 ms, busy
