@@ -19,8 +19,12 @@ class ConfigError(ValueError):
 
 
 def config_section(path: str | Path, name: str) -> dict[str, Any]:
-    """One `[name]` table of the config file at `path` ({} when it has none)."""
-    return dict(_read(str(path)).get(name, {}))
+    """One `[name]` table of the config file at `path` ({} when it has none); ConfigError when `name` is there
+    but is no table (`migration = 5`)."""
+    section = _read(str(path)).get(name, {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"{name} in config file {path} is a key with a value; it must be a [{name}] section")
+    return dict(section)
 
 
 @cache
@@ -30,3 +34,5 @@ def _read(path: str) -> dict[str, Any]:
             return tomllib.load(fh)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    except UnicodeDecodeError as exc:   # TOML is UTF-8; the bytes are not shown (the file may hold a secret)
+        raise ConfigError(f"cannot read config file {path}: it is not UTF-8 text (byte {exc.start})") from None

@@ -321,7 +321,10 @@ class Endpoints:
             unknown = set(section) - set(keys)
             if unknown:
                 raise ConfigError(f"unknown keys in [endpoints] of {path}: {', '.join(sorted(unknown))}")
-            values.update({k: str(v) for k, v in section.items()})
+            quoted = sorted(key for key, value in section.items() if not isinstance(value, str))
+            if quoted:   # a number or a flag here is a mistake (the value is not shown: it may be a password)
+                raise ConfigError(f"{', '.join(quoted)} in [endpoints] of {path} must be a string (in quotes)")
+            values.update(section)
         for key, var in keys.items():
             if environ.get(var, "").strip():
                 values[key] = environ[var]
@@ -334,6 +337,7 @@ class Endpoints:
         if endpoints.target_dsn:
             dsn_parts(endpoints.target_dsn, "STREAM_OSC_TARGET_DSN (target_dsn)")
         _ = endpoints.kafka  # so is an unreadable Kafka properties file
+        check_service_addresses(endpoints)   # and a Kafka, Connect or Redis address of the wrong shape
         check_connector_database(endpoints)
         check_connect_access(endpoints)
         check_connector_secret_settings(endpoints)
@@ -366,6 +370,48 @@ def secret_login(text: str, secret_id: str) -> DsnParts:
     return DsnParts(host=str(login.get("host") or ""), port=int(port) if port else None,
                     user=str(login.get("username") or "") or None, password=str(login.get("password") or "") or None,
                     tls=tls_options(""))
+
+
+KAFKA_SHAPE = "HOST:PORT[,HOST:PORT…], e.g. kafka-1:9092,kafka-2:9092"
+CONNECT_SHAPE = "an http:// or https:// URL with a host, e.g. http://connect.internal:8083"
+REDIS_SHAPE = "a redis://HOST[:PORT]/DB, rediss://… or unix://PATH URL, e.g. redis://redis.internal:6379/0"
+
+
+def check_service_addresses(endpoints: Endpoints) -> None:
+    """Refuse a Kafka bootstrap list, Connect URL or Redis URL that no client could use, when the endpoints are read
+    rather than at first use (a traceback, or a wait for a broker that cannot be). A URL is never repeated: the
+    Redis URL may hold a password, and a misplaced part of either may be one."""
+    for item in (part.strip() for part in endpoints.kafka_bootstrap.split(",")):
+        if item and _broker_problem(item.rpartition("://")[2]):   # (an empty one, a trailing comma's, is skipped)
+            raise ConfigError(f"STREAM_OSC_KAFKA_BOOTSTRAP (kafka_bootstrap) must be {KAFKA_SHAPE}: {item!r} is "
+                              "not HOST:PORT")
+    if _url_problem(endpoints.connect_url, ("http", "https")):
+        raise ConfigError(f"STREAM_OSC_CONNECT_URL (connect_url) must be {CONNECT_SHAPE}")
+    if _url_problem(endpoints.redis_url, ("redis", "rediss", "unix")):
+        raise ConfigError(f"STREAM_OSC_REDIS_URL (redis_url) must be {REDIS_SHAPE} (the URL is not shown: it may "
+                          "hold a password)")
+
+
+def _broker_problem(hostport: str) -> bool:
+    """Whether `hostport` (HOST, HOST:PORT, [IPv6]:PORT) is no broker address: no host, a space, a bad port."""
+    host, colon, port = ("", "", "") if hostport.endswith("]") else hostport.rpartition(":")
+    if not colon:
+        host, port = hostport, ""
+    return (not host.strip("[]") or any(c.isspace() or not c.isprintable() for c in hostport)
+            or (bool(colon) and not (port.isdigit() and 0 < int(port) < 65536)))
+
+
+def _url_problem(url: str, schemes: tuple[str, ...]) -> bool:
+    """Whether `url` is no URL of one of `schemes` with a host (a path for unix://) and a port, if any, in range."""
+    if any(c.isspace() or not c.isprintable() for c in url):
+        return True
+    try:
+        parts = urlparse(url)
+        port = parts.port
+    except ValueError:   # a port that is no number from 0 to 65535
+        return True
+    where = parts.path if parts.scheme == "unix" else parts.hostname
+    return parts.scheme.lower() not in schemes or not where or port == 0
 
 
 def check_connect_access(endpoints: Endpoints) -> None:
