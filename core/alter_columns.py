@@ -156,6 +156,24 @@ def column_changes(alter: str) -> ColumnChanges:
     return ColumnChanges(renamed, frozenset(dropped))
 
 
+# what `RENAME …` of an ALTER may rename other than the table itself
+_NOT_THE_TABLE = {"COLUMN", "INDEX", "KEY", "CONSTRAINT"}
+
+
+def renames_table(alter: str) -> bool:
+    """Whether the ALTER renames the table itself (`RENAME [TO|AS] name`), not one of its columns, indexes or keys;
+    False for text that cannot be read (an unterminated quote: the server's own error comes when it is run)."""
+    try:
+        parts = clauses(alter)
+    except ValueError:
+        return False
+    for tokens in parts:
+        clause = _Clause(tokens)
+        if clause.keyword("RENAME") and clause.peek_word() not in _NOT_THE_TABLE:
+            return True
+    return False
+
+
 def renamed_columns(alter: str) -> dict[str, str]:
     """{original name: new name} of every column the ALTER renames."""
     return column_changes(alter).renamed

@@ -41,13 +41,13 @@ def parse_schedule(text: str, zone: str = "UTC") -> CutoverSchedule | None:
 
     ConfigError on a malformed window, an empty one (start equal to end) or an unknown time zone.
     """
-    if not text.strip():
-        return None
-    try:
+    try:   # (first: a zone given without a schedule is refused too, not silently unused)
         tz = ZoneInfo(zone)
     except (ZoneInfoNotFoundError, ValueError):
         raise ConfigError(f"unknown time zone {zone!r} for --cutover-timezone (use an IANA name such as "
                           "Europe/Berlin or UTC)") from None
+    if not text.strip():
+        return None
     windows = []
     for part in text.split(","):
         match = _WINDOW.match(part)

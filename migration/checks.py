@@ -9,6 +9,7 @@ import redis
 
 from connectors.config import CONNECTOR_CLASSES
 from connectors.rest import connect_client
+from core.alter_columns import renames_table
 from core.db import ServerInfo, qualified, query, quote_ident, scalar
 from core.keys import SUPPORTED_TYPES, UNSUPPORTED_TYPES, PrimaryKey, primary_key
 from core.endpoints import Endpoints, redis_where
@@ -102,6 +103,9 @@ def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> Pr
     """The table exists, has a primary key of types that can be matched exactly, no foreign keys and no
     triggers; returns the primary key."""
     db, table = spec.database, spec.table
+    if renames_table(spec.alter):   # it would rename the table the ALTER is tried on, wherever the ALTER says
+        raise PreflightError(f"the ALTER renames the table {db}.{table} (RENAME TO …): a migration changes a table "
+                             "under its own name; rename it with RENAME TABLE before or after the migration")
     kind = scalar(conn, "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
                   (db, table))
     if kind is None:

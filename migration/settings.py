@@ -41,7 +41,21 @@ def parse_assignments(items: list[str]) -> dict[str, Any]:
             raise ConfigError(f"{item!r}: use NAME=VALUE with NAME one of {', '.join(SETTABLE)}")
         option = BY_NAME[name.strip().replace("_", "-")]   # typed and range-checked as the option is
         values[field] = option.parse(text, option.name)
+    check_formats(values)
     return values
+
+
+def check_formats(values: dict[str, Any]) -> None:
+    """ConfigError for a setting of free text the spec cannot read (`max-load=Threads_running`, a duration `5
+    parsecs`), before any migration is looked up: read as the spec reads it, alone (it is checked again with the
+    migration's other options when it is applied)."""
+    texts = {field: value for field, value in values.items() if isinstance(value, str)}
+    if texts:
+        spec = MigrationSpec(database="db", table="t", alter="-", **texts)
+        spec.load_limits()
+        spec.cloudwatch_limits()
+        spec.target_batch_s()
+        spec.app_latency_target()
 
 
 def settings_of(migration: Migration) -> dict[str, Any]:
