@@ -106,12 +106,16 @@ def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> Pr
     if renames_table(spec.alter):   # it would rename the table the ALTER is tried on, wherever the ALTER says
         raise PreflightError(f"the ALTER renames the table {db}.{table} (RENAME TO …): a migration changes a table "
                              "under its own name; rename it with RENAME TABLE before or after the migration")
-    kind = scalar(conn, "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
-                  (db, table))
-    if kind is None:
+    found = query(conn, "SELECT TABLE_TYPE, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s "
+                        "AND TABLE_NAME=%s", (db, table))
+    if not found:
         raise PreflightError(f"table {db}.{table} does not exist")
+    kind, engine = found[0]
     if kind != "BASE TABLE":
         raise PreflightError(f"{db}.{table} is a {kind.lower()}, not a table")
+    if (engine or "").lower() != "innodb":
+        raise PreflightError(f"{db}.{table} is {engine}: stream-osc migrates InnoDB tables into InnoDB tables only "
+                             "(its copy, re-copies and swap rest on InnoDB's row locks and consistent snapshots)")
     pk = primary_key(conn, db, table)
     if not pk.columns:
         raise PreflightError(f"table {db}.{table} has no primary key; stream-osc needs one to copy and apply by key")

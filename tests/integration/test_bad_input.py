@@ -167,6 +167,26 @@ def test_an_alter_that_changes_the_primary_key_columns_is_refused(endpoints, con
                    "the ALTER changes the primary key (was a)")
 
 
+@pytest.mark.parametrize("source_engine, alter, algorithm", [
+    ("InnoDB", "ENGINE=MyISAM", "auto"), ("InnoDB", "ENGINE=Aria, ADD COLUMN c INT", "copy"),
+    ("MyISAM", "ADD COLUMN c INT", "auto"),
+], ids=["instant_to_myisam", "copy_to_aria", "from_myisam"])
+def test_a_table_other_than_innodb_on_either_side_is_refused_and_left_as_it_was(endpoints, conn, capsys,
+                                                                                source_engine, alter, algorithm):
+    """An engine change is a copy of the table under its lock whatever ALGORITHM says (MariaDB accepts
+    ALGORITHM=INSTANT, ENGINE=MyISAM and copies): never tried on the table itself."""
+    query(conn, f"DROP TABLE IF EXISTS {DB}.engines")
+    query(conn, f"CREATE TABLE {DB}.engines (id INT PRIMARY KEY, v INT) ENGINE={source_engine}")
+    query(conn, f"INSERT INTO {DB}.engines VALUES (1, 1), (2, 2)")
+    assert_refused(endpoints, capsys, "engines", alter, "stream-osc migrates InnoDB tables into InnoDB tables only",
+                   "--algorithm", algorithm)
+    engine, = query(conn, "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME='engines'",
+                    (DB,))[0]
+    columns = [r[0] for r in query(conn, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
+                                         "AND TABLE_NAME='engines' ORDER BY ORDINAL_POSITION", (DB,))]
+    assert (engine, columns) == (source_engine, ["id", "v"])
+
+
 @pytest.mark.parametrize("dry_run", [(), ("--dry-run",)], ids=["migrate", "dry_run"])
 def test_an_added_not_null_column_without_a_default_is_refused_before_any_row_is_copied(endpoints, conn, capsys,
                                                                                        dry_run):
