@@ -21,6 +21,7 @@ import pymysql
 
 from core.db import qualified, query
 from core.instant import TIMED_OUT_ERRORS, instant_statement, not_instant_reason
+from core.source_check import table_identity
 from core.spec import MigrationSpec
 from cutover.blockers import Blocker
 
@@ -83,15 +84,22 @@ def refusal_text(code: int, message: str) -> str:
     return not_instant_reason(code, message) or f"the instant try failed: {message} (server error {code})"
 
 
+REBUILT = ("the server rebuilds the table for this ALTER although asked for ALGORITHM=INSTANT (an empty copy of it "
+           "got a new InnoDB table id), which on the table itself would be a copy under its lock")
+
+
 def refusal_on_empty_copy(conn: pymysql.connections.Connection, spec: MigrationSpec) -> str | None:
-    """The dry run's answer: None when the server takes the ALTER with ALGORITHM=INSTANT on an empty copy of the
-    table (CREATE TABLE … LIKE under the new table's name, which preflight found free; dropped after), else why
-    not. The table itself can differ (its row format, the instant changes it has had)."""
+    """None when the server makes the ALTER with ALGORITHM=INSTANT on an empty copy of the table (CREATE TABLE …
+    LIKE under the new table's name, which preflight found free; dropped after) without rebuilding it, else why
+    not: asked before the try on the table itself, and by the dry run. A rebuild is told by the InnoDB table id,
+    which only a new table gets: MariaDB 10.11 takes `ORDER BY` with ALGORITHM=INSTANT and copies the table. The
+    table itself can differ (its row format, the instant changes it has had): the server then refuses at once."""
     scratch = qualified(spec.database, spec.new_table)
     query(conn, f"CREATE TABLE {scratch} LIKE {qualified(spec.database, spec.table)}")
     try:
+        before = table_identity(conn, spec.database, spec.new_table)
         query(conn, instant_statement(spec.database, spec.new_table, spec.alter))
-        return None
+        return None if table_identity(conn, spec.database, spec.new_table) == before else REBUILT
     except pymysql.err.MySQLError as exc:
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
         return refusal_text(code, str(exc.args[1]) if len(exc.args) > 1 else str(exc))

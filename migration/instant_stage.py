@@ -61,7 +61,7 @@ class InstantStage:
         reason = why_not_instant(shared.spec, shared.clock.now())
         if reason is None:
             self._check_alter()
-            reason = self._hook_refusal(migration)
+            reason = refusal_on_empty_copy(shared.conn, shared.spec) or self._hook_refusal(migration)
         if reason is None:
             reason = self._try(migration)
         if reason is None:
