@@ -132,7 +132,7 @@ class Runner:
         and the connector; None after a dry run or an instant change (the migration is done)."""
         shared = self.shared
         shared.metrics.stage(Stage.INIT)
-        shared.say(f"init: checking {shared.spec.qualified_name} and starting change capture")
+        shared.say(f"init: checking {shared.spec.qualified_name}")
         migration = run_init(shared.conn, shared.endpoints, shared.spec, shared.info, shared.lease.owner,
                              on_created=self._created, before_capture=lambda: self._wait_for_baseline(lambda: False),
                              instant=self.instant.decide)
