@@ -56,6 +56,9 @@ APP_LATENCY_BASELINE_OPTION = "app_latency_baseline_ms"
 # copy, when it is one (core/instant.py). A migration recorded before either was kept is a copy.
 PATH_OPTION = "path"
 PATH_REASON_OPTION = "path_reason"
+# The table's definition as the ALTER makes it (core/source_check.py's table_definition of an empty table made with
+# it), kept before the instant try: a coordinator killed after the server made the change finds the table so.
+ALTERED_DEFINITION_OPTION = "altered_definition"
 
 
 @dataclass

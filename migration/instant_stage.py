@@ -23,9 +23,9 @@ from core.db import connect, qualified, query
 from core.keys import primary_key
 from core.instant import COPY, INSTANT, instant_statement, why_not_instant
 from core.logs import log_event
-from core.source_check import table_definition
+from core.source_check import DEFINITION_OPTION, table_definition
 from core.stages import Stage, Status
-from core.state_records import PATH_OPTION, PATH_REASON_OPTION, Migration
+from core.state_records import ALTERED_DEFINITION_OPTION, PATH_OPTION, PATH_REASON_OPTION, Migration
 from cutover.blocker_wait import BlockerClock, BlockerWait
 from cutover.blockers import find_blockers
 from cutover.instant_alter import InstantTry, prepare_session, refusal_on_empty_copy, try_instant
@@ -60,7 +60,7 @@ class InstantStage:
         shared = self.shared
         reason = why_not_instant(shared.spec, shared.clock.now())
         if reason is None:
-            self._check_alter()
+            self._check_alter(migration)
             reason = refusal_on_empty_copy(shared.conn, shared.spec) or self._hook_refusal(migration)
         if reason is None:
             reason = self._try(migration)
@@ -93,13 +93,30 @@ class InstantStage:
         log_event(log, "dry run path", path=path, reason=reason)
         return line
 
-    def _check_alter(self) -> None:
+    def _check_alter(self, migration: Migration) -> None:
         """Refuse what the copy would refuse (PreflightError), so that an ALTER is taken or refused whichever path
         it would take, as the dry run says: the ALTER made on an empty new table (its server error, a changed
-        primary key, a key that would compare otherwise, a NOT NULL column without a DEFAULT), dropped at once."""
+        primary key, a key that would compare otherwise, a NOT NULL column without a DEFAULT), dropped at once.
+        The definition it has is kept with the migration, for `landed` to know the change after a kill."""
         shared, spec = self.shared, self.shared.spec
         create_new_table(shared.conn, spec, primary_key(shared.conn, spec.database, spec.table))
+        altered = table_definition(shared.conn, spec.database, spec.new_table)
         query(shared.conn, f"DROP TABLE {qualified(spec.database, spec.new_table)}")
+        shared.store.change_options(migration.id, lambda current: {
+            **current.options, ALTERED_DEFINITION_OPTION: altered})
+
+    def landed(self, migration: Migration) -> bool:
+        """Whether a migration left at init (its coordinator killed) had its change made by the server: the table
+        is as the ALTER makes it and no longer as init found it. It is then recorded done, as the try would have."""
+        conn, spec = self.shared.conn, self.shared.spec
+        altered = migration.options.get(ALTERED_DEFINITION_OPTION)
+        if altered is None:
+            return False
+        now = table_definition(conn, spec.database, spec.table)
+        if now != altered or now == migration.options.get(DEFINITION_OPTION):
+            return False
+        self._done(migration)
+        return True
 
     def _hook_refusal(self, migration: Migration) -> str | None:
         """The before-cutover hooks, asked before the change lands as before a swap: why the copy runs when one did

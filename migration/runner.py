@@ -116,6 +116,10 @@ class Runner:
                 migration = shared.store.get(migration.id)   # it went away before the swap: cut over here
             if not shared.lease.claim(shared.store, migration.id):
                 raise PreflightError(f"another process took over migration {migration.id} just now")
+            if migration.stage == Stage.INIT and self.instant.landed(migration):
+                shared.say(f"done: {shared.spec.qualified_name} has the new schema: the server made the change "
+                           "instantly before the coordinator that asked for it was stopped; nothing was copied")
+                return 0
             if migration.stage == Stage.INIT:
                 # Killed during init: nothing was copied yet, so start init over from a clean slate.
                 tear_down(shared.conn, shared.endpoints, shared.spec, migration, drop_new_table=True,

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -217,3 +220,48 @@ def test_two_tables_are_one_clear_refusal_with_nothing_made(endpoints, conn):
     assert [latest_migration_id(conn, DB, table) for table in tables] == before
     assert all(leftovers(endpoints, DB, table) == [] and "c" not in table_columns(conn, DB, table)
                for table in tables)
+
+
+def test_a_change_the_server_would_rebuild_for_is_copied_not_tried_on_the_table(endpoints, conn):
+    """MariaDB takes ORDER BY with ALGORITHM=INSTANT and rebuilds the table: that would be a copy under the table's
+    lock, in front of the application. The empty copy's new table id tells it before the table is touched."""
+    table = "reordered"
+    fresh_ledger_table(conn, DB, table, rows=2_000, writers=2)
+    out = io.StringIO()
+    assert Runner(endpoints, spec_for(table, "ORDER BY seq"), Progress(stream=out)).run() == 0
+    assert "init: copying (the server rebuilds the table for this ALTER although asked for ALGORITHM=INSTANT" \
+        in out.getvalue(), out.getvalue()
+    assert migration_row(conn, DB, table).path == "copy"
+    assert leftovers(endpoints, DB, table) == []
+
+
+KILLED_AT_DONE = """
+import os, signal, sys
+from migration import instant_stage
+def killed(self, migration):   # the server made the change; the row is not marked done yet
+    os.kill(os.getpid(), signal.SIGKILL)
+instant_stage.InstantStage._done = killed
+from cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_coordinator_killed_after_the_server_made_the_change_is_resumed_as_done(endpoints, conn):
+    """SIGKILL right after the ALTER … ALGORITHM=INSTANT returned, before the row says done: `resume` finds the table
+    as the ALTER makes it and records the migration done, instead of trying the ALTER again (the server would
+    refuse a column it already has) or starting a copy."""
+    table = "killed_instant"
+    fresh_ledger_table(conn, DB, table, rows=2_000, writers=2)
+    before = latest_migration_id(conn, DB, table)
+    killed = subprocess.run([sys.executable, "-c", KILLED_AT_DONE, "migrate", "--table", f"{DB}.{table}", "--alter",
+                             "ADD COLUMN note VARCHAR(32) NULL", "--quiet"], capture_output=True, text=True,
+                            timeout=300, stdin=subprocess.DEVNULL)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert "note" in table_columns(conn, DB, table)
+    assert rows_since(conn, table, before) == [("init", "running", None)]
+    resumed = cli("resume", "--table", f"{DB}.{table}")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "the server made the change instantly before the coordinator that asked for it was stopped" in resumed.stderr
+    assert rows_since(conn, table, before) == [("done", "done", "instant")]
+    assert table_columns(conn, DB, table).count("note") == 1
+    assert leftovers(endpoints, DB, table) == []
