@@ -5,6 +5,7 @@ application's writes longer than the lock-wait timeout; a dry run names the path
 several --table are one clear refusal."""
 from __future__ import annotations
 
+from collections.abc import Callable
 import io
 import json
 import signal
@@ -123,23 +124,26 @@ def test_a_change_the_server_cannot_make_instantly_is_copied_as_before(endpoints
     assert leftovers(endpoints, DB, table) == []
 
 
-def test_a_transaction_holding_the_table_is_waited_for_without_holding_the_writers(endpoints, conn):
-    """Seen holding the table, the transaction is waited for with nothing asked of the server; the change is made
-    once it ends."""
-    table = "held"
+def migrate_beside_held(endpoints, conn, table: str, spec: MigrationSpec,
+                        release_after: Callable[[str, HeldTransaction], bool], hold_s: float, seed: int,
+                        before_holding: Callable[[], None] = lambda: None
+                        ) -> tuple[HeldTransaction, Ledger, str, float]:
+    """Migrate `table` with `spec` under the writers while an application transaction holds it, ended `hold_s` after
+    `release_after(progress text, transaction)` first holds: (that transaction, the writers' ledger, the progress
+    text, the writers' worst latency while it was held)."""
     fresh_ledger_table(conn, DB, table, rows=5_000, writers=WRITERS)
     held = HeldTransaction(endpoints, table)
     out = io.StringIO()
     releaser = threading.Thread(daemon=True, target=lambda: (
-        wait_for(lambda: f"init: waiting for connection {held.connection_id}" in out.getvalue(), 60,
-                 "the instant try to wait for the transaction"), time.sleep(2.0), held.end()))
-    with Ledger(endpoints.mysql, DB, table, writers=WRITERS, seed=23) as ledger:
+        wait_for(lambda: release_after(out.getvalue(), held), 60, "the instant try to meet the holder"),
+        time.sleep(hold_s), held.end()))
+    with Ledger(endpoints.mysql, DB, table, writers=WRITERS, seed=seed) as ledger:
         ledger.wait_for_writes(200)
-        time.sleep(1.2)   # held for over a second: a holder, not a passing statement
+        before_holding()
         held.start()
         releaser.start()
         try:
-            assert Runner(endpoints, spec_for(table), Progress(stream=out)).run() == 0
+            assert Runner(endpoints, spec, Progress(stream=out)).run() == 0
         finally:
             held.end()
         ledger.wait_for_writes(200)
@@ -147,6 +151,17 @@ def test_a_transaction_holding_the_table_is_waited_for_without_holding_the_write
     releaser.join()
     worst = ledger.worst_latency(held.opened_at, held.closed_at)
     print(f"writers' worst latency while the table was held: {worst:.3f} s\n{out.getvalue()}")
+    return held, ledger, out.getvalue(), worst
+
+
+def test_a_transaction_holding_the_table_is_waited_for_without_holding_the_writers(endpoints, conn):
+    """Seen holding the table, the transaction is waited for with nothing asked of the server; the change is made
+    once it ends."""
+    table = "held"
+    held, ledger, _, worst = migrate_beside_held(
+        endpoints, conn, table, spec_for(table),
+        lambda out, held: f"init: waiting for connection {held.connection_id}" in out, hold_s=2.0, seed=23,
+        before_holding=lambda: time.sleep(1.2))   # held for over a second: a holder, not a passing statement
     assert held.outcome == "committed"
     migration = migration_row(conn, DB, table)
     assert (migration.stage, migration.path) == ("done", "instant")
@@ -160,27 +175,11 @@ def test_a_holder_the_look_misses_holds_each_write_at_most_one_bounded_try(endpo
     """A holder no look finds (the look is made blind here): every try queues in front of the writers, and gives
     up after --lock-wait-timeout; tries and attempts go on until the transaction ends, and the change is made."""
     table = "unseen"
-    fresh_ledger_table(conn, DB, table, rows=5_000, writers=WRITERS)
     monkeypatch.setattr(instant_stage, "find_blockers", lambda *args, **kwargs: [])
     monkeypatch.setattr(blocker_wait, "find_blockers", lambda *args, **kwargs: [])
-    held = HeldTransaction(endpoints, table)
-    out = io.StringIO()
-    releaser = threading.Thread(daemon=True, target=lambda: (
-        wait_for(lambda: "trying again in" in out.getvalue(), 60, "a first attempt to time out"), held.end()))
-    with Ledger(endpoints.mysql, DB, table, writers=WRITERS, seed=24) as ledger:
-        ledger.wait_for_writes(200)
-        held.start()
-        releaser.start()
-        try:
-            assert Runner(endpoints, spec_for(table, lock_tries=2, cutover_attempts=3),
-                          Progress(stream=out)).run() == 0
-        finally:
-            held.end()
-        ledger.wait_for_writes(200)
-    held.join()
-    releaser.join()
-    worst = ledger.worst_latency(held.opened_at, held.closed_at)
-    print(f"writers' worst latency behind the tries: {worst:.3f} s\n{out.getvalue()}")
+    held, ledger, _, worst = migrate_beside_held(
+        endpoints, conn, table, spec_for(table, lock_tries=2, cutover_attempts=3),
+        lambda out, held: "trying again in" in out, hold_s=0.0, seed=24)
     assert worst >= 0.2, "no write queued behind a try: the try did not wait for the holder"
     assert worst < WRITE_BOUND_S, f"a write waited {worst:.2f} s behind one try of {LOCK_WAIT_S} s"
     assert (migration_row(conn, DB, table).path, held.outcome) == ("instant", "committed")
