@@ -81,7 +81,7 @@ def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, 
     try:
         if spec.alter.strip():
             query(where, f"ALTER TABLE {new} {spec.alter}")
-        refuse_other_engines(conn, spec, where)
+        refuse_other_engines(spec, where)
         new_pk = primary_key(where, spec.target_database, spec.new_table)
         if [n.lower() for n in new_pk.names] != [n.lower() for n in pk.names]:
             raise PreflightError(f"the ALTER changes the primary key (was {', '.join(pk.names)}); that is not "
@@ -107,22 +107,16 @@ def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, 
         raise
 
 
-def table_engine(conn: pymysql.connections.Connection, database: str, table: str) -> str:
-    """The storage engine the server keeps the table in."""
-    return query(conn, "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
-                 (database, table))[0][0] or ""
-
-
-def refuse_other_engines(conn: pymysql.connections.Connection, spec: MigrationSpec,
-                         where: pymysql.connections.Connection) -> None:
-    """PreflightError unless the original and the new table are both InnoDB: the copy, the re-copies and the swap
-    rest on its row locks and consistent snapshots, and a server makes an engine change by copying the table under
-    its lock, even when the ALTER says ALGORITHM=INSTANT (MariaDB 10.11 does)."""
-    engines = (table_engine(conn, spec.database, spec.table), table_engine(where, spec.target_database, spec.new_table))
-    if any(engine.lower() != "innodb" for engine in engines):
-        raise PreflightError(f"{spec.qualified_name} is {engines[0]} and the ALTER leaves it {engines[1]}: stream-osc "
-                             "migrates InnoDB tables into InnoDB tables only (its copy, re-copies and swap rest on "
-                             "InnoDB's row locks and consistent snapshots)")
+def refuse_other_engines(spec: MigrationSpec, where: pymysql.connections.Connection) -> None:
+    """PreflightError unless the ALTER leaves the new table InnoDB (preflight found the original so): the copy, the
+    re-copies and the swap rest on its row locks and consistent snapshots, and a server makes an engine change by
+    copying the table under its lock, even when the ALTER says ALGORITHM=INSTANT (MariaDB 10.11 does)."""
+    engine = query(where, "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+                   (spec.target_database, spec.new_table))[0][0] or ""
+    if engine.lower() != "innodb":
+        raise PreflightError(f"the ALTER leaves {spec.qualified_name} {engine}: stream-osc migrates InnoDB tables "
+                             "into InnoDB tables only (its copy, re-copies and swap rest on InnoDB's row locks and "
+                             "consistent snapshots)")
 
 
 def columns_nothing_fills(conn: pymysql.connections.Connection, spec: MigrationSpec,
