@@ -5,15 +5,10 @@ Coordination."""
 from __future__ import annotations
 
 import logging
-from typing import Callable
-
 import pymysql
 
-from applier.chunks import ChunkQueue
 from applier.conflicts import ConstraintViolated
-from applier.copy import copy_worker
 from core.context import RunContext, spec_pair, target_connection
-from core.db import connect
 from core.endpoints import Endpoints
 from core.logs import bind_fields, log_event
 from core.source_check import SourceChanged, check_source_unchanged
@@ -23,9 +18,11 @@ from core.stages import WORKING_STAGES, Stage, Status
 from cutover.blocker_wait import BlockerClock
 from cutover.move import MoveCutover
 from cutover.swap import Cutover
+from migration.app_probe import AppLatencySampling
 from migration.background import BackgroundWorkers
 from migration.checks import PreflightError
 from migration.coordination import Coordination, MigrationStopped
+from migration.copy_stage import CopyStage
 from migration.cutover_loop import CutoverLoop
 from migration.index_stage import build_deferred_indexes, deferred
 from migration.init_stage import run_init
@@ -38,19 +35,13 @@ from migration.settings import settings_of, with_settings
 from migration.supervision import Supervisor
 from migration.teardown import Metadata, tear_down
 from migration.transient import MAX_TRANSIENT_FAILURES, is_transient, retrying_transient
-from migration.workers import WorkerGroup
 from monitor.capture_lag import LagWatch
 from monitor.metrics import MigrationMetrics
-from monitor.progress import Progress, copy_fraction
+from monitor.progress import Progress
 from streams.topics import TopicNames
-from throttle.app_latency import LatencyProbe
 from throttle.sources import throttle_for
 
 log = logging.getLogger("stream_osc.runner")
-
-BASELINE_WAIT_S = 5.0   # longest wait for the application latency baseline before capture starts
-COPY_TICK_S = 0.5       # the copy's loop looks at its workers, the throttle and the health this often
-
 
 class Runner:
     """Coordinates one migration in this process (workers in other processes may join)."""
@@ -68,7 +59,8 @@ class Runner:
         self.cutover_loop = CutoverLoop(self.shared, self.supervisor, self.workers, self.lag, blocker_clock)
         self.instant = InstantStage(self.shared, blocker_clock)
         self.resuming = Resuming(self.shared, given, resume_live)
-        self.probe: LatencyProbe | None = None
+        self.sampling = AppLatencySampling(self.shared)
+        self.copy = CopyStage(self.shared, self.supervisor, self.workers)
         self.migration_id: int | None = None   # once this process coordinates a migration with an id
 
     # entry ---------------------------------------------------------------------------------------
@@ -82,7 +74,7 @@ class Runner:
             stopped = self._stop_event(exc)
             raise
         finally:
-            self._stop_probe()
+            self.sampling.stop()
             self.shared.lease.stop(self.shared.conn)
             if stopped is not None:
                 self.shared.notify(stopped[0], self.migration_id, **stopped[1])
@@ -138,8 +130,8 @@ class Runner:
         shared.metrics.stage(Stage.INIT)
         shared.say(f"init: checking {shared.spec.qualified_name}")
         migration = run_init(shared.conn, shared.endpoints, shared.spec, shared.info, shared.lease.owner,
-                             on_created=self._created, before_capture=lambda: self._wait_for_baseline(lambda: False),
-                             instant=self.instant.decide)
+                             on_created=self._created, instant=self.instant.decide,
+                             before_capture=lambda: self.sampling.wait_for_baseline(lambda: False))
         if migration is None:
             shared.say(self.instant.expected())
             shared.say("dry run: every check passed and the ALTER is valid; nothing was changed")
@@ -177,35 +169,7 @@ class Runner:
         bind_fields(migration=migration.id)
         self.migration_id = migration.id
         self.shared.lease.start(migration.id)
-        self._start_probe(migration.id)
-
-    def _start_probe(self, migration_id: int) -> None:
-        """Sample the application's write latency from now on: init waits for the baseline before it starts the
-        capture, and the copy's workers (here and in joined `worker` processes) then yield against it."""
-        if self.probe is not None:
-            return
-        shared = self.shared
-        known = shared.store.get(migration_id).app_latency_baseline_ms   # resumed: the one taken before the copy
-        if known is not None:
-            shared.yielding.set_baseline(known)
-        self.probe = LatencyProbe(lambda: connect(shared.endpoints.mysql), shared.spec.metadata_schema, migration_id,
-                                  shared.yielding, records_baseline=known is None).start()
-
-    def _stop_probe(self) -> None:
-        if self.probe is not None:
-            self.probe.stop()
-            self.probe = None
-        self.shared.metrics.forget_app_latency()
-
-    def _wait_for_baseline(self, stopped: Callable[[], bool]) -> None:
-        """Add no load before the application's latency is measured without it (throttle/yielding.py); a probe
-        that cannot write for BASELINE_WAIT_S does not hold the work back (copy and validation then run at
-        their settings until it can, as after any probe failure). Init waits before the capture starts; the
-        copy waits again only if that gave up (or on a resume without a recorded baseline)."""
-        yielding = self.shared.yielding
-        if yielding.needs_baseline() and not yielding.wait_for_baseline(BASELINE_WAIT_S, stopped):
-            log_event(log, "no application latency baseline yet; going on without it (it is taken once the probe "
-                           "writes)", logging.WARNING, waited_s=BASELINE_WAIT_S)
+        self.sampling.start(migration.id)
 
     # the stages, retried after passing failures ---------------------------------------------------
     def _run_stages_retrying(self, migration_id: int) -> int:
@@ -321,11 +285,11 @@ class Runner:
         `stream-osc cutover` asks)."""
         shared, workers, migration = self.shared, self.workers, ctx.migration
         if migration.stage == Stage.COPY:
-            self._wait_for_baseline(ctx.stop.is_set)   # resumed: taken at init unless that wait gave up
+            self.sampling.wait_for_baseline(ctx.stop.is_set)   # resumed: taken at init unless that wait gave up
             if not deferred(migration):   # apply during the copy; deferred indexes are built before any apply
                 workers.start_appliers(ctx)
                 workers.start_checker(ctx)
-            self._copy(ctx)
+            self.copy.run(ctx)
         if shared.store.get(migration.id).stage == Stage.INDEXES:   # before any applier writes to the new table
             self._build_indexes(ctx)
         if workers.appliers is None:
@@ -344,43 +308,13 @@ class Runner:
             if stage == Stage.VALIDATE:
                 self.supervisor.hold_while_paused(ctx)
                 self.cutover_loop.validate(ctx, cutover)
-            self._stop_probe()   # only copy and validation yield to the application's latency
+            self.sampling.stop()   # only copy and validation yield to the application's latency
             self._tell_in_sync(migration.id)
             if shared.spec.cutover == "manual":
                 self.cutover_loop.wait_for_cutover_request(ctx)
             self.cutover_loop.cut_over(ctx, cutover)
         finally:
             cutover.close()
-
-    def _copy(self, ctx: RunContext) -> None:
-        """Copy every chunk not done, the workers restarted when settings change; then indexes or apply."""
-        shared = self.shared
-        queue = ChunkQueue(ctx.redis(), ctx.migration.id)
-        while True:
-            pending = [c.number for c in shared.store.chunks(ctx.migration.id) if not c.done]
-            if not pending:
-                break
-            if not queue.is_seeded() or queue.pending_count() == 0:
-                queue.seed(pending)   # Redis is a cache: rebuilt from the metadata schema
-            shared.restart_copy = False
-            group = WorkerGroup(ctx, copy_worker, shared.spec.copy_workers, "copy").start()
-            shared.yielding.forget_stretch()   # the copy's own seconds at its slowest, not those before it
-            try:
-                while group.alive() and not shared.restart_copy:
-                    group.wait(COPY_TICK_S)
-                    self.workers.raise_if_failed(ctx)
-                    self._show_copy(ctx)
-                    self.supervisor.show_throttle(ctx)
-                    self._tell_if_held_at_slowest()
-                    self.supervisor.check_health(ctx)
-            finally:
-                group.stop()
-                shared.yielding.forget_stretch()
-            group.raise_if_failed()
-        self.supervisor.show_throttle(ctx)   # a release followed by the last chunks within one tick is said too
-        self._show_copy(ctx, force=True)
-        shared.enter_stage(ctx.migration.id, Stage.INDEXES if deferred(ctx.migration) else Stage.APPLY)
-        shared.notify("copy-done", ctx.migration.id)
 
     def _tell_in_sync(self, migration_id: int) -> None:
         """`in-sync`: validated, the cutover next; what it waits for, if anything (`stream-osc cutover` with
@@ -407,26 +341,6 @@ class Runner:
         finally:
             table_conn.close()
         self.shared.enter_stage(ctx.migration.id, Stage.APPLY)
-
-    def _show_copy(self, ctx: RunContext, force: bool = False) -> None:
-        shared = self.shared
-        chunks = shared.store.chunks(ctx.migration.id)
-        rows = sum(c.rows_copied for c in chunks)
-        fraction, done = copy_fraction(chunks, shared.spec.chunk_size), sum(c.done for c in chunks)
-        shared.metrics.copy(fraction, rows, done, len(chunks))   # samples the copy rate, once for both displays
-        shared.progress.copy(fraction, rows, done, len(chunks), *shared.metrics.copy_estimate, force=force)
-
-    def _tell_if_held_at_slowest(self) -> None:
-        """Once the copy has yielded as far as it goes for long without the application's latency coming under its
-        target: say so, and name the setting that lets the copy finish sooner (throttle/yielding.py)."""
-        held = self.shared.yielding.held_at_slowest()
-        if held is None:
-            return
-        self.shared.say(f"{held.text()}: `stream-osc set --table {self.shared.spec.qualified_name} "
-                        "max-app-latency=off` lets it finish sooner")
-        log_event(log, "copy held at its slowest with the application's latency over its target", logging.WARNING,
-                  held_s=round(held.seconds), seconds_judged=held.judged, seconds_over=held.over,
-                  latency_ms=round(held.latency_ms, 1), target_ms=round(held.target_ms, 1))
 
     def _cleanup(self, migration: Migration) -> None:
         shared, spec = self.shared, self.shared.spec
