@@ -19,7 +19,7 @@ from applier.remote import CollidingKeys, kept_colliding, read_keys, write_rows
 from core.context import StopRequested
 from core.keys import Key, show_key
 from core.table import TablePair
-from core.db import query, query_count
+from core.db import query, query_count, quote_ident
 from core.logs import log_event
 
 log = logging.getLogger("stream_osc.apply")
@@ -36,7 +36,9 @@ def recopy_keys(conn: pymysql.connections.Connection, pair: TablePair, keys: Col
                 waits: LockWaits | None = None, stop: threading.Event | None = None) -> tuple[int, int]:
     """Make the new table's rows of `keys` what the source holds now, a transaction per part of at most
     MAX_LOCKED_KEYS keys: a locking read of the source, then the new table's rows of the keys deleted and the
-    present ones inserted by INSERT … SELECT; returns (rows written, rows of the new table deleted).
+    present ones inserted by INSERT … SELECT (or, where the primary key is the new table's only unique key, the
+    present ones written in place and only the others deleted: _write_upserting); returns (rows written, rows of the
+    new table deleted).
 
     The locking read comes first and alone: it makes sure any writer of these keys has committed (a change
     reaches the binlog before a plain read can see it) and locks exactly the rows it returns (the
@@ -150,6 +152,10 @@ def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence
     try:
         present = [tuple(r) for r in query(conn, f"SELECT {pk.column_list()} FROM {pair.source_by_key} "
                                                  f"WHERE {pk.in_list(len(keys))}{lock}", pk.flat(keys))]
+        if pair.upsert and constraint_check is None:
+            deleted = _write_upserting(conn, pair, keys, present)
+            conn.commit()
+            return len(present), deleted
         deleted = query_count(conn, f"DELETE FROM {pair.target_name} WHERE {pk.in_list(len(keys))}", pk.flat(keys))
         if present and constraint_check is not None:
             constraint_check.remove_stale_collisions(present)
@@ -165,6 +171,30 @@ def _write(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence
     finally:
         if not in_transaction:
             conn.autocommit(True)
+
+
+def _write_upserting(conn: pymysql.connections.Connection, pair: TablePair, keys: Sequence[Key],
+                     present: Sequence[Key]) -> int:
+    """_write's statements where the primary key is the new table's only unique key, unchanged by the ALTER
+    (TablePair.upsert): the rows of the keys the locking read found are written in place, one INSERT … SELECT … ON
+    DUPLICATE KEY UPDATE assigning every copied column, the key's own included (a key changed only in case ends with
+    the source's bytes); a row already equal is compared, not written. Only the keys without a source row are deleted,
+    matched by the server (NOT EXISTS): when every key found a row (each key matches at most one), no DELETE runs.
+    Returns the rows deleted. A duplicate can only be the same key, so nothing is merged that the ALTER would refuse."""
+    pk, deleted = pair.pk, 0
+    if len(present) < len(keys):
+        same_key = " AND ".join(f"{pair.source_name}.{c.ident} = {pair.target_name}.{c.ident}" for c in pk.columns)
+        deleted = query_count(conn, f"DELETE FROM {pair.target_name} WHERE {pk.in_list(len(keys))} "
+                                    f"AND NOT EXISTS (SELECT 1 FROM {pair.source_name} WHERE {same_key})",
+                              pk.flat(keys))
+    if present:
+        assign = ", ".join(f"{quote_ident(t)} = {pair.source_name}.{quote_ident(s)}"
+                           for t, s in zip(pair.target_columns, pair.source_columns))
+        source_columns = ", ".join(f"{pair.source_name}.{quote_ident(s)}" for s in pair.source_columns)
+        query(conn, f"INSERT INTO {pair.target_name} ({pair.target_column_list}) SELECT {source_columns} "
+                    f"FROM {pair.source_name} WHERE {pk.in_list(len(present))} ON DUPLICATE KEY UPDATE {assign}",
+              pk.flat(present))
+    return deleted
 
 
 def _write_remote(conn: pymysql.connections.Connection, target: pymysql.connections.Connection, pair: TablePair,

@@ -33,6 +33,7 @@ class TablePair:
     remote: bool = False        # the new table lives on another server: no statement names both tables
     where: str = ""             # only the source rows matching it are copied and kept (remote only)
     source_reads: tuple[str, ...] = ()   # remote: how each of source_columns is read (remote_read)
+    upsert: bool = False   # re-copies write in place (applier/recopy.py: _write_upserting); see key_only_unique
 
     @property
     def source_name(self) -> str:
@@ -107,9 +108,24 @@ def load_pair(conn: pymysql.connections.Connection, database: str, source: str, 
         source_types = data_types(conn, database, source)
         target_types = data_types(target_conn, target_database or database, target)
         reads = tuple(remote_read(s, source_types[s.lower()], target_types[t.lower()]) for t, s in mapped)
-    return TablePair(database, source, target, primary_key(conn, database, source),
-                     tuple(t for t, _ in mapped), tuple(s for _, s in mapped), target_database,
-                     target_conn is not None, where, reads)
+    pk = primary_key(conn, database, source)
+    upsert = target_conn is None and key_only_unique(conn, pk, target_database or database, target)
+    return TablePair(database, source, target, pk, tuple(t for t, _ in mapped), tuple(s for _, s in mapped),
+                     target_database, target_conn is not None, where, reads, upsert)
+
+
+def key_only_unique(conn: pymysql.connections.Connection, source_key: PrimaryKey, database: str, table: str) -> bool:
+    """Whether the new table's only unique key is its primary key, on the source key's columns with their types and
+    collations. Then a row the new table already holds under a key can only be that key's own row, and a re-copy
+    may write it in place: under another unique key, or a key the ALTER changed (a collation that folds two source
+    keys into one), writing in place could merge rows the ALTER would refuse, so those re-copies delete and
+    insert, which meets the refusal (applier/conflicts.py)."""
+    unique = {r[0] for r in query(conn, "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE "
+                                        "TABLE_SCHEMA=%s AND TABLE_NAME=%s AND NON_UNIQUE=0", (database, table))}
+    if unique != {"PRIMARY"} or not source_key.columns:
+        return False
+    shape = [(c.name.lower(), c.column_type, c.collation) for c in source_key.columns]
+    return [(c.name.lower(), c.column_type, c.collation) for c in primary_key(conn, database, table).columns] == shape
 
 
 def data_types(conn: pymysql.connections.Connection, database: str, table: str) -> dict[str, str]:

@@ -16,6 +16,9 @@ from core.table import load_pair
 pytestmark = pytest.mark.integration
 
 DB = "osc_recopy_order"
+# A second UNIQUE key makes a re-copy delete the keys' rows and insert them again; without one it writes them in place
+# and deletes only the keys without a source row (applier/recopy.py: _write_upserting).
+IN_PLACE, DELETE_INSERT = "", ", u INT NULL UNIQUE"
 
 
 def raced_recopy(endpoints, conn, monkeypatch, table: str, keys: list[tuple], raced: int) -> list[tuple]:
@@ -32,7 +35,7 @@ def raced_recopy(endpoints, conn, monkeypatch, table: str, keys: list[tuple], ra
         if session is first and "LOCK IN SHARE MODE" in sql:
             locking_reads.append((rows, tuple(args)))
             if len(locking_reads) == 1:
-                query(conn, f"INSERT INTO {source} VALUES (%s, 1)", (raced,))
+                query(conn, f"INSERT INTO {source} (id, v) VALUES (%s, 1)", (raced,))
                 recopy_keys(second, pair, [(raced,)])
         return rows
 
@@ -45,22 +48,24 @@ def raced_recopy(endpoints, conn, monkeypatch, table: str, keys: list[tuple], ra
     return locking_reads
 
 
-def test_a_recopy_that_found_no_row_does_not_delete_a_newer_recopy_of_the_key(endpoints, conn, monkeypatch):
+@pytest.mark.parametrize("unique", [IN_PLACE, DELETE_INSERT], ids=["in-place", "delete-insert"])
+def test_a_recopy_that_found_no_row_does_not_delete_a_newer_recopy_of_the_key(endpoints, conn, monkeypatch, unique):
     source, new = qualified(DB, "raced"), qualified(DB, "raced_osc_new")
     for name in (source, new):
         query(conn, f"DROP TABLE IF EXISTS {name}")
-        query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT NOT NULL)")
+        query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT NOT NULL{unique})")
     locking_reads = raced_recopy(endpoints, conn, monkeypatch, "raced", [(7,)], 7)
     assert locking_reads[0][0] == [], "the race did not happen as staged"
     assert query(conn, f"SELECT id, v FROM {new}") == [(7, 1)], "the source holds the row; the new table lost it"
+    assert load_pair(conn, DB, "raced", "raced_osc_new").upsert is (unique == IN_PLACE)
 
 
-def _raced_tables(conn) -> tuple[str, str]:
+def _raced_tables(conn, unique: str = DELETE_INSERT) -> tuple[str, str]:
     source, new = qualified(DB, "churned"), qualified(DB, "churned_osc_new")
     for name in (source, new):
         query(conn, f"DROP TABLE IF EXISTS {name}")
-        query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT NOT NULL)")
-    query(conn, f"INSERT INTO {source} SELECT seq, seq FROM {DB}.seq_1_to_50")
+        query(conn, f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT NOT NULL{unique})")
+    query(conn, f"INSERT INTO {source} (id, v) SELECT seq, seq FROM {DB}.seq_1_to_50")
     return source, new
 
 
@@ -70,6 +75,14 @@ def test_a_recopy_that_lost_a_key_to_a_race_writes_again_only_the_keys_the_table
     locking_reads = raced_recopy(endpoints, conn, monkeypatch, "churned", [(k,) for k in range(1, 51)] + [(77,)], 77)
     assert [asked for _, asked in locking_reads] == [tuple(range(1, 51)) + (77,), (77,)], \
         "the second round re-copies the one key the race took, nothing else"
+    assert query(conn, f"SELECT COUNT(*), SUM(v) FROM {new}") == query(conn, f"SELECT COUNT(*), SUM(v) FROM {source}")
+
+
+def test_a_recopy_writing_in_place_does_not_delete_the_row_a_race_inserted_and_needs_no_second_round(endpoints, conn,
+                                                                                                   monkeypatch):
+    source, new = _raced_tables(conn, IN_PLACE)
+    locking_reads = raced_recopy(endpoints, conn, monkeypatch, "churned", [(k,) for k in range(1, 51)] + [(77,)], 77)
+    assert [asked for _, asked in locking_reads] == [tuple(range(1, 51)) + (77,)]
     assert query(conn, f"SELECT COUNT(*), SUM(v) FROM {new}") == query(conn, f"SELECT COUNT(*), SUM(v) FROM {source}")
 
 
@@ -89,7 +102,7 @@ def test_a_key_the_tables_keep_disagreeing_on_is_reported_when_the_rounds_run_ou
         rows = query(on, sql, args)
         if churning:
             locking_reads.append(tuple(args))
-            query(conn, f"INSERT INTO {source} VALUES (77, 1)")
+            query(conn, f"INSERT INTO {source} (id, v) VALUES (77, 1)")
         return rows
 
     monkeypatch.setattr(recopy, "query", churn_around_reads)
@@ -133,10 +146,11 @@ def test_a_key_the_two_tables_spell_differently_is_one_row_to_the_confirming_che
     assert not [r for r in caplog.records if r.getMessage().startswith("keys still present in only one")]
 
 
-def test_the_cutovers_recopy_under_lock_tables_checks_a_key_without_a_row(endpoints, conn):
+@pytest.mark.parametrize("unique", [IN_PLACE, DELETE_INSERT], ids=["in-place", "delete-insert"])
+def test_the_cutovers_recopy_under_lock_tables_checks_a_key_without_a_row(endpoints, conn, unique):
     """The cutover's drain re-copies in the session holding LOCK TABLES, where a statement may name only the locked
     tables, each once and by the name it was locked under; a key without a row makes it run the confirming check."""
-    source, new = _raced_tables(conn)
+    source, new = _raced_tables(conn, unique)
     query(conn, f"DELETE FROM {source} WHERE id = 50")
     pair = load_pair(conn, DB, "churned", "churned_osc_new")
     session = connect(endpoints.mysql)
