@@ -149,6 +149,10 @@ def _add_throttle_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-replica-lag", type=option_type("max-replica-lag"),
                         help="seconds behind at which a --throttle-replicas replica holds the work back "
                              f"(default {DEFAULTS.max_replica_lag})")
+    parser.add_argument("--max-redo-fill", type=option_type("max-redo-fill"),
+                        help="percent of the redo log's checkpoint limit at which copy, apply and validation hold "
+                             "back, before the server stalls every write to flush (default "
+                             f"{DEFAULTS.max_redo_fill}; 0 turns it off)")
 
 
 def _add_lock_options(parser: argparse.ArgumentParser) -> None:

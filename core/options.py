@@ -198,6 +198,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("rds-instance", "rds_instance", "text"),
     Option("throttle-replicas", "throttle_replicas", "text"),
     Option("max-replica-lag", "max_replica_lag", "count"),
+    Option("max-redo-fill", "max_redo_fill", "limit"),
     Option("lock-wait-timeout", "lock_wait_s", "seconds"),
     Option("lock-tries", "lock_tries", "count"),
     Option("force-kill-blockers-after", "force_kill_blockers_after_s", "duration"),

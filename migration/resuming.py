@@ -35,7 +35,7 @@ RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", 
 # resumed as its message says, must not go on without that limit)
 LOCK_OPTIONS = ("lock_wait_s", "lock_tries", "force_kill_blockers_after_s", "force_kill_max_rows")
 THROTTLE_OPTIONS = ("max_load", "critical_load", "cloudwatch_max_load", "rds_instance", "throttle_replicas",
-                    "max_replica_lag", "max_app_latency")
+                    "max_replica_lag", "max_app_latency", "max_redo_fill")
 # who is told of the migration's events (migration/notify.py): a resume on another machine may name its own
 NOTIFY_OPTIONS = ("hook_dir", "notify_url")
 KEPT_UNLESS_GIVEN = (*LOCK_OPTIONS, *THROTTLE_OPTIONS, *NOTIFY_OPTIONS)

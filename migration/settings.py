@@ -21,6 +21,7 @@ SETTABLE = {
     "critical-load": "critical_load",
     "cloudwatch-max-load": "cloudwatch_max_load",
     "max-replica-lag": "max_replica_lag",
+    "max-redo-fill": "max_redo_fill",
     "max-lag": "max_lag_events",
     "batch-size": "batch_size",
     "target-batch-time": "target_batch_time",

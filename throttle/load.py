@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 import pymysql
 
 from core.db import query
+from throttle.redo_fill import STATUS_NAMES, redo_capacity, redo_fill_percent, redo_reason
 
 READ_EVERY_S = 1.0
 FIGURES = re.compile(r"\d+(?:\.\d+)?")
@@ -93,14 +94,16 @@ class LoadThrottle:
 
     `more` are other sources of reasons to hold back (CloudWatch, replicas), asked in turn when the
     counters allow work; `more_critical` are other servers' critical checks (a move's target), asked by
-    stop_if_critical.
+    stop_if_critical. `max_redo_fill` (percent, 0: off) is judged from the same read (throttle/redo_fill.py).
     """
 
     def __init__(self, max_load: dict[str, int], critical_load: dict[str, int],
                  more: Sequence[Callable[[], str | None]] = (), closers: Sequence[Callable[[], None]] = (),
-                 more_critical: Sequence[Callable[[], None]] = ()) -> None:
+                 more_critical: Sequence[Callable[[], None]] = (), max_redo_fill: int = 0) -> None:
         self.max_load, self.critical_load = max_load, critical_load
-        self.names = sorted({*max_load, *critical_load})
+        self.max_redo_fill = max_redo_fill
+        self.names = sorted({*max_load, *critical_load, *(STATUS_NAMES if max_redo_fill else ())})
+        self._capacity: int | None = None   # MySQL's innodb_redo_log_capacity, read once
         self.more = more
         self.closers = closers
         self.more_critical = more_critical
@@ -149,5 +152,12 @@ class LoadThrottle:
                 if critical is not None:
                     raise critical_load_reached(critical)
                 reached = over(values, self.max_load)
-                self._reason = f"{reached} (--max-load)" if reached else None
+                self._reason = f"{reached} (--max-load)" if reached else self._redo_reason(conn, values)
             return self._reason
+
+    def _redo_reason(self, conn: pymysql.connections.Connection, values: dict[str, int]) -> str | None:
+        if not self.max_redo_fill:
+            return None
+        if self._capacity is None and "innodb_redo_log_current_lsn" in values:
+            self._capacity = redo_capacity(conn)
+        return redo_reason(redo_fill_percent(values, self._capacity), self.max_redo_fill)

@@ -1,4 +1,4 @@
-"""The throttle a spec asks for: the server's status counters, and whatever else its options name
+"""The throttle a spec asks for: the server's status counters and redo log, and whatever else its options name
 (CloudWatch, a move's target server, replicas), as one LoadThrottle the workers of a process share."""
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ def throttle_for(spec: MigrationSpec, endpoints: Endpoints) -> LoadThrottle:
     if spec.cloudwatch_limits():
         sources.append(CloudWatchLoad(spec.rds_instance, spec.cloudwatch_limits()).reason)
     max_load, critical_load = spec.load_limits()
-    if spec.target_server and (max_load or critical_load):
-        target = TargetLoad(endpoints.target(spec.target_dsn), max_load, critical_load)
+    if spec.target_server and (max_load or critical_load or spec.max_redo_fill):
+        target = TargetLoad(endpoints.target(spec.target_dsn), max_load, critical_load, spec.max_redo_fill)
         sources.append(target.reason)
         closers.append(target.close)
         more_critical.append(target.stop_if_critical)
@@ -31,4 +31,4 @@ def throttle_for(spec: MigrationSpec, endpoints: Endpoints) -> LoadThrottle:
         replicas = ReplicaLag(endpoints.mysql, spec.replicas(), spec.max_replica_lag)
         sources.append(replicas.reason)
         closers.append(replicas.close)
-    return LoadThrottle(*spec.load_limits(), sources, closers, more_critical)
+    return LoadThrottle(*spec.load_limits(), sources, closers, more_critical, spec.max_redo_fill)

@@ -1,4 +1,5 @@
-"""--max-load and --critical-load read on the target server too: a move to another server writes there."""
+"""--max-load, --critical-load and --max-redo-fill read on the target server too: a move to another server writes
+there."""
 from __future__ import annotations
 
 import threading
@@ -17,9 +18,10 @@ T = TypeVar("T")
 class TargetLoad:
     """A source of reasons to hold back (throttle/load.py), read through one session of the target server."""
 
-    def __init__(self, address: MySQLAddress, max_load: dict[str, int], critical_load: dict[str, int]) -> None:
+    def __init__(self, address: MySQLAddress, max_load: dict[str, int], critical_load: dict[str, int],
+                 max_redo_fill: int = 0) -> None:
         self.address = address
-        self.throttle = LoadThrottle(max_load, critical_load)
+        self.throttle = LoadThrottle(max_load, critical_load, max_redo_fill=max_redo_fill)
         self._conn: pymysql.connections.Connection | None = None
         self._lock = threading.Lock()
 

@@ -99,6 +99,8 @@ CATALOGUE: tuple[Case, ...] = (
     option("--lock-wait-timeout 0", "argument --lock-wait-timeout: must be a finite number of seconds above 0, not 0"),
     option("--lock-tries 0", "argument --lock-tries: must be at least 1, not 0"),
     option("--max-replica-lag 0", "argument --max-replica-lag: must be at least 1, not 0"),
+    option("--max-redo-fill -1", "argument --max-redo-fill: must be at least 0, not -1"),
+    option("--max-redo-fill 100", "--max-redo-fill must be a percentage from 1 to 99, or 0 to turn it off, not 100"),
     option("--force-kill-max-rows -1", "argument --force-kill-max-rows: must be at least 0, not -1"),
     option("--force-kill-blockers-after=-5s", "argument --force-kill-blockers-after: '-5s' is not a duration"),
     option("--force-kill-blockers-after inf", "argument --force-kill-blockers-after: 'inf' is not a duration"),
