@@ -1,6 +1,6 @@
 """What change data capture alone costs the application on the machine the benchmark runs on.
 
-`python -m bench.capture_cost --rows 1M --rate 1000 --seconds 30 --repetitions 3` runs, in each repetition, four
+`python -m bench.capture_cost --rows 1M --rate 1000 --seconds 30 --repetitions 3` runs, in each repetition, five
 phases of the same sysbench load, each on its own sysbench process:
 
 1. the load alone;
@@ -9,7 +9,13 @@ phases of the same sysbench load, each on its own sysbench process:
 3. the load beside the same migration paused (`stream-osc pause`): capture only, Debezium reading the binlog and
    the broker storing it, nothing applied (the paused appliers stay in their consumer group: its heartbeats and
    the consumers' prefetch go on);
-4. the load alone again, after `stream-osc abort` removed the migration.
+4. the load beside pt-online-schema-change's triggers: pt-osc run with `--no-swap-tables --no-drop-triggers
+   --no-drop-new-table` copies the table and leaves its triggers writing each change into its new table;
+5. the load alone again, after `stream-osc abort` removed the migration and pt-osc's triggers and table are dropped.
+
+Each phase also reports what the database server paid per row the load changed (4 per transaction): its CPU
+milliseconds, its storage engines' row writes (`Handler_write` + `_update` + `_delete`; MariaDB counts its
+temporary tables apart) and the binlog's bytes (`Binlog_bytes_written`, MariaDB), from the server's own counters.
 
 A first repetition, not recorded, lets a broker and Connect worker just started compile their code.
 
@@ -31,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pymysql
 from bench import cpu
 from bench.config import ALTER, row_count
 from bench.load import SysbenchLoad
@@ -38,14 +45,17 @@ from bench.observe import migration_status
 from bench.run import WARMUP_S
 from bench.sysbench import BenchError
 from bench.table import BenchTable
-from bench.tools import ToolRun, compile_measured_code, stream_osc_abort, stream_osc_command
+from bench.tools import ToolRun, compile_measured_code, pt_osc_triggers_left, stream_osc_abort, stream_osc_command
 from bench.topology import TOPOLOGIES, place
+from core.db import connect, query
 from core.endpoints import Endpoints
 from core.stages import Status
 from stack import services
 from stack.config import StackConfig
 
-PHASES = ("alone", "in sync", "capture only", "alone again")
+PHASES = ("alone", "in sync", "capture only", "pt-osc triggers", "alone again")
+ROW_CHANGES_PER_TX = 4   # oltp_write_only: an index update, a non-index update, a delete and an insert
+SERVER_COUNTERS = ("Handler_write", "Handler_update", "Handler_delete", "Binlog_bytes_written")
 WAIT_FOR_SYNC_S = 600.0
 
 
@@ -57,6 +67,27 @@ class Phase:
     tps: float
     p99_ms: float
     cores: dict[str, float | None]
+    per_change: dict[str, float | None]   # the database's CPU ms, row writes and binlog bytes per row changed
+
+
+def server_counters(conn: pymysql.connections.Connection) -> dict[str, int]:
+    """SERVER_COUNTERS now (a counter the server lacks is absent)."""
+    marks = ", ".join(["%s"] * len(SERVER_COUNTERS))
+    return {name: int(value) for name, value in query(
+        conn, f"SHOW GLOBAL STATUS WHERE Variable_name IN ({marks})", SERVER_COUNTERS)}
+
+
+def cost_per_change(before: dict[str, int], after: dict[str, int], database_cpu_s: float | None,
+                    rows_changed: float) -> dict[str, float | None]:
+    """What the server paid per row the load changed, from its counters' growth and its process's CPU."""
+    if rows_changed <= 0:
+        return {"db_cpu_ms": None, "row_writes": None, "binlog_bytes": None}
+    writes = sum(after[n] - before[n] for n in SERVER_COUNTERS[:3] if n in before and n in after)
+    binlog = SERVER_COUNTERS[3]
+    return {"db_cpu_ms": None if database_cpu_s is None else 1000 * database_cpu_s / rows_changed,
+            "row_writes": writes / rows_changed,
+            "binlog_bytes": (after[binlog] - before[binlog]) / rows_changed if binlog in before and binlog in after
+            else None}
 
 
 def await_status(endpoints: Endpoints, table: BenchTable, status: Status, process: subprocess.Popen[str],
@@ -75,21 +106,27 @@ def await_status(endpoints: Endpoints, table: BenchTable, status: Status, proces
 def measure(name: str, run: ToolRun, rate: int, threads: int, seconds: float, tool_pid: int | None) -> Phase:
     """Run the load for a warm-up and `seconds`; the application's figures and the cores by role over them."""
     load = SysbenchLoad(run.endpoints.mysql, run.table.database, run.table.rows, rate, threads).start()
+    conn = connect(run.endpoints.mysql)
     try:
         time.sleep(WARMUP_S)
-        start, before = load.now(), cpu.snapshot()
+        start, before, counted = load.now(), cpu.snapshot(), server_counters(conn)
         tool_before = cpu.process_cpu_seconds(tool_pid) if tool_pid else 0.0
         time.sleep(seconds)
-        end, after = load.now(), cpu.snapshot()
+        end, after, counted_after = load.now(), cpu.snapshot(), server_counters(conn)
         tool_after = cpu.process_cpu_seconds(tool_pid) if tool_pid else 0.0
     finally:
+        conn.close()
         load.stop()
     window = load.window(start, end)
     if window.tps is None or window.p99_ms_median is None:
         raise BenchError(f"phase {name}: sysbench reported no second")
     cores = cpu.cores_by_role(before, after)
     cores["cpu_cores_tool"] = round((tool_after - tool_before) / (after.at - before.at), 2) if tool_pid else None
-    return Phase(name, window.tps, window.p99_ms_median, cores)
+    database = cores.get("cpu_cores_database")
+    elapsed = after.at - before.at
+    per_change = cost_per_change(counted, counted_after, None if database is None else database * elapsed,
+                                 window.tps * elapsed * ROW_CHANGES_PER_TX)
+    return Phase(name, window.tps, window.p99_ms_median, cores, per_change)
 
 
 def one_repetition(run: ToolRun, rate: int, threads: int, seconds: float, say: Callable[[str], None]
@@ -122,7 +159,10 @@ def one_repetition(run: ToolRun, rate: int, threads: int, seconds: float, say: C
             _end(process)
     if migration_status(run.endpoints, run.table) != Status.ABORTED:
         raise BenchError("stream-osc abort did not remove the migration: the last phase would run beside its capture")
-    phases.append(measure(PHASES[3], run, rate, threads, seconds, None))
+    say("  pt-osc copying, to leave its triggers")
+    with pt_osc_triggers_left(run):
+        phases.append(measure(PHASES[3], run, rate, threads, seconds, None))
+    phases.append(measure(PHASES[4], run, rate, threads, seconds, None))
     return phases
 
 
@@ -142,15 +182,20 @@ def report(repetitions: list[list[Phase]]) -> str:
     lines = ["| phase | app tx/s | app p99 ms | × load alone (per repetition) | "
              + " | ".join(f"{r} cores" for r in roles) + " | machine busy |",
              "| --- | ---: | ---: | --- | " + " | ".join("---:" for _ in roles) + " | ---: |"]
+    costs = ("db_cpu_ms", "row_writes", "binlog_bytes")
+    lines[0] += " db CPU ms | row writes | binlog bytes |"
+    lines[1] += " ---: | ---: | ---: |"
+    lines.insert(0, "Per row the load changed: the database's CPU ms, row writes and binlog bytes.\n")
     for index, name in enumerate(PHASES):
         rows = [rep[index] for rep in repetitions]
-        ratios = [rep[index].p99_ms / statistics.fmean((rep[0].p99_ms, rep[3].p99_ms)) for rep in repetitions]
+        ratios = [rep[index].p99_ms / statistics.fmean((rep[0].p99_ms, rep[-1].p99_ms)) for rep in repetitions]
         cells = [_median([r.cores.get(f"cpu_cores_{role}") for r in rows]) for role in roles]
         busy = _median([r.cores.get("cpu_machine_busy") for r in rows])
+        paid = [_median([r.per_change.get(cost) for r in rows]) for cost in costs]
         lines.append(f"| {name} | {statistics.median(r.tps for r in rows):.0f} | "
                      f"{statistics.median(r.p99_ms for r in rows):.1f} | "
                      + ", ".join(f"{x:.1f}" for x in ratios) + " | "
-                     + " | ".join(cells) + f" | {busy} |")
+                     + " | ".join(cells) + f" | {busy} | " + " | ".join(paid) + " |")
     return "\n".join(lines)
 
 

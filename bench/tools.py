@@ -11,7 +11,8 @@ import tempfile
 import threading
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,10 @@ from typing import Any
 import pymysql
 
 from bench.credentials import client_option_file
+from bench.sysbench import BenchError
 from bench.table import BenchTable
 from core.db import connect, qualified, query, scalar
-from core.endpoints import ENV_KEYS, OPTIONAL_KEYS, OPTIONS_START, Endpoints
+from core.endpoints import ENV_KEYS, OPTIONAL_KEYS, OPTIONS_START, Endpoints, MySQLAddress
 
 CODE_ROOT = Path(__file__).resolve().parent.parent   # the checkout whose stream-osc is measured
 
@@ -191,6 +193,43 @@ def pt_osc(run: ToolRun) -> Outcome:
         dsn = f"F={option_file},h={addr.host},P={addr.port},D={run.table.database},t={run.table.table}"
         cmd = [binary, "--alter", run.alter, "--execute", "--recursion-method=none", "--no-check-alter", dsn]
         return _outcome(run_process(cmd, run.limit_s), run, "pt-online-schema-change")
+
+
+PT_OSC_TRIGGER_PREFIX = "pt_osc_"
+
+
+@contextmanager
+def pt_osc_triggers_left(run: ToolRun) -> Iterator[None]:
+    """pt-online-schema-change's copy run to its end without the swap, its triggers left on the table writing each
+    change into its new table (`--no-swap-tables --no-drop-triggers --no-drop-new-table`); both dropped after."""
+    binary = shutil.which("pt-online-schema-change")
+    if binary is None:
+        raise BenchError("pt-online-schema-change is not installed (Debian package percona-toolkit)")
+    addr, table = run.endpoints.mysql, run.table
+    try:
+        with client_option_file(addr) as option_file:
+            dsn = f"F={option_file},h={addr.host},P={addr.port},D={table.database},t={table.table}"
+            cmd = [binary, "--alter", run.alter, "--execute", "--recursion-method=none", "--no-check-alter",
+                   "--no-swap-tables", "--no-drop-triggers", "--no-drop-new-table", dsn]
+            result = run_process(cmd, run.limit_s)
+        if result.code != 0:
+            raise BenchError(f"pt-online-schema-change exit {result.code}: {result.tail}")
+        yield
+    finally:
+        _drop_pt_osc_leftovers(addr, table)
+
+
+def _drop_pt_osc_leftovers(addr: MySQLAddress, table: BenchTable) -> None:
+    """Drop the triggers pt-osc left on the table and its new table `_<table>_new`."""
+    conn = connect(addr)
+    try:
+        for (name,) in query(conn, "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA=%s "
+                                   "AND EVENT_OBJECT_TABLE=%s AND TRIGGER_NAME LIKE %s",
+                             (table.database, table.table, PT_OSC_TRIGGER_PREFIX + "%")):
+            query(conn, f"DROP TRIGGER {qualified(table.database, name)}")
+        query(conn, f"DROP TABLE IF EXISTS {qualified(table.database, '_' + table.table + '_new')}")
+    finally:
+        conn.close()
 
 
 def gh_ost(run: ToolRun) -> Outcome:
