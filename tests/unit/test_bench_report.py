@@ -1,4 +1,4 @@
-"""The benchmark report shows the newest commit's runs in its main tables and keeps earlier commits apart."""
+"""The benchmark report shows the newest commit's runs in its main tables and keeps earlier commits on a page apart."""
 from __future__ import annotations
 
 import subprocess
@@ -24,9 +24,9 @@ def test_main_tables_show_only_the_newest_commit_and_earlier_ones_follow(tmp_pat
             run("stream-osc", 12.0, 1), run("server-copy", 10.0, 1)]
     path = tmp_path / "benchmarks.md"
     write_markdown(path, invocations, runs, plots=[])
-    text = path.read_text()
-    current, earlier = text.split("## Earlier commits")
+    current, earlier = path.read_text(), (tmp_path / "benchmarks-history.md").read_text()
     assert "| 1,000 | idle | stream-osc | 12.0 |" in current and "99.0" not in current
+    assert "[benchmarks-history.md](benchmarks-history.md)" in current
     assert "### At old1111" in earlier and "| 1,000 | idle | stream-osc | 99.0 |" in earlier
     assert "12.0" not in earlier
 
