@@ -12,7 +12,7 @@ from throttle.redo_fill import STATUS_NAMES, redo_fill_percent
 pytestmark = pytest.mark.integration
 
 DB = "osc_redo_fill"
-ROUNDS = 60   # of about 1 MiB of redo each: the stack's redo log holds about 96 MiB
+ROUNDS = 200   # of about 1 MiB of redo each: 1% of the stack's 1 GiB redo log is about 9 MiB
 
 
 def test_writes_filling_the_redo_log_past_the_limit_hold_the_work_back(conn):
