@@ -38,7 +38,7 @@ import pymysql
 
 from core.db import connect, scalar
 from core.endpoints import ENV_KEYS, MySQLAddress
-from monitor.deadlocks import Deadlock, DeadlockTransaction, parse_deadlocks
+from monitor.deadlocks import Deadlock, DeadlockTransaction, ErrorLog, parse_deadlocks
 from stack.config import StackConfig
 
 ERROR_LOG_ENV = "STREAM_OSC_ERROR_LOG"
@@ -51,51 +51,29 @@ COUNTS = ("deadlocks_tool_app_victim", "deadlocks_app_alone", "deadlocks_other")
 EXAMPLES = 3   # reports kept in a run's record per kind (tool's with the application rolled back, other)
 
 
-class ErrorLog:
-    """The benchmark server's error log as this machine reads it, or why it cannot be."""
-
-    def __init__(self, path: Path | None, why_not: str = "") -> None:
-        self.path, self.why_not = path, why_not
-
-    @classmethod
-    def of(cls, addr: MySQLAddress) -> "ErrorLog":
-        """STREAM_OSC_ERROR_LOG if set, else the embedded stack's (without endpoints of one's own); checked to be
-        readable and to receive every deadlock."""
-        named = os.environ.get(ERROR_LOG_ENV)
-        if named:
-            path = Path(named)
-        elif any(os.environ.get(var) for var in ENV_KEYS.values()):
-            return cls(None, f"the server's error log is not readable here (set {ERROR_LOG_ENV} to its path)")
-        else:
-            path = StackConfig().log_file("mariadb")
-        if not os.access(path, os.R_OK):
-            return cls(None, f"cannot read the server's error log at {path}")
+def error_log_of(addr: MySQLAddress) -> ErrorLog:
+    """STREAM_OSC_ERROR_LOG if set, else the embedded stack's (without endpoints of one's own); checked to be
+    readable and to receive every deadlock."""
+    named = os.environ.get(ERROR_LOG_ENV)
+    if named:
+        path = Path(named)
+    elif any(os.environ.get(var) for var in ENV_KEYS.values()):
+        return ErrorLog(None, f"the server's error log is not readable here (set {ERROR_LOG_ENV} to its path)")
+    else:
+        path = StackConfig().log_file("mariadb")
+    if not os.access(path, os.R_OK):
+        return ErrorLog(None, f"cannot read the server's error log at {path}")
+    try:
+        conn = connect(addr)
         try:
-            conn = connect(addr)
-            try:
-                on = int(scalar(conn, "SELECT @@GLOBAL.innodb_print_all_deadlocks"))
-            finally:
-                conn.close()
-        except pymysql.err.MySQLError as exc:
-            return cls(None, f"cannot read innodb_print_all_deadlocks ({exc.args[-1]})")
-        if not on:
-            return cls(None, "innodb_print_all_deadlocks is off on the server (the benchmark does not change it)")
-        return cls(path)
-
-    def position(self) -> int:
-        try:
-            return self.path.stat().st_size if self.path else 0
-        except OSError:
-            return 0
-
-    def since(self, position: int) -> str:
-        """The log's text from `position` to its end (from its start if it was replaced by a shorter one)."""
-        if self.path is None:
-            return ""
-        with open(self.path, "rb") as file:
-            size = file.seek(0, os.SEEK_END)
-            file.seek(position if size >= position else 0)
-            return file.read().decode(errors="replace")
+            on = int(scalar(conn, "SELECT @@GLOBAL.innodb_print_all_deadlocks"))
+        finally:
+            conn.close()
+    except pymysql.err.MySQLError as exc:
+        return ErrorLog(None, f"cannot read innodb_print_all_deadlocks ({exc.args[-1]})")
+    if not on:
+        return ErrorLog(None, "innodb_print_all_deadlocks is off on the server (the benchmark does not change it)")
+    return ErrorLog(path)
 
 
 def _is_tool(t: DeadlockTransaction, tool: str, application: Collection[int]) -> bool:

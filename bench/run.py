@@ -7,7 +7,7 @@ from typing import Any
 
 from bench import cpu
 from bench.blocker import OpenTransaction
-from bench.conflicts import ErrorLog, attribute, expected_alone, not_attributed
+from bench.conflicts import ErrorLog, attribute, error_log_of, expected_alone, not_attributed
 from bench.observe import in_stage, latest_migration_id, swap_finished_at
 from bench.config import GH_OST_ENV, BenchConfig
 from bench.load import Baseline, SysbenchLoad, measure_baseline
@@ -56,7 +56,7 @@ class Schedule:
     def error_log(self) -> ErrorLog:
         """The server's error log, where its deadlock reports are read (bench/conflicts.py); looked up once."""
         if self._error_log is None:
-            self._error_log = ErrorLog.of(self.endpoints.mysql)
+            self._error_log = error_log_of(self.endpoints.mysql)
             if self._error_log.why_not:
                 self.say(f"deadlocks not attributed: {self._error_log.why_not}")
         return self._error_log

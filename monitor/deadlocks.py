@@ -6,14 +6,16 @@ transaction of the cycle with the statement it was running and the locks it held
 STATEMENT_TAG), so a report tells a deadlock the tool took part in from one between application transactions
 alone (invariant 10: the tool gives way, the application never does).
 
-Pure text in, facts out: the caller reads the log between two positions (tests/integration/deadlocks.py,
-bench/). Both MariaDB's layout (the report split over several `[Note] InnoDB:` lines) and MySQL 8's (one
-`[InnoDB]` prefix per line) are read.
+Text in, facts out: `ErrorLog` reads the log from a position noted before the work (tests/integration/deadlocks.py
+and bench/conflicts.py say which file, and when it cannot be read). Both MariaDB's layout (the report split over
+several `[Note] InnoDB:` lines) and MySQL 8's (one `[InnoDB]` prefix per line) are read.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from core.db import STATEMENT_TAG
 
@@ -176,3 +178,26 @@ class _Report:
         return Deadlock(self.at, tuple(DeadlockTransaction(t["number"], t["thread_id"],
                                                            "\n".join(t["statement"]).strip(), tuple(t["tables"]))
                                        for t in self.transactions), self.victim)
+
+
+class ErrorLog:
+    """The server's error log as this machine reads it (`path`), or why it cannot be (`why_not`, path None)."""
+
+    def __init__(self, path: Path | None, why_not: str = "") -> None:
+        self.path, self.why_not = path, why_not
+
+    def position(self) -> int:
+        """Where the log ends now (0 when it cannot be read): the reports of later work are written after it."""
+        try:
+            return self.path.stat().st_size if self.path else 0
+        except OSError:
+            return 0
+
+    def since(self, position: int) -> str:
+        """The log's text from `position` to its end (from its start if it was replaced by a shorter one)."""
+        if self.path is None:
+            return ""
+        with open(self.path, "rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            file.seek(position if size >= position else 0)
+            return file.read().decode(errors="replace")

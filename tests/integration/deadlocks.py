@@ -34,7 +34,7 @@ import pymysql
 
 from core.db import connect, query
 from core.endpoints import ENV_KEYS, MySQLAddress
-from monitor.deadlocks import Deadlock, parse_deadlocks
+from monitor.deadlocks import Deadlock, ErrorLog, parse_deadlocks
 from stack.config import StackConfig
 
 DEADLOCK, LOCK_WAIT_TIMEOUT = 1213, 1205
@@ -68,34 +68,14 @@ def refusal(exc: pymysql.err.MySQLError, conn: pymysql.connections.Connection, d
     return Refusal(code, time.monotonic(), conn.thread_id(), doing)
 
 
-class ErrorLog:
-    """The source server's error log as this machine can read it."""
-
-    def __init__(self, path: Path | None, why_not: str = "") -> None:
-        self.path, self.why_not = path, why_not
-
-    @classmethod
-    def of_source(cls) -> "ErrorLog":
-        """STREAM_OSC_ERROR_LOG if set, else the embedded stack's (when the tests run against it)."""
-        named = os.environ.get(ERROR_LOG_ENV)
-        if named:
-            return cls(Path(named))
-        if any(os.environ.get(var) not in (None, StackConfig().env()[var]) for var in ENV_KEYS.values()):
-            return cls(None, f"the server's error log is not readable here (set {ERROR_LOG_ENV} to its path)")
-        return cls(StackConfig().log_file("mariadb"))
-
-    def position(self) -> int:
-        try:
-            return self.path.stat().st_size if self.path else 0
-        except OSError:
-            return 0
-
-    def since(self, position: int) -> str:
-        """The log's text from `position` to its end (from its start if it was replaced by a shorter one)."""
-        if self.path is None:
-            return ""
-        data = self.path.read_bytes()
-        return data[position if len(data) >= position else 0:].decode(errors="replace")
+def source_error_log() -> ErrorLog:
+    """STREAM_OSC_ERROR_LOG if set, else the embedded stack's (when the tests run against it)."""
+    named = os.environ.get(ERROR_LOG_ENV)
+    if named:
+        return ErrorLog(Path(named))
+    if any(os.environ.get(var) not in (None, StackConfig().env()[var]) for var in ENV_KEYS.values()):
+        return ErrorLog(None, f"the server's error log is not readable here (set {ERROR_LOG_ENV} to its path)")
+    return ErrorLog(StackConfig().log_file("mariadb"))
 
 
 _reports_on: dict[tuple[str, int], str | None] = {}
@@ -169,7 +149,7 @@ class ConflictWatch:
     def __init__(self, addr: MySQLAddress, schemas: Iterable[str], what: str, log: ErrorLog | None = None) -> None:
         self.schemas = frozenset(schemas)
         self.what = what
-        self.log = log or ErrorLog.of_source()
+        self.log = log or source_error_log()
         self.unavailable = self.log.why_not or deadlock_reports_on(addr)
         self.start = self.log.position()
         self.started_at = time.monotonic()

@@ -14,7 +14,7 @@ import pytest
 
 from bench import run as bench_run
 from bench.config import parse_args
-from bench.conflicts import ERROR_LOG_ENV, ErrorLog, attribute, expected_alone, not_attributed
+from bench.conflicts import ERROR_LOG_ENV, ErrorLog, attribute, error_log_of, expected_alone, not_attributed
 from bench.load import SysbenchLoad
 from bench.report import summarise, write_markdown
 from bench.run import UNRECORDED_REP, Schedule
@@ -127,10 +127,10 @@ def test_the_log_is_read_from_the_runs_position_and_whole_if_it_was_replaced(tmp
 def test_without_a_readable_log_the_runs_are_not_attributed_and_say_why(monkeypatch, tmp_path: Path):
     monkeypatch.delenv(ERROR_LOG_ENV, raising=False)
     monkeypatch.setenv("STREAM_OSC_MYSQL_DSN", "mysql://u:p@db.example:3306/")
-    log = ErrorLog.of(None)
+    log = error_log_of(None)
     assert log.path is None and ERROR_LOG_ENV in log.why_not
     monkeypatch.setenv(ERROR_LOG_ENV, str(tmp_path / "absent.log"))
-    assert "cannot read" in ErrorLog.of(None).why_not
+    assert "cannot read" in error_log_of(None).why_not
     figures = not_attributed("why")
     assert figures["deadlocks_tool_app_victim"] is None and figures["deadlocks_not_attributed"] == "why"
 
