@@ -17,6 +17,7 @@ from core.db import connect
 from core.endpoints import Endpoints
 from core.logs import bind_fields, log_event
 from core.source_check import SourceChanged, check_source_unchanged
+from core.triggers import recorded_triggers, settle_triggers
 from core.spec import MigrationSpec, with_overrides
 from core.state_records import Migration
 from core.stages import WORKING_STAGES, Stage, Status
@@ -291,6 +292,9 @@ class Runner:
     def _work_watched(self, migration: Migration) -> None:
         """The working stages, with the capture lag watched and a run context open meanwhile."""
         shared = self.shared
+        # a cutover killed while moving the triggers left guards: exactly one set back on the table first
+        settle_triggers(shared.conn, shared.spec.database, shared.spec.table, recorded_triggers(migration.options),
+                        migration.id)
         check_source_unchanged(shared.conn, migration)   # resumed: still the table init captured?
         watch = LagWatch(shared.endpoints, shared.spec.metadata_schema, migration, shared.spec.partitions,
                          shared.metrics).start()
