@@ -22,6 +22,8 @@ import pytest
 from core.db import connect, qualified, query, scalar
 from core.spec import MigrationSpec, helper_table_name
 from core.triggers import GUARD_PREFIX
+from cutover.outcome import CutoverAborted
+from cutover.swap import Cutover
 from migration.runner import Runner
 from monitor.progress import Progress
 from tests.integration.helpers import abort_leftover, cli, db_conn, leftovers
@@ -198,3 +200,34 @@ STEPS = ["guarded", "dropped trg_ad", "dropped trg_ai2", "created trg_ad", "crea
 def test_a_kill_in_the_trigger_move_leaves_one_complete_set_on_the_live_table(endpoints, tmp_path, step, then):
     kill_then(endpoints, tmp_path, step, then)
 
+
+
+def test_an_attempt_rolled_back_after_the_move_puts_the_triggers_back_before_the_unlock(endpoints, monkeypatch):
+    """The first attempt gives up once the triggers are on the new table (as when the RENAME does not queue within
+    the window): they go back to the original under the lock, so no write runs without them, and the next attempt
+    swaps."""
+    table, db = "orders", "trig_rolled_back"
+    conn = db_conn(endpoints)
+    audited_table(conn, db, table, rows=5_000)
+    before = triggers_of(conn, db, table)
+    real_queue = Cutover._queue_rename
+    given_up: list[list[tuple]] = []
+
+    def give_up_once(self, renamer, deadline):
+        if not given_up:
+            given_up.append(triggers_of(conn, db, helper_table_name(table, "new")))
+            raise CutoverAborted("the RENAME session did not queue within the window")
+        return real_queue(self, renamer, deadline)
+    monkeypatch.setattr(Cutover, "_queue_rename", give_up_once)
+    with Ledger(endpoints.mysql, db, table, writers=8, seed=11) as ledger:
+        ledger.wait_for_writes(200)
+        spec = MigrationSpec(algorithm="copy", database=db, table=table, alter="ADD COLUMN extra1 INT NULL",
+                             copy_workers=2, apply_workers=2, chunk_size=5_000, batch_size=1_000, partitions=4,
+                             max_lag_events=200).validate()
+        assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+        ledger.wait_for_writes(200)
+    assert [name for name, *_ in given_up[0]] == [name for name, *_ in before], "the first attempt moved them"
+    ledger.assert_kept(conn)
+    assert audit_problems(conn, db, ledger) == []
+    assert triggers_of(conn, db, table) == before and guards(conn, db) == []
+    query(conn, f"DROP DATABASE `{db}`")
