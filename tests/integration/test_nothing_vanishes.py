@@ -429,8 +429,8 @@ def test_a_table_dropped_and_created_again_is_not_resumed_as_the_one_migrated(en
 
 # 2. triggers ---------------------------------------------------------------------------------------
 def test_triggers_are_not_left_behind_on_the_old_table(endpoints, conn):
-    """They move to the swapped-in table (tests/integration/test_triggers.py holds the oracle); the old table keeps
-    none, and a trigger changed on the source during the migration stops it like any other DDL."""
+    """They move to the swapped-in table (tests/integration/test_triggers.py holds the oracle) and the old table keeps
+    none; an instant change leaves them on the table."""
     table = "with_trigger"
     fresh(conn, table)
     create_sample_table(conn, DB, table, rows=100, seed=5)
@@ -444,6 +444,13 @@ def test_triggers_are_not_left_behind_on_the_old_table(endpoints, conn):
     assert on == {f"{table}_bi": table, f"{table}_ad": table}
     assert leftovers(endpoints, DB, table) == [f"table {DB}.{helper_table_name(table, 'old')}"]
     query(conn, f"DROP TABLE {DB}.{helper_table_name(table, 'old')}")
+    # made instantly, on the table itself: its triggers stay where they are
+    result = cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN flag2 INT NULL", "--quiet")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert migration_row(conn, DB, table).options.get("path") == "instant"
+    assert dict(query(conn, "SELECT TRIGGER_NAME, EVENT_OBJECT_TABLE FROM information_schema.TRIGGERS "
+                            "WHERE TRIGGER_SCHEMA=%s AND TRIGGER_NAME LIKE %s", (DB, f"{table}%"))) == on
+    assert leftovers(endpoints, DB, table) == []
 
 
 def test_a_trigger_changed_during_the_migration_stops_it_with_the_original_untouched(endpoints, conn):
@@ -452,7 +459,7 @@ def test_a_trigger_changed_during_the_migration_stops_it_with_the_original_untou
     fresh(conn, table)
     create_sample_table(conn, DB, table, rows=20_000, seed=9)
     query(conn, f"CREATE TRIGGER {trigger} BEFORE UPDATE ON {DB}.{table} FOR EACH ROW SET NEW.k = NEW.k + 1")
-    run = RunnerThread(endpoints, spec_for(table, "ADD INDEX c_idx (c)", batch_size=100))
+    run = RunnerThread(endpoints, spec_for(table, "ADD INDEX c_idx (c)", cutover="manual"))   # never swaps
     run.start()
     wait_for(lambda: (row := migration_row(conn, DB, table)) is not None and row.stage == "copy", 180, "the copy")
     query(conn, f"DROP TRIGGER {trigger}")   # the same name, timing and event; another body
