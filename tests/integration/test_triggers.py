@@ -10,6 +10,7 @@ loudly rather than run without its triggers.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -24,7 +25,9 @@ from core.spec import MigrationSpec, helper_table_name
 from core.triggers import GUARD_PREFIX
 from cutover.outcome import CutoverAborted
 from cutover.swap import Cutover
+from migration.checks import PreflightError
 from migration.runner import Runner
+from migration.trigger_checks import check_triggers_movable
 from monitor.progress import Progress
 from tests.integration.helpers import abort_leftover, cli, db_conn, leftovers
 from tests.integration.ledger import Ledger, create_ledger_table
@@ -231,3 +234,43 @@ def test_an_attempt_rolled_back_after_the_move_puts_the_triggers_back_before_the
     assert audit_problems(conn, db, ledger) == []
     assert triggers_of(conn, db, table) == before and guards(conn, db) == []
     query(conn, f"DROP DATABASE `{db}`")
+
+
+def one_trigger_table(conn, db: str) -> None:
+    query(conn, f"DROP DATABASE IF EXISTS `{db}`")
+    query(conn, f"CREATE DATABASE `{db}`")
+    query(conn, f"CREATE TABLE `{db}`.orders (id INT PRIMARY KEY, note VARCHAR(20) NOT NULL DEFAULT '')")
+    query(conn, f"CREATE TRIGGER `{db}`.orders_bi BEFORE INSERT ON `{db}`.orders FOR EACH ROW SET NEW.note = 'x'")
+
+
+def test_a_table_with_triggers_is_refused_for_a_move_naming_why(endpoints):
+    conn = db_conn(endpoints)
+    one_trigger_table(conn, "trig_move")
+    spec = MigrationSpec(database="trig_move", table="orders", alter="", target_server=True)
+    with pytest.raises(PreflightError, match=r"table trig_move.orders has triggers \(orders_bi\): a move to another "
+                                             "server does not carry triggers"):
+        check_triggers_movable(conn, spec)
+    query(conn, "DROP DATABASE trig_move")
+
+
+@pytest.mark.exclusive   # it sets log_bin_trust_function_creators, which every session of the server reads
+def test_a_trigger_of_another_definer_needs_a_privilege_to_set_it(endpoints):
+    """With SUPER out of the way (log_bin_trust_function_creators on), creating a trigger as another user needs SET
+    USER: named before anything is made."""
+    conn = db_conn(endpoints)
+    one_trigger_table(conn, "trig_definer")   # defined by the tool's own user, not the one below
+    query(conn, "CREATE USER IF NOT EXISTS 'osc_no_set_user'@'%' IDENTIFIED BY 'x'")
+    query(conn, "GRANT SELECT, TRIGGER ON `trig_definer`.* TO 'osc_no_set_user'@'%'")
+    trusted = scalar(conn, "SELECT @@GLOBAL.log_bin_trust_function_creators")
+    query(conn, "SET GLOBAL log_bin_trust_function_creators = ON")
+    try:
+        limited = connect(dataclasses.replace(endpoints.mysql, user="osc_no_set_user", password="x"))
+        spec = MigrationSpec(database="trig_definer", table="orders", alter="ADD COLUMN extra INT NULL")
+        with pytest.raises(PreflightError, match=r"as their definers \(osc@%\): creating a trigger for another "
+                                                 "definer needs SET USER"):
+            check_triggers_movable(limited, spec)
+        limited.close()
+    finally:
+        query(conn, f"SET GLOBAL log_bin_trust_function_creators = {int(trusted)}")
+        query(conn, "DROP USER 'osc_no_set_user'@'%'")
+        query(conn, "DROP DATABASE trig_definer")
