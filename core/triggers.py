@@ -20,6 +20,7 @@ from typing import Any
 import pymysql
 
 from core.db import qualified, query, quote_ident, scalar
+from core.spec import MigrationSpec
 
 TRIGGERS_OPTION = "source_triggers"   # the definitions init read, in the migration's options
 GUARD_EVENTS = (("INSERT", "bi"), ("UPDATE", "bu"), ("DELETE", "bd"))
@@ -123,9 +124,10 @@ def guard_message(migration_id: int, database: str, table: str) -> str:
 def create_guards(conn: pymysql.connections.Connection, database: str, table: str, migration_id: int) -> None:
     """A BEFORE trigger per event that fails every write to the table, placed before its own BEFORE triggers (none
     of their effects happen first); one already there (a move tried before) is kept."""
-    present = {name for name, _ in triggers_in_schema(conn, database)}
+    on_table = read_triggers(conn, database, table)
+    present = {t.name for t in on_table}
     message = guard_message(migration_id, database, table).replace("\\", "\\\\").replace("'", "''")
-    first = {t.event: t.name for t in reversed(read_triggers(conn, database, table)) if t.timing == "BEFORE"}
+    first = {t.event: t.name for t in reversed(on_table) if t.timing == "BEFORE"}
     for (event, _), name in zip(GUARD_EVENTS, guard_names(migration_id)):
         if name in present:
             continue
@@ -134,19 +136,21 @@ def create_guards(conn: pymysql.connections.Connection, database: str, table: st
                     f"FOR EACH ROW {place}SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{message}'")
 
 
-def drop_guards(conn: pymysql.connections.Connection, database: str, migration_id: int) -> None:
-    """Drop the migration's guards, on whichever table they are (after a swap: the old table)."""
-    present = {name for name, _ in triggers_in_schema(conn, database)}
-    for name in guard_names(migration_id):
-        if name in present:
-            query(conn, f"DROP TRIGGER {qualified(database, name)}")
+def drop_guards(conn: pymysql.connections.Connection, spec: MigrationSpec, migration_id: int) -> bool:
+    """Drop the migration's guards from the table or the old table (which takes them at the swap); True if any was
+    there."""
+    guards = set(guard_names(migration_id))
+    found = [name for name in placed(conn, spec) if name in guards]
+    for name in found:
+        query(conn, f"DROP TRIGGER {qualified(spec.database, name)}")
+    return bool(found)
 
 
-def triggers_in_schema(conn: pymysql.connections.Connection, database: str) -> list[tuple[str, str]]:
-    """(trigger, its table) of every trigger of the schema."""
-    return [(str(n), str(t)) for n, t in query(conn, "SELECT TRIGGER_NAME, EVENT_OBJECT_TABLE FROM "
-                                                     "information_schema.TRIGGERS WHERE TRIGGER_SCHEMA=%s",
-                                               (database,))]
+def placed(conn: pymysql.connections.Connection, spec: MigrationSpec) -> dict[str, str]:
+    """{trigger: its table} of the triggers on the table, the new table and the old table: the only places a move
+    puts one. (Read table by table: information_schema opens only the named table's triggers then.)"""
+    return {t.name: name for name in (spec.table, spec.new_table, spec.old_table)
+            for t in read_triggers(conn, spec.database, name)}
 
 
 def reached(step: str) -> None:
@@ -180,43 +184,42 @@ def complete_on(conn: pymysql.connections.Connection, database: str, table: str,
 SETTLE_LOCK_WAIT_S = 10   # outside the cutover's lock each trigger DDL waits at most this for the table
 
 
-def settle_triggers(conn: pymysql.connections.Connection, database: str, table: str, triggers: list[Trigger],
+def settle_triggers(conn: pymysql.connections.Connection, spec: MigrationSpec, triggers: list[Trigger],
                     migration_id: int) -> bool:
     """_settle, each of its statements waiting at most SETTLE_LOCK_WAIT_S for the table's metadata lock (with
-    statements of the application queued behind it), the session's own limit put back after."""
+    statements of the application queued behind it), the session's own limit put back after. Nothing to do for a
+    migration that recorded no trigger: it never makes a guard."""
+    if not triggers:
+        return False
     saved = int(query(conn, "SELECT @@SESSION.lock_wait_timeout")[0][0])
     query(conn, f"SET SESSION lock_wait_timeout = {min(saved, SETTLE_LOCK_WAIT_S)}")
     try:
-        return _settle(conn, database, table, triggers, migration_id)
+        return _settle(conn, spec, triggers, migration_id)
     finally:
         query(conn, f"SET SESSION lock_wait_timeout = {saved}")
 
 
-def _settle(conn: pymysql.connections.Connection, database: str, table: str, triggers: list[Trigger],
+def _settle(conn: pymysql.connections.Connection, spec: MigrationSpec, triggers: list[Trigger],
             migration_id: int) -> bool:
-    """Leave exactly the recorded triggers on the table named `table` (the original, or after a swap the new table,
-    which took them with it) and no guard anywhere; True if anything had to change.
+    """Leave exactly the recorded triggers on the table named as the original (the original, or after a swap the new
+    table, which took them with it) and no guard; True if anything had to change.
 
     Where the set is incomplete or out of order, the guards go on first (a write meanwhile fails, never runs without
-    the triggers), every recorded name is dropped wherever it is (the new table included), and the set is created on
-    the table in its order; the guards go last. Run under the cutover's lock by a roll-back, and outside it by resume,
-    abort and cleanup."""
-    if not triggers or not scalar(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND "
-                                        "TABLE_NAME=%s", (database, table)):
-        drop_guards(conn, database, migration_id)
-        return False
-    if complete_on(conn, database, table, triggers):
-        placed = dict(triggers_in_schema(conn, database))
-        if not any(placed.get(name) for name in guard_names(migration_id)):
-            return False
-        drop_guards(conn, database, migration_id)
-        return True
+    the triggers), every recorded name is dropped where a move may have left it (the table, the new table), and the
+    set is created on the table in its order; the guards go last. A recorded name found on another table is not
+    touched: its CREATE then fails, and the guards stay. Run under the cutover's lock by a roll-back, and outside it
+    by resume, abort and cleanup."""
+    database, table = spec.database, spec.table
+    exists = scalar(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+                    (database, table))
+    if not exists or complete_on(conn, database, table, triggers):
+        return drop_guards(conn, spec, migration_id)
     create_guards(conn, database, table, migration_id)
-    placed = dict(triggers_in_schema(conn, database))
+    where = placed(conn, spec)
     for trigger in triggers:
-        if trigger.name in placed:
+        if where.get(trigger.name) in (table, spec.new_table):
             query(conn, f"DROP TRIGGER {qualified(database, trigger.name)}")
     for trigger in triggers:
         create_trigger(conn, trigger, database, table)
-    drop_guards(conn, database, migration_id)
+    drop_guards(conn, spec, migration_id)
     return True

@@ -287,7 +287,7 @@ class Cutover:
     def _settle_triggers(self, lock_conn: pymysql.connections.Connection) -> None:
         """The recorded triggers back on the table named as the original, and no guard left (core/triggers.py)."""
         spec, migration = self.ctx.spec, self.ctx.migration
-        if settle_triggers(lock_conn, spec.database, spec.table, recorded_triggers(migration.options), migration.id):
+        if settle_triggers(lock_conn, spec, recorded_triggers(migration.options), migration.id):
             log_event(log, "triggers put back on the table", logging.WARNING, table=spec.qualified_name)
 
     def _swap_sql(self) -> str:

@@ -293,8 +293,7 @@ class Runner:
         """The working stages, with the capture lag watched and a run context open meanwhile."""
         shared = self.shared
         # a cutover killed while moving the triggers left guards: exactly one set back on the table first
-        settle_triggers(shared.conn, shared.spec.database, shared.spec.table, recorded_triggers(migration.options),
-                        migration.id)
+        settle_triggers(shared.conn, shared.spec, recorded_triggers(migration.options), migration.id)
         check_source_unchanged(shared.conn, migration)   # resumed: still the table init captured?
         watch = LagWatch(shared.endpoints, shared.spec.metadata_schema, migration, shared.spec.partitions,
                          shared.metrics).start()

@@ -58,7 +58,7 @@ def tear_down(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
                       connector=migration.connector, reason=str(exc))
             removed = False
     if migration is not None:   # before the new table goes: it may hold originals a killed cutover moved there
-        settle_triggers(conn, spec.database, spec.table, recorded_triggers(migration.options), migration.id)
+        settle_triggers(conn, spec, recorded_triggers(migration.options), migration.id)
     if drop_new_table:
         drop_target_table(conn, endpoints, spec, migration)
         drop_sentry(conn, spec)
