@@ -8,7 +8,7 @@ runs in the cutover's lock session, which holds both tables WRITE (the only lock
 DDL there), after the last drain, so the tool's own writes into the new table never fire them. A process killed at
 any step leaves the source either with its complete set, or with guards that make every write fail loudly until
 `settle_triggers` (resume, the next attempt's roll-back, abort, cleanup) puts exactly one complete set back on the
-table under the original's name. The argument, step by step: cutover/README.md ("Triggers").
+table under the original's name. The argument, step by step: cutover/README.md ("Triggers move at the swap").
 """
 from __future__ import annotations
 
@@ -87,12 +87,11 @@ def encoding_of(trigger: Trigger) -> str | None:
         return None
 
 
-def create_statement(trigger: Trigger, database: str, table: str, name: str | None = None,
-                     precedes: str | None = None) -> str:
-    """CREATE TRIGGER of `trigger` on database.table (under `name`, else its own), as its definer."""
-    place = f"PRECEDES {quote_ident(precedes)} " if precedes else ""
+def create_statement(trigger: Trigger, database: str, table: str, name: str | None = None) -> str:
+    """CREATE TRIGGER of `trigger` on database.table (under `name`, else its own), as its definer. No FOLLOWS or
+    PRECEDES: created in their order, each new one is placed last among its timing and event."""
     return (f"CREATE {definer_clause(trigger.definer)} TRIGGER {qualified(database, name or trigger.name)} "
-            f"{trigger.timing} {trigger.event} ON {qualified(database, table)} FOR EACH ROW {place}{trigger.body}")
+            f"{trigger.timing} {trigger.event} ON {qualified(database, table)} FOR EACH ROW {trigger.body}")
 
 
 def create_trigger(conn: pymysql.connections.Connection, trigger: Trigger, database: str, table: str,
