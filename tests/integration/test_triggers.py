@@ -22,7 +22,7 @@ import pytest
 
 from core.db import connect, qualified, query, scalar
 from core.spec import MigrationSpec, helper_table_name
-from core.triggers import GUARD_PREFIX
+from core.triggers import GUARD_PREFIX, create_trigger, read_triggers
 from cutover.outcome import CutoverAborted
 from cutover.swap import Cutover
 from migration.checks import PreflightError
@@ -274,3 +274,27 @@ def test_a_trigger_of_another_definer_needs_a_privilege_to_set_it(endpoints):
         query(conn, f"SET GLOBAL log_bin_trust_function_creators = {int(trusted)}")
         query(conn, "DROP USER 'osc_no_set_user'@'%'")
         query(conn, "DROP DATABASE trig_definer")
+
+
+def test_a_trigger_made_in_another_character_set_is_created_again_in_it(endpoints):
+    """Its body is sent in its character_set_client under its collation_connection: a latin1 'é' stays one
+    character (LENGTH 1, as in latin1; 2 in utf8mb4) and the value written is the same."""
+    conn = db_conn(endpoints)
+    one_trigger_table(conn, "trig_charset")
+    query(conn, "DROP TRIGGER trig_charset.orders_bi")
+    latin1 = pymysql.connect(host=endpoints.mysql.host, port=endpoints.mysql.port, user=endpoints.mysql.user,
+                             password=endpoints.mysql.password, charset="latin1", autocommit=True)
+    with latin1.cursor() as cur:
+        cur.execute("CREATE TRIGGER trig_charset.orders_bi BEFORE INSERT ON trig_charset.orders FOR EACH ROW "
+                    "SET NEW.note = CONCAT('caf', 'é', LENGTH('é'))".encode("latin1"))
+    latin1.close()
+    query(conn, "CREATE TABLE trig_charset.copy LIKE trig_charset.orders")
+    original = read_triggers(conn, "trig_charset", "orders")[0]
+    create_trigger(conn, original, "trig_charset", "copy", "copy_bi")
+    again = read_triggers(conn, "trig_charset", "copy")[0]
+    assert dataclasses.replace(again, name=original.name) == original
+    query(conn, "INSERT INTO trig_charset.orders (id) VALUES (1)")
+    query(conn, "INSERT INTO trig_charset.copy (id) VALUES (1)")
+    assert query(conn, "SELECT note FROM trig_charset.orders") == query(conn, "SELECT note FROM trig_charset.copy") \
+        == [("café1",)]
+    query(conn, "DROP DATABASE trig_charset")
