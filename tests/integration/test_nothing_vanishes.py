@@ -29,8 +29,9 @@ from core.state_records import Chunk
 from demo.traffic import create_sample_table
 from monitor.progress import Progress
 from tests.integration.deadlocks import ConflictWatch, Refusal, assert_no_tool_deadlock, refusal
-from tests.integration.helpers import (abort_leftover, application_session, cli, leftovers, migration_row, run_context,
-                                       wait_for, waiting_without_coordinator)
+from tests.integration.helpers import (abort_leftover, application_session, cli, latest_migration_id, leftovers,
+                                       migration_row, new_migration_row, run_context, wait_for,
+                                       waiting_without_coordinator)
 
 pytestmark = pytest.mark.integration
 
@@ -459,9 +460,11 @@ def test_a_trigger_changed_during_the_migration_stops_it_with_the_original_untou
     fresh(conn, table)
     create_sample_table(conn, DB, table, rows=20_000, seed=9)
     query(conn, f"CREATE TRIGGER {trigger} BEFORE UPDATE ON {DB}.{table} FOR EACH ROW SET NEW.k = NEW.k + 1")
+    earlier = latest_migration_id(conn, DB, table)   # an earlier run's row, aborted at stage copy, is not this one
     run = RunnerThread(endpoints, spec_for(table, "ADD INDEX c_idx (c)", cutover="manual"))   # never swaps
     run.start()
-    wait_for(lambda: (row := migration_row(conn, DB, table)) is not None and row.stage == "copy", 180, "the copy")
+    wait_for(lambda: (row := new_migration_row(conn, DB, table, earlier)) is not None and row.stage == "copy", 180,
+             "the copy")
     query(conn, f"DROP TRIGGER {trigger}")   # the same name, timing and event; another body
     query(conn, f"CREATE TRIGGER {trigger} BEFORE UPDATE ON {DB}.{table} FOR EACH ROW SET NEW.k = NEW.k + 2")
     run.join(300)
