@@ -17,7 +17,7 @@ from core.db import connect
 from core.endpoints import Endpoints
 from core.logs import bind_fields, log_event
 from core.source_check import SourceChanged, check_source_unchanged
-from core.triggers import recorded_triggers, settle_triggers
+from core.triggers import read_triggers, recorded_triggers, settle_triggers
 from core.spec import MigrationSpec, with_overrides
 from core.state_records import Migration
 from core.stages import WORKING_STAGES, Stage, Status
@@ -143,6 +143,10 @@ class Runner:
                              instant=self.instant.decide)
         if migration is None:
             shared.say(self.instant.expected())
+            triggers = read_triggers(shared.conn, shared.spec.database, shared.spec.table)
+            if triggers:   # each was created on the altered empty table, then dropped (migration/trigger_checks.py)
+                shared.say(f"dry run: triggers {', '.join(t.name for t in triggers)} fit the altered table; a copy "
+                           "moves them to the new table at the swap")
             shared.say("dry run: every check passed and the ALTER is valid; nothing was changed")
             return None
         if migration.stage == Stage.DONE:

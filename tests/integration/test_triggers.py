@@ -298,3 +298,18 @@ def test_a_trigger_made_in_another_character_set_is_created_again_in_it(endpoint
     assert query(conn, "SELECT note FROM trig_charset.orders") == query(conn, "SELECT note FROM trig_charset.copy") \
         == [("café1",)]
     query(conn, "DROP DATABASE trig_charset")
+
+
+def test_a_dry_run_tries_the_triggers_on_the_altered_table_and_leaves_nothing(endpoints):
+    conn = db_conn(endpoints)
+    one_trigger_table(conn, "trig_dry")
+    result = cli("migrate", "--table", "trig_dry.orders", "--alter", "ADD COLUMN extra INT NULL", "--dry-run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "dry run: triggers orders_bi fit the altered table" in result.stderr   # where progress goes
+    assert [r[0] for r in query(conn, "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS "
+                                      "WHERE TRIGGER_SCHEMA='trig_dry'")] == ["orders_bi"]
+    tables = query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA='trig_dry'")
+    assert tables == [("orders",)]
+    broken = cli("migrate", "--table", "trig_dry.orders", "--alter", "DROP COLUMN note", "--dry-run")
+    assert broken.returncode == 2 and "trigger orders_bi of trig_dry.orders cannot be created" in broken.stderr
+    query(conn, "DROP DATABASE trig_dry")
