@@ -25,6 +25,7 @@ from typing import Any, Callable
 import pymysql
 
 from core.db import query
+from core.triggers import GUARD_PREFIX, read_triggers
 from core.state_records import Migration
 
 # The source's definition and identity recorded at init, in the migration's options (absent in migrations
@@ -54,7 +55,8 @@ def table_definition(conn: pymysql.connections.Connection, database: str,
     table.
 
     A column added to the source during the migration would not exist in the new table, a dropped or retyped
-    one would break or bend the copy, a trigger would stay behind on the original.
+    one would break or bend the copy, a trigger added, dropped or changed (body, definer, sql_mode, order) would
+    not be the one recorded to move at the swap.
     AUTO_INCREMENT position and statistics are left out (they change with every insert).
     """
     columns = {}
@@ -75,9 +77,7 @@ def table_definition(conn: pymysql.connections.Connection, database: str,
             WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY INDEX_NAME, SEQ_IN_INDEX""", (database, table)):
         key = keys.setdefault(name, {"unique": not int(non_unique), "columns": []})
         key["columns"].append(f"{column}({sub_part})" if sub_part else column)
-    triggers = {name: f"{timing} {event}" for name, timing, event in query(conn, """
-            SELECT TRIGGER_NAME, ACTION_TIMING, EVENT_MANIPULATION FROM information_schema.TRIGGERS
-            WHERE EVENT_OBJECT_SCHEMA=%s AND EVENT_OBJECT_TABLE=%s ORDER BY TRIGGER_NAME""", (database, table))}
+    triggers = {t.name: t.signature() for t in read_triggers(conn, database, table)}
     return {"columns": columns,
             "keys": {name: ("UNIQUE " if k["unique"] else "") + f"({', '.join(k['columns'])})"
                      for name, k in keys.items()},
@@ -125,8 +125,12 @@ def definition_changes(recorded: dict[str, dict[str, str]], current: dict[str, d
     if not current["columns"]:
         return ["the table is gone"]
     changes = []
-    for kind, noun in (("columns", "column"), ("keys", "key"), ("triggers", "trigger"),
-                       ("foreign_keys", "foreign key")):
+    kinds = [("columns", "column"), ("keys", "key"), ("triggers", "trigger"), ("foreign_keys", "foreign key")]
+    if any(name.startswith(GUARD_PREFIX) for name in current.get("triggers", {})):
+        # a cutover stopped inside its trigger move (core/triggers.py): resume or abort puts the set back, and it is
+        # compared once that is done; meanwhile the guards refuse every write
+        kinds.remove(("triggers", "trigger"))
+    for kind, noun in kinds:
         before, now = recorded.get(kind, {}), current.get(kind, {})
         changes += [f"{noun} {n} added ({now[n]})" for n in now if n not in before]
         changes += [f"{noun} {n} dropped" for n in before if n not in now]

@@ -25,6 +25,7 @@ from core.db import DatabaseUnreachable, kill_connection, qualified, query, scal
 from core.logs import log_event
 from core.source_check import check_source_unchanged
 from core.swap_preconditions import check_swap_settings
+from core.triggers import move_triggers, recorded_triggers, settle_triggers
 from cutover.queued_ddl import queued_statements
 from cutover.blockers import TARGET, Blocker, find_blockers
 from cutover.session_bounds import apply_settings, bound_lock_session, remaining_statement_settings, \
@@ -70,6 +71,7 @@ class Cutover:
         self.fence_table = qualified(spec.metadata_schema, ctx.migration.fence_table)
         self.migrations_table = qualified(spec.metadata_schema, "migrations")
         self.fence = FenceDrain(ctx, self.names, self.partitions)
+        self.triggers_moved = False   # this attempt began moving the triggers: its roll-back puts them back
 
     def close(self) -> None:
         """Close the fence consumer, if one was made."""
@@ -226,7 +228,9 @@ class Cutover:
         lock_conn = ctx.db()
         renamer: Renamer | None = None
         locked_at = 0.0
+        self.triggers_moved = False
         try:
+            self._settle_triggers(lock_conn)   # a roll-back that could not finish: exactly one set, on the table
             check_swap_settings(lock_conn, self.is_mariadb)   # changed since init? Refused before anything is made
             self._refuse_if_held(lock_conn)
             tables, renamer = self._ready_swap(lock_conn, window_s)
@@ -240,6 +244,7 @@ class Cutover:
             tighten_idle_limit(lock_conn, deadline)   # only the RENAME's queueing is left to wait for
             drained_at = time.monotonic()
             self._prove_lease(lock_conn, coordinator)   # decisive: no takeover can commit until the unlock
+            self._move_triggers(lock_conn, deadline)
             if renamer is not None:
                 blocked = self._rename_queued(lock_conn, renamer, locked_at, deadline)
             else:
@@ -262,6 +267,28 @@ class Cutover:
             if renamer is not None:
                 renamer.close_unless_started()
             lock_conn.close()
+
+    def _move_triggers(self, lock_conn: pymysql.connections.Connection, deadline: float) -> None:
+        """Under the lock, after the last drain (the tool's writes into the new table fire none): the source's
+        triggers moved to the new table, guarded (core/triggers.py), so that the RENAME swaps them in with it."""
+        triggers = recorded_triggers(self.ctx.migration.options)
+        if not triggers:
+            return
+        if time.monotonic() > deadline:
+            raise CutoverAborted(f"window of {self.ctx.spec.cutover_window_s:.1f} s exceeded")
+        spec = self.ctx.spec
+        self.triggers_moved = True
+        started = time.monotonic()
+        with within_window("moving the triggers"):
+            move_triggers(lock_conn, spec.database, spec.table, spec.new_table, triggers, self.ctx.migration.id)
+        log_event(log, "triggers moved to the new table", triggers=len(triggers),
+                  took_ms=round((time.monotonic() - started) * 1000, 1))
+
+    def _settle_triggers(self, lock_conn: pymysql.connections.Connection) -> None:
+        """The recorded triggers back on the table named as the original, and no guard left (core/triggers.py)."""
+        spec, migration = self.ctx.spec, self.ctx.migration
+        if settle_triggers(lock_conn, spec, recorded_triggers(migration.options), migration.id):
+            log_event(log, "triggers put back on the table", logging.WARNING, table=spec.qualified_name)
 
     def _swap_sql(self) -> str:
         """The RENAME that swaps the tables: the original to the old-table name, the new table to the original's."""
@@ -413,13 +440,15 @@ class Cutover:
             query(lock_conn, f"ALTER TABLE {qualified(spec.database, spec.new_table)} AUTO_INCREMENT = {int(source)}")
 
     def _roll_back(self, lock_conn: pymysql.connections.Connection, renamer: Renamer | None) -> None:
-        """Withdraw a queued RENAME, unlock with the sentry still in place (so a RENAME the withdrawal missed
-        fails on it), then remove the sentry.
+        """Withdraw a queued RENAME, put the triggers back on the original if they were being moved, unlock with the
+        sentry still in place (so a RENAME the withdrawal missed fails on it), then remove the sentry.
 
         The sentry alone is not enough: a statement queued on it before the RENAME (a DROP of `t_osc_old`)
         is granted first at the unlock, and the RENAME would then swap."""
         if renamer is not None and renamer.started and renamer.is_alive():
             self._withdraw(renamer, lock_conn)
+        if self.triggers_moved:   # before the unlock: no write may reach the table without them
+            self._settle_triggers(lock_conn)
         query(lock_conn, "UNLOCK TABLES")
         if renamer is not None and renamer.started:
             renamer.join()

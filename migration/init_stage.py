@@ -25,6 +25,7 @@ from connectors.secrets import (kafka_jaas_reference, password_reference, requir
 from migration.checks import (PreflightError, check_blocker_privileges, check_load_thresholds, check_privileges,
                               check_server, check_services, check_session_binlog_formats, check_swap_settings_now,
                               check_table, check_target)
+from migration.trigger_checks import check_trigger_bodies, check_triggers_movable
 from migration.index_stage import defer_indexes, indexes_to_defer
 from migration.teardown import Metadata, tear_down
 from core.db import DatabaseUnreachable, ServerInfo, connect, qualified, query
@@ -39,6 +40,7 @@ from core.state import StateStore
 from core.state_records import COPY_UNTIL_OPTION, Migration
 from core.stages import Stage, Status
 from core.target_identity import record_target
+from core.triggers import TRIGGERS_OPTION, read_triggers
 from streams.fence import FenceReader, FenceTimeout, fence_consumer, fence_ids_for
 from streams.topics import TopicNames, commit_start_offsets, create_capture_heartbeat_topic, create_change_topic
 
@@ -59,6 +61,7 @@ def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
     if target is not None:
         check_target(conn, target, spec)
     check_privileges(conn, spec)
+    check_triggers_movable(conn, spec)
     check_blocker_privileges(conn, spec)
     check_load_thresholds(conn, spec)
     check_services(endpoints, info.flavor)
@@ -82,6 +85,8 @@ def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, 
         if spec.alter.strip():
             query(where, f"ALTER TABLE {new} {spec.alter}")
         refuse_other_engines(spec, where)
+        if target is None:
+            check_trigger_bodies(conn, spec)
         new_pk = primary_key(where, spec.target_database, spec.new_table)
         if [n.lower() for n in new_pk.names] != [n.lower() for n in pk.names]:
             raise PreflightError(f"the ALTER changes the primary key (was {', '.join(pk.names)}); that is not "
@@ -308,9 +313,10 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
     # The row comes before anything it owns: a process killed at any later statement leaves a row at stage
     # init, from which resume, migrate and abort remove what exists. The new table under it is provably the
     # tool's: preflight found its name free, and the row (holding the table's active key) was written first.
+    triggers = [t.as_dict() for t in read_triggers(conn, spec.database, spec.table)]   # moved at the swap
     migration = store.create(spec.database, spec.table, spec.alter, topic_prefix(spec), pk.names,
                              {**spec_options(spec), DEFINITION_OPTION: definition,
-                              IDENTITY_OPTION: identity}, coordinator)
+                              IDENTITY_OPTION: identity, TRIGGERS_OPTION: triggers}, coordinator)
     new_table_created = False
     try:
         on_created(migration)

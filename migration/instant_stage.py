@@ -100,7 +100,8 @@ class InstantStage:
         The definition it has is kept with the migration, for `landed` to know the change after a kill."""
         shared, spec = self.shared, self.shared.spec
         create_new_table(shared.conn, spec, primary_key(shared.conn, spec.database, spec.table))
-        altered = table_definition(shared.conn, spec.database, spec.new_table)
+        altered = {**table_definition(shared.conn, spec.database, spec.new_table),   # the triggers stay on the table
+                   "triggers": table_definition(shared.conn, spec.database, spec.table)["triggers"]}
         query(shared.conn, f"DROP TABLE {qualified(spec.database, spec.new_table)}")
         shared.store.change_options(migration.id, lambda current: {
             **current.options, ALTERED_DEFINITION_OPTION: altered})

@@ -12,6 +12,7 @@ from core.context import RunContext, spec_pair, target_connection
 from core.endpoints import Endpoints
 from core.logs import bind_fields, log_event
 from core.source_check import SourceChanged, check_source_unchanged
+from core.triggers import read_triggers, recorded_triggers, settle_triggers
 from core.spec import MigrationSpec, with_overrides
 from core.state_records import Migration
 from core.stages import WORKING_STAGES, Stage, Status
@@ -134,6 +135,10 @@ class Runner:
                              before_capture=lambda: self.sampling.wait_for_baseline(lambda: False))
         if migration is None:
             shared.say(self.instant.expected())
+            triggers = read_triggers(shared.conn, shared.spec.database, shared.spec.table)
+            if triggers:   # each was created on the altered empty table, then dropped (migration/trigger_checks.py)
+                shared.say(f"dry run: triggers {', '.join(t.name for t in triggers)} fit the altered table; a copy "
+                           "moves them to the new table at the swap")
             shared.say("dry run: every check passed and the ALTER is valid; nothing was changed")
             return None
         if migration.stage == Stage.DONE:
@@ -255,6 +260,8 @@ class Runner:
     def _work_watched(self, migration: Migration) -> None:
         """The working stages, with the capture lag watched and a run context open meanwhile."""
         shared = self.shared
+        # a cutover killed while moving the triggers left guards: exactly one set back on the table first
+        settle_triggers(shared.conn, shared.spec, recorded_triggers(migration.options), migration.id)
         check_source_unchanged(shared.conn, migration)   # resumed: still the table init captured?
         watch = LagWatch(shared.endpoints, shared.spec.metadata_schema, migration, shared.spec.partitions,
                          shared.metrics).start()

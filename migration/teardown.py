@@ -24,6 +24,7 @@ from core.state import StateStore
 from core.state_records import Migration
 from core.stages import Stage, Status
 from core.target_identity import check_target, forget_token
+from core.triggers import recorded_triggers, settle_triggers
 from cutover.swap import SENTRY_COMMENT, drop_sentry
 from streams.topics import TopicNames, delete_topics
 
@@ -56,6 +57,8 @@ def tear_down(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
             log_event(log, "could not remove capture; the row stays so that a rerun finishes", logging.ERROR,
                       connector=migration.connector, reason=str(exc))
             removed = False
+    if migration is not None:   # before the new table goes: it may hold originals a killed cutover moved there
+        settle_triggers(conn, spec, recorded_triggers(migration.options), migration.id)
     if drop_new_table:
         drop_target_table(conn, endpoints, spec, migration)
         drop_sentry(conn, spec)

@@ -9,10 +9,12 @@ docs/bad-input.md lists the catalogue as a table: `python -m tests.integration.t
 writes it there, and tests/unit/test_bad_input_table.py fails when the two differ."""
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -30,6 +32,12 @@ DB = "bad_catalogue"
 TABLE = f"{DB}.orders"
 MIGRATE = ("migrate", "--table", TABLE, "--alter", "ADD COLUMN extra INT NULL", "--quiet")
 CONFIG = "{config}"   # in a case's command line or variables: the path of its config file
+SERVER = "{server}"   # in a case's variables: host:port of the source server
+AUDITED = f"{DB}.audited"   # a table with a trigger
+AUDITED_MIGRATE = ("migrate", "--table", AUDITED, "--alter", "ADD COLUMN extra INT NULL", "--quiet")
+NO_TRIGGER, NO_SUPER = "osc_no_trigger", "osc_no_super"   # users lacking one privilege the trigger move needs
+TOOL_PRIVILEGES = ("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, LOCK TABLES, CREATE TEMPORARY TABLES, "
+                   "PROCESS, RELOAD, REPLICATION SLAVE, REPLICATION CLIENT")
 
 COMMAND_LINE, CONFIG_FILE, SET, ENVIRONMENT = "command line", "config file", "set", "environment"
 KINDS = (COMMAND_LINE, CONFIG_FILE, SET, ENVIRONMENT)
@@ -134,6 +142,17 @@ CATALOGUE: tuple[Case, ...] = (
     command(f"migrate --table {DB}.{'x' * 65} --alter 'ADD COLUMN extra INT'", "is 65 characters long (at most 64)"),
     command(f"migrate --table '{DB}.orders ' --alter 'ADD COLUMN extra INT'", "the name 'orders ' ends with a space"),
     command(f"migrate --table {DB}.nope --alter 'ADD COLUMN extra INT' --quiet", f"table {DB}.nope does not exist"),
+    # a table with triggers (AUDITED): they move at the swap, so their bodies must fit the ALTER and the user must
+    # be allowed to create them (the users below hold every other privilege the tool needs)
+    command(f"migrate --table {AUDITED} --alter 'DROP COLUMN note' --quiet", f"trigger audited_bi of {AUDITED} "
+            "cannot be created on the altered table: its body reads a column the ALTER drops or renames"),
+    variable("STREAM_OSC_MYSQL_DSN", f"mysql://{NO_TRIGGER}:x@{SERVER}/", f"table {AUDITED} has triggers",
+             f"that needs the TRIGGER privilege on {AUDITED}", argv=AUDITED_MIGRATE,
+             given=f"`migrate --table {AUDITED} …` (it has a trigger) as a user without TRIGGER"),
+    variable("STREAM_OSC_MYSQL_DSN", f"mysql://{NO_SUPER}:x@{SERVER}/", f"table {AUDITED} has triggers",
+             "with binary logging on and log_bin_trust_function_creators OFF", "a user with SUPER",
+             argv=AUDITED_MIGRATE, given=f"`migrate --table {AUDITED} …` (it has a trigger) as a user with TRIGGER "
+             "but without SUPER, binary logging on"),
     command(f"migrate --table {TABLE} --quiet", "--alter is required"),
     command("migrate --alter 'ADD COLUMN extra INT' --quiet", "--table DB.TABLE is required"),
     command(f"migrate --table {TABLE} --alter ' ' --quiet", "--alter is empty"),
@@ -318,7 +337,7 @@ def answer_problem(case: Case, path: Path, monkeypatch: pytest.MonkeyPatch, caps
             if value is None:
                 patched.delenv(name, raising=False)
             else:
-                patched.setenv(name, value.replace(CONFIG, str(path)))
+                patched.setenv(name, value.replace(CONFIG, str(path)).replace(SERVER, server_address()))
         try:
             code = main([arg.replace(CONFIG, str(path)) for arg in case.argv])
         except SystemExit as stop:   # a usage error: argparse exits
@@ -329,6 +348,23 @@ def answer_problem(case: Case, path: Path, monkeypatch: pytest.MonkeyPatch, caps
     if code != 2 or len(lines) != 1 or missing or "Traceback" in err or (case.hidden and case.hidden in err):
         return f"exit {code}, {len(lines)} lines{f', without {missing}' if missing else ''}:\n{err}"
     return None
+
+
+def server_address() -> str:
+    """host:port of the source server the tests run against."""
+    dsn = urlsplit(os.environ["STREAM_OSC_MYSQL_DSN"])   # the stack's, or the one given (tests/README.md)
+    return f"{dsn.hostname}:{dsn.port or 3306}"
+
+
+def audited_table_and_users(conn) -> None:
+    """AUDITED with its trigger, and the users NO_TRIGGER and NO_SUPER (made once; kept, like the schema)."""
+    query(conn, f"DROP TABLE IF EXISTS {AUDITED}")
+    query(conn, f"CREATE TABLE {AUDITED} (id INT PRIMARY KEY, note VARCHAR(20) NOT NULL DEFAULT '')")
+    query(conn, f"CREATE TRIGGER {DB}.audited_bi BEFORE INSERT ON {AUDITED} FOR EACH ROW "
+                "SET NEW.note = UPPER(NEW.note)")
+    for user, extra in ((NO_TRIGGER, ""), (NO_SUPER, ", TRIGGER")):
+        query(conn, f"CREATE USER IF NOT EXISTS '{user}'@'%' IDENTIFIED BY 'x'")
+        query(conn, f"GRANT {TOOL_PRIVILEGES}{extra} ON *.* TO '{user}'@'%'")
 
 
 def everything(endpoints: Endpoints) -> dict[str, object]:
@@ -384,6 +420,7 @@ def differences(before: dict[str, object], after: dict[str, object]) -> list[str
 def test_every_bad_input_is_one_line_and_exit_2_and_nothing_is_created_or_changed(endpoints, conn, tmp_path,
                                                                                 monkeypatch, capsys):
     create_sample_table(conn, DB, "orders", rows=20)
+    audited_table_and_users(conn)
     for name in (helper_table_name("orders", "new"), helper_table_name("orders", "old"), "orders2"):
         query(conn, f"DROP TABLE IF EXISTS {DB}.{name}")   # what a wrongly accepted case of an earlier run made
     before = everything(endpoints)

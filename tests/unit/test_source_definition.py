@@ -58,3 +58,20 @@ def test_a_foreign_key_added_either_way_is_named_and_an_earlier_record_without_t
     assert definition_changes(RECORDED, current) == [
         "foreign key shop.fk_child added (shop.child REFERENCES shop.t ON DELETE CASCADE)"]
     assert definition_changes(RECORDED, {**RECORDED, "foreign_keys": {}}) == []
+
+
+def test_a_trigger_changed_added_or_dropped_is_named():
+    recorded = {**RECORDED, "triggers": {"t_bu": "BEFORE UPDATE #1, body aaa", "t_ad": "AFTER DELETE #1, body bbb"}}
+    current = {**RECORDED, "triggers": {"t_bu": "BEFORE UPDATE #1, body ccc", "t_ai": "AFTER INSERT #1, body ddd"}}
+    assert definition_changes(recorded, current) == [
+        "trigger t_ai added (AFTER INSERT #1, body ddd)",
+        "trigger t_ad dropped",
+        "trigger t_bu changed from BEFORE UPDATE #1, body aaa to BEFORE UPDATE #1, body ccc",
+    ]
+
+
+def test_triggers_are_not_compared_while_a_stopped_move_left_its_guards():
+    """Resume or abort puts the set back first (core/triggers.py: settle_triggers); the guards refuse writes."""
+    recorded = {**RECORDED, "triggers": {"t_bu": "BEFORE UPDATE #1, body aaa"}}
+    current = {**RECORDED, "triggers": {"stream_osc_guard_7_bu": "BEFORE UPDATE #1, body g"}}
+    assert definition_changes(recorded, current) == []
