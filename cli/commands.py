@@ -223,6 +223,11 @@ def _register_migrate(sub: argparse._SubParsersAction) -> None:
                          help="auto (default): first try the ALTER on the table itself as ALGORITHM=INSTANT, which "
                               "the server refuses at once when it cannot (then the copy runs) and otherwise is the "
                               "change; copy: always copy (docs/options.md)")
+    migrate.add_argument("--alter-foreign-keys-method", metavar="none|rebuild",
+                         type=option_type("alter-foreign-keys-method"),
+                         help="none (default): refuse a table other tables' foreign keys reference; rebuild: "
+                              "rebuild those constraints to reference the new table right after the swap "
+                              "(docs/foreign-keys.md)")
     add_metrics_options(migrate)
     migrate.set_defaults(func=cmd_migrate)
 

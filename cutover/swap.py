@@ -32,6 +32,7 @@ from cutover.session_bounds import apply_settings, bound_lock_session, remaining
 from cutover.short_lock import LockNotTaken, lock_tables_briefly
 from cutover.watchdog import StatementWatchdog
 from cutover.drain import FenceDrain
+from cutover.foreign_keys import add_foreign_keys, rebuild_child_keys, remove_foreign_keys
 from cutover.outcome import CoordinatorReplaced, CutoverAborted, CutoverResult
 from cutover.renamer import Renamer, rename_queues_on_original
 from streams.fence import FenceReader, FenceTimeout
@@ -246,6 +247,7 @@ class Cutover:
                 blocked = self._rename_in_lock_session(lock_conn, self._swap_sql(), locked_at, deadline, window_s)
             log_event(log, "tables swapped", blocked_ms=round(blocked, 1), drained_keys=drained,
                       drain_ms=round((drained_at - locked_at) * 1000, 1))
+            self._rebuild_children(lock_conn)
             return CutoverResult(True, blocked, drained, locked_at=locked_wall)
         except CutoverAborted as exc:
             return self._aborted(exc, lock_conn, renamer, locked_at)
@@ -263,6 +265,15 @@ class Cutover:
                 renamer.close_unless_started()
             lock_conn.close()
 
+    def _rebuild_children(self, conn: pymysql.connections.Connection) -> None:
+        """Right after the swap, the children's foreign keys on the new table (cutover/foreign_keys.py); one that
+        fails is done again by the cleanup, which never drops the old table before."""
+        try:
+            rebuild_child_keys(conn, self.ctx.spec, self.ctx.migration.options)
+        except pymysql.err.Error as exc:
+            log_event(log, "child foreign keys not rebuilt yet; the cleanup does it", logging.WARNING,
+                      reason=str(exc))
+
     def _swap_sql(self) -> str:
         """The RENAME that swaps the tables: the original to the old-table name, the new table to the original's."""
         spec = self.ctx.spec
@@ -278,6 +289,7 @@ class Cutover:
         spec = self.ctx.spec
         db = spec.database
         tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
+        remove_foreign_keys(lock_conn, spec, self.ctx.migration.options)   # left by an attempt that stopped
         if not self.is_mariadb:
             return tables, None
         if not rename_queues_on_original(spec.table, [spec.new_table, spec.old_table]):
@@ -293,13 +305,14 @@ class Cutover:
     def _drain_under_lock(self, lock_conn: pymysql.connections.Connection, reader: FenceReader,
                           start: dict[int, int], deadline: float) -> int:
         """Under the lock: drain the last changes to a fence in the lock session, then carry the AUTO_INCREMENT
-        counter over; returns the keys drained. A drain or a statement that does not fit the window ends the
-        attempt (CutoverAborted)."""
+        counter over and add the new table's foreign keys; returns the keys drained. A drain or a statement that
+        does not fit the window ends the attempt (CutoverAborted)."""
         try:
             with within_window("under the lock"):
                 _, drained = self.fence.drain(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
                                               max(deadline - time.monotonic(), 0.01), False)
                 self._carry_auto_increment(lock_conn)
+                add_foreign_keys(lock_conn, self.ctx.spec, self.ctx.migration.options)   # (cutover/foreign_keys.py)
         except FenceTimeout as exc:
             raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
         return drained
@@ -420,6 +433,11 @@ class Cutover:
         is granted first at the unlock, and the RENAME would then swap."""
         if renamer is not None and renamer.started and renamer.is_alive():
             self._withdraw(renamer, lock_conn)
+        try:   # while the lock holds the new table: no write can wait for it
+            remove_foreign_keys(lock_conn, self.ctx.spec, self.ctx.migration.options)
+        except pymysql.err.Error as exc:
+            log_event(log, "new table's foreign keys not removed; the next attempt removes them", logging.WARNING,
+                      reason=str(exc))
         query(lock_conn, "UNLOCK TABLES")
         if renamer is not None and renamer.started:
             renamer.join()
