@@ -95,7 +95,7 @@ def rebuild_child_keys(conn: pymysql.connections.Connection, spec: MigrationSpec
             continue   # rebuilt already (or dropped by the application meanwhile: nothing to point anywhere)
         started = time.monotonic()
         _rebuild_briefly(conn, spec, f"ALTER TABLE {qualified(child['schema'], child['table'])} DROP FOREIGN KEY "
-                                     f"{quote_ident(old.name)}, {child['sql']}")
+                                     f"{quote_ident(old.name)}, {child['sql']}, ALGORITHM=INPLACE, LOCK=NONE")
         log_event(log, "child foreign key rebuilt on the new table", child=f"{child['schema']}.{child['table']}",
                   constraint=child["new_name"], took_ms=round((time.monotonic() - started) * 1000, 1))
         rebuilt += 1
