@@ -4,7 +4,8 @@ under its documented name and enforced, and no application write on the parent r
 the tool; a family writer deletes child rows and then their parent, which a new table holding the constraint while
 it lags would refuse. With --alter-foreign-keys-method rebuild the children's constraints reference the new table
 after the swap, also when the run stops between the swap and the rebuild (resume and abort finish it); an ALTER's
-DROP FOREIGN KEY is kept. (Refusals: tests/integration/test_bad_input_catalogue.py.)"""
+DROP FOREIGN KEY is kept; an attempt rolled back after adding the keys in its lock takes them off again.
+(Refusals: tests/integration/test_bad_input_catalogue.py.)"""
 from __future__ import annotations
 
 import random
@@ -16,6 +17,7 @@ from core.db import qualified, query
 from core.endpoints import MySQLAddress
 from core.foreign_keys import own_foreign_keys
 from core.spec import MigrationSpec
+from cutover.outcome import CutoverAborted
 from cutover.swap import Cutover
 from migration.runner import Runner
 from monitor.progress import Progress
@@ -209,3 +211,27 @@ def test_a_stop_between_the_swap_and_the_rebuild_is_finished_by_resume_or_abort(
         done = cli("abort", "--table", f"{DB}.{table}")
         assert done.returncode == 6, (done.stdout, done.stderr)   # ALREADY_SWAPPED: the cleanup finished
     assert_children_on_the_new_table(conn, table)
+
+
+def test_an_attempt_rolled_back_after_adding_the_keys_takes_them_off_the_new_table_again(endpoints, conn,
+                                                                                        monkeypatch):
+    table = "retried"
+    fresh_family(conn, table, rows=2_000, writers=1)
+    spec = spec_for(table)
+    seen: dict[str, list[dict[str, str]]] = {"in the lock": [], "after the roll-back": []}
+    prove, roll_back = Cutover._prove_lease, Cutover._roll_back
+
+    def give_up_once(self, lock_conn, coordinator) -> None:
+        if not seen["in the lock"]:
+            seen["in the lock"].append(constraints(lock_conn, spec.new_table))
+            raise CutoverAborted("given up after the keys were added (test)")
+        prove(self, lock_conn, coordinator)
+
+    def rolled_back(self, lock_conn, renamer) -> None:
+        roll_back(self, lock_conn, renamer)
+        seen["after the roll-back"].append(constraints(lock_conn, spec.new_table))
+    monkeypatch.setattr(Cutover, "_prove_lease", give_up_once)
+    monkeypatch.setattr(Cutover, "_roll_back", rolled_back)
+    assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+    assert seen == {"in the lock": [{f"_fk_{table}_parent": "parent"}], "after the roll-back": [{}]}
+    assert constraints(conn, table) == {f"_fk_{table}_parent": "parent"}
