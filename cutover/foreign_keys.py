@@ -60,6 +60,23 @@ def remove_foreign_keys(conn: pymysql.connections.Connection, spec: MigrationSpe
                               + ", ".join(f"DROP FOREIGN KEY {quote_ident(name)}" for name in present))
 
 
+def drop_old_foreign_keys(conn: pymysql.connections.Connection, spec: MigrationSpec,
+                          names: list[str] | None = None) -> int:
+    """Right after the swap: the original's own constraints (`names`, read before the lock; else read now), which
+    InnoDB kept on it under the old-table name, dropped (metadata only). Kept, they would go on refusing the
+    application's DELETE of a parent row the original still references: a child row deleted from the swapped-in
+    table stays in the original. Returns how many were."""
+    if names is None:
+        names = [fk.name for fk in own_foreign_keys(conn, spec.database, spec.old_table)]
+    if names:
+        started = time.monotonic()
+        _without_checks(conn, f"ALTER TABLE {qualified(spec.database, spec.old_table)} "
+                              + ", ".join(f"DROP FOREIGN KEY {quote_ident(name)}" for name in names))
+        log_event(log, "foreign keys dropped from the old table", table=spec.old_table, constraints=", ".join(names),
+                  took_ms=round((time.monotonic() - started) * 1000, 1))
+    return len(names)
+
+
 LOCK_WAIT_TIMEOUT = 1205
 
 

@@ -22,6 +22,7 @@ from core.context import RunContext
 from cutover.validate import Sessions
 from core.spec import MigrationSpec
 from core.db import DatabaseUnreachable, kill_connection, qualified, query, scalar
+from core.foreign_keys import own_foreign_keys
 from core.logs import log_event
 from core.source_check import check_source_unchanged
 from core.swap_preconditions import check_swap_settings
@@ -32,7 +33,8 @@ from cutover.session_bounds import apply_settings, bound_lock_session, remaining
 from cutover.short_lock import LockNotTaken, lock_tables_briefly
 from cutover.watchdog import StatementWatchdog
 from cutover.drain import FenceDrain
-from cutover.foreign_keys import add_foreign_keys, rebuild_child_keys, remove_foreign_keys
+from cutover.foreign_keys import (add_foreign_keys, drop_old_foreign_keys, rebuild_child_keys,
+                                  remove_foreign_keys)
 from cutover.outcome import CoordinatorReplaced, CutoverAborted, CutoverResult
 from cutover.renamer import Renamer, rename_queues_on_original
 from streams.fence import FenceReader, FenceTimeout
@@ -71,6 +73,7 @@ class Cutover:
         self.fence_table = qualified(spec.metadata_schema, ctx.migration.fence_table)
         self.migrations_table = qualified(spec.metadata_schema, "migrations")
         self.fence = FenceDrain(ctx, self.names, self.partitions)
+        self.old_keys: list[str] | None = None   # the original's foreign keys, read before each attempt's lock
 
     def close(self) -> None:
         """Close the fence consumer, if one was made."""
@@ -245,9 +248,9 @@ class Cutover:
                 blocked = self._rename_queued(lock_conn, renamer, locked_at, deadline)
             else:
                 blocked = self._rename_in_lock_session(lock_conn, self._swap_sql(), locked_at, deadline, window_s)
+            self._after_swap(lock_conn)   # first: the old table's keys still hold the parents
             log_event(log, "tables swapped", blocked_ms=round(blocked, 1), drained_keys=drained,
                       drain_ms=round((drained_at - locked_at) * 1000, 1))
-            self._rebuild_children(lock_conn)
             return CutoverResult(True, blocked, drained, locked_at=locked_wall)
         except CutoverAborted as exc:
             return self._aborted(exc, lock_conn, renamer, locked_at)
@@ -265,10 +268,11 @@ class Cutover:
                 renamer.close_unless_started()
             lock_conn.close()
 
-    def _rebuild_children(self, conn: pymysql.connections.Connection) -> None:
-        """Right after the swap, the children's foreign keys on the new table (cutover/foreign_keys.py); one that
-        fails is done again by the cleanup, which never drops the old table before."""
+    def _after_swap(self, conn: pymysql.connections.Connection) -> None:
+        """Right after the swap, the old table's foreign keys dropped and the children's rebuilt on the new table
+        (cutover/foreign_keys.py); what fails is done again by the cleanup, which never drops the old table before."""
         try:
+            drop_old_foreign_keys(conn, self.ctx.spec, self.old_keys)
             rebuild_child_keys(conn, self.ctx.spec, self.ctx.migration.options)
         except pymysql.err.Error as exc:
             log_event(log, "child foreign keys not rebuilt yet; the cleanup does it", logging.WARNING,
@@ -290,6 +294,8 @@ class Cutover:
         db = spec.database
         tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
         remove_foreign_keys(lock_conn, spec, self.ctx.migration.options)   # left by an attempt that stopped
+        # the original's keys, dropped from it right after the swap (read here: no DDL runs until then unseen)
+        self.old_keys = [fk.name for fk in own_foreign_keys(lock_conn, db, spec.table)]
         if not self.is_mariadb:
             return tables, None
         if not rename_queues_on_original(spec.table, [spec.new_table, spec.old_table]):

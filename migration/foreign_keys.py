@@ -15,6 +15,7 @@ from core.db import qualified, query, quote_ident
 from core.foreign_keys import (CHILD_KEYS_OPTION, FOREIGN_KEYS_OPTION, ForeignKey, added_foreign_key,
                                child_foreign_keys, clause_spans, constraint_taken, new_constraint_name,
                                own_foreign_keys, split_alter)
+from core.source_check import foreign_keys
 from core.spec import MigrationSpec
 from migration.checks import PreflightError
 
@@ -70,13 +71,38 @@ def carry_foreign_keys(conn: pymysql.connections.Connection, spec: MigrationSpec
     alter, dropped = split_alter(spec.alter, [fk.name for fk in own])
     carried = [fk for fk in own if fk.name not in dropped]
     if carried:
+        new = qualified(spec.database, spec.new_table)
+        before = _indexes(conn, spec.database, spec.new_table)
         query(conn, "SET SESSION foreign_key_checks = 0")   # an empty table: no row to check, no parent to lock
         try:
-            query(conn, f"ALTER TABLE {qualified(spec.database, spec.new_table)} "
-                        + ", ".join(fk.clause(new_constraint_name(fk.name)) for fk in carried))
+            query(conn, f"ALTER TABLE {new} " + ", ".join(fk.clause(new_constraint_name(fk.name)) for fk in carried))
         finally:
             query(conn, "SET SESSION foreign_key_checks = 1")
+        renamed = _renamed_indexes(before, _indexes(conn, spec.database, spec.new_table))
+        if renamed:
+            query(conn, f"ALTER TABLE {new} " + ", ".join(f"RENAME INDEX {quote_ident(now)} TO {quote_ident(was)}"
+                                                          for now, was in renamed))
     return alter, carried
+
+
+def _indexes(conn: pymysql.connections.Connection, database: str, table: str) -> dict[str, tuple[str, ...]]:
+    """{index name: its columns} of a table."""
+    found: dict[str, list[str]] = {}
+    for name, column in query(conn, "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE "
+                                    "TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+                              (database, table)):
+        found.setdefault(name, []).append(column)
+    return {name: tuple(columns) for name, columns in found.items()}
+
+
+def _renamed_indexes(before: dict[str, tuple[str, ...]], after: dict[str, tuple[str, ...]]) -> list[tuple[str, str]]:
+    """(name now, name before) of the indexes the constraints took over. An index the server made for a constraint
+    (one made with the original's key) stays marked as such in CREATE … LIKE, and MariaDB replaces it with one
+    named after the new constraint when that is added: its name is given back, as the table has it."""
+    gone = {name: columns for name, columns in before.items() if name not in after}
+    new = {name: columns for name, columns in after.items() if name not in before}
+    return [(now, was) for was, columns in gone.items()
+            for now in [next((n for n, c in new.items() if c == columns), None)] if now is not None]
 
 
 def set_aside_foreign_keys(conn: pymysql.connections.Connection, spec: MigrationSpec) -> list[dict[str, str]]:
@@ -91,6 +117,19 @@ def set_aside_foreign_keys(conn: pymysql.connections.Connection, spec: Migration
         finally:
             query(conn, "SET SESSION foreign_key_checks = 1")
     return [{"name": fk.name, "sql": fk.clause()} for fk in kept]
+
+
+def definition_after_alter(conn: pymysql.connections.Connection, spec: MigrationSpec,
+                           altered: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """The definition the table itself will have once the server makes the ALTER on it (the instant path), from
+    the new table's (`altered`, which holds no foreign key): the table's foreign keys, either way, but those the
+    ALTER drops (core/source_check.py: table_definition)."""
+    own = [fk.name for fk in own_foreign_keys(conn, spec.database, spec.table)]
+    _, dropped = split_alter(spec.alter, own)
+    gone = {f"{spec.database}.{name}".lower() for name in dropped}
+    kept = {name: joined for name, joined in foreign_keys(conn, spec.database, spec.table).items()
+            if name.lower() not in gone}
+    return {**altered, "foreign_keys": kept}
 
 
 def child_keys_to_rebuild(conn: pymysql.connections.Connection, spec: MigrationSpec) -> list[dict[str, str]]:

@@ -21,7 +21,7 @@ from core.spec import MigrationSpec, with_overrides
 from core.state_records import Migration
 from core.stages import WORKING_STAGES, Stage, Status
 from cutover.blocker_wait import BlockerClock
-from cutover.foreign_keys import rebuild_child_keys
+from cutover.foreign_keys import drop_old_foreign_keys, rebuild_child_keys
 from cutover.move import MoveCutover
 from cutover.swap import Cutover
 from migration.background import BackgroundWorkers
@@ -431,7 +431,8 @@ class Runner:
 
     def _cleanup(self, migration: Migration) -> None:
         shared, spec = self.shared, self.shared.spec
-        rebuild_child_keys(shared.conn, spec, migration.options)   # done already unless stopped right after the swap
+        drop_old_foreign_keys(shared.conn, spec)   # (done already unless stopped right after the swap)
+        rebuild_child_keys(shared.conn, spec, migration.options)
         tear_down(shared.conn, shared.endpoints, spec, migration, drop_new_table=False,
                   drop_old_table=not spec.keep_old, metadata=Metadata.KEEP)
         shared.enter_stage(migration.id, Stage.DONE, status=Status.DONE, error=None)

@@ -24,7 +24,7 @@ from core.state import StateStore
 from core.state_records import Migration
 from core.stages import Stage, Status
 from core.target_identity import check_target, forget_token
-from cutover.foreign_keys import rebuild_child_keys
+from cutover.foreign_keys import drop_old_foreign_keys, rebuild_child_keys
 from cutover.swap import SENTRY_COMMENT, drop_sentry
 from streams.topics import TopicNames, delete_topics
 
@@ -142,6 +142,7 @@ def finish_swapped(conn: pymysql.connections.Connection, endpoints: Endpoints, s
     """The cleanup of a migration whose tables are swapped: capture removed, the original kept under the old
     name (whatever --drop-old said: nobody asked for it to go this way), the children's foreign keys rebuilt on the
     new table if the swap stopped before, the migration recorded as done."""
+    drop_old_foreign_keys(conn, spec)
     rebuild_child_keys(conn, spec, migration.options)
     tear_down(conn, endpoints, spec, migration, drop_new_table=False, metadata=Metadata.KEEP)
     StateStore(conn, spec.metadata_schema).enter_stage(migration.id, Stage.DONE, status=Status.DONE, error=None)
