@@ -119,6 +119,31 @@ def set_aside_foreign_keys(conn: pymysql.connections.Connection, spec: Migration
     return [{"name": fk.name, "sql": fk.clause()} for fk in kept]
 
 
+def check_children_fit(conn: pymysql.connections.Connection, spec: MigrationSpec) -> None:
+    """After the ALTER, with --alter-foreign-keys-method rebuild: every child's constraint can reference the new
+    table, as the server's own ALTER of the original would have required: the referenced columns still there, of
+    the same type and collation, at the head of an index. Found only after the swap, the children would be left
+    referencing the old table."""
+    if spec.alter_foreign_keys_method != "rebuild":
+        return
+    columns = {name.lower(): (ctype, collation) for name, ctype, collation in query(
+        conn, "SELECT COLUMN_NAME, COLUMN_TYPE, COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
+              "AND TABLE_NAME=%s", (spec.database, spec.new_table))}
+    before = {name.lower(): (ctype, collation) for name, ctype, collation in query(
+        conn, "SELECT COLUMN_NAME, COLUMN_TYPE, COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s "
+              "AND TABLE_NAME=%s", (spec.database, spec.table))}
+    heads = [tuple(c.lower() for c in cols) for cols in _indexes(conn, spec.database, spec.new_table).values()]
+    for fk in child_foreign_keys(conn, spec.database, spec.table):
+        wanted = tuple(c.lower() for c in fk.parent_columns)
+        changed = [c for c in wanted if columns.get(c) != before.get(c)]
+        if changed or not any(head[:len(wanted)] == wanted for head in heads):
+            what = (f"changes or drops column {', '.join(changed)}" if changed
+                    else f"leaves no index starting with ({', '.join(fk.parent_columns)})")
+            raise PreflightError(f"the ALTER {what}, which foreign key {fk.name} of {fk.schema}.{fk.table} "
+                                 "references: the server would refuse it on the table, and the constraint could not "
+                                 "be rebuilt on the new table")
+
+
 def definition_after_alter(conn: pymysql.connections.Connection, spec: MigrationSpec,
                            altered: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """The definition the table itself will have once the server makes the ALTER on it (the instant path), from

@@ -25,7 +25,8 @@ from connectors.secrets import (kafka_jaas_reference, password_reference, requir
 from migration.checks import (PreflightError, check_blocker_privileges, check_load_thresholds, check_privileges,
                               check_server, check_services, check_session_binlog_formats, check_swap_settings_now,
                               check_table, check_target)
-from migration.foreign_keys import carry_foreign_keys, check_foreign_keys, foreign_key_options, set_aside_foreign_keys
+from migration.foreign_keys import (carry_foreign_keys, check_children_fit, check_foreign_keys, foreign_key_options,
+                                    set_aside_foreign_keys)
 from migration.index_stage import defer_indexes, indexes_to_defer
 from migration.teardown import Metadata, tear_down
 from core.db import DatabaseUnreachable, ServerInfo, connect, qualified, query
@@ -86,6 +87,8 @@ def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, 
         if alter.strip():
             query(where, f"ALTER TABLE {new} {alter}")
         kept = set_aside_foreign_keys(conn, spec) if target is None else []
+        if target is None:
+            check_children_fit(conn, spec)
         refuse_other_engines(spec, where)
         new_pk = primary_key(where, spec.target_database, spec.new_table)
         if [n.lower() for n in new_pk.names] != [n.lower() for n in pk.names]:

@@ -151,6 +151,9 @@ CATALOGUE: tuple[Case, ...] = (
             f"table {DB}.fk_self has foreign key fk_self_up referencing itself"),
     command(f"migrate --table {TABLE} --alter 'ADD CONSTRAINT fk_k FOREIGN KEY (k) REFERENCES {DB}.fk_parent (id)' "
             "--quiet", "the ALTER adds a foreign key (ADD CONSTRAINT fk_k FOREIGN KEY (k)", "after the migration"),
+    command(f"migrate --table {DB}.fk_parent --alter 'MODIFY id BIGINT NOT NULL' --algorithm copy "
+            "--alter-foreign-keys-method rebuild --quiet", "the ALTER changes or drops column id, which foreign key "
+            f"fk_cascaded_parent of {DB}.fk_cascaded references"),
     option("--alter-foreign-keys-method drop_swap",
            "argument --alter-foreign-keys-method: must be one of none, rebuild, not 'drop_swap'"),
     command(f"migrate --table {TABLE} --alter 'ADDD COLUMN extra INT' --quiet",
