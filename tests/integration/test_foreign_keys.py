@@ -3,27 +3,31 @@ unthrottled writers on it and on the parent, with every acknowledged write kept,
 under its documented name and enforced, and no application write on the parent refused or deadlocked because of
 the tool; a family writer deletes child rows and then their parent, which a new table holding the constraint while
 it lags would refuse. With --alter-foreign-keys-method rebuild the children's constraints reference the new table
-after the swap, also when the run stops between the swap and the rebuild (resume and abort finish it); an ALTER's
+after the swap, also when the run stops between the swap and the rebuild (resume and abort finish it, after a
+SIGKILL too); an ALTER's
 DROP FOREIGN KEY is kept; an attempt rolled back after adding the keys in its lock takes them off again.
 (Refusals: tests/integration/test_bad_input_catalogue.py.)"""
 from __future__ import annotations
 
 import random
+import signal
+import time
 
 import pymysql
 import pytest
 
-from core.db import qualified, query
+from core.db import connect, qualified, query
 from core.endpoints import MySQLAddress
 from core.foreign_keys import own_foreign_keys
-from core.spec import MigrationSpec
+from core.spec import MigrationSpec, helper_table_name
 from cutover.outcome import CutoverAborted
 from cutover.swap import Cutover
 from migration.runner import Runner
 from monitor.progress import Progress
 from tests.integration.deadlocks import ConflictWatch, assert_no_tool_deadlock
-from tests.integration.helpers import abort_leftover, cli, leftovers
+from tests.integration.helpers import abort_leftover, cli, leftovers, start_cli, table_columns
 from tests.integration.ledger import AcknowledgedWriter, Ledger, create_ledger_table
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -250,3 +254,29 @@ def test_an_attempt_rolled_back_after_adding_the_keys_takes_them_off_the_new_tab
     assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
     assert seen == {"in the lock": [{f"_fk_{table}_parent": "parent"}], "after the roll-back": [{}]}
     assert constraints(conn, table) == {f"_fk_{table}_parent": "parent"}
+
+
+def test_a_coordinator_killed_while_a_held_child_waits_for_its_rebuild_is_finished_by_resume(endpoints, conn,
+                                                                                            tmp_path):
+    table = "killed"
+    fresh_three(conn, table)
+    holder = connect(endpoints.mysql)   # a transaction that read the child: its rebuild waits for it
+    query(holder, "BEGIN")
+    query(holder, f"SELECT * FROM {DB}.grand LIMIT 1")
+    migrate = start_cli("migrate", "--table", f"{DB}.{table}", "--alter", "ADD COLUMN note INT NULL", "--algorithm",
+                        "copy", "--alter-foreign-keys-method", "rebuild", "--lock-wait-timeout", "4", "--lock-tries",
+                        "5", "--drop-old", "--quiet", log=tmp_path / "migrate.log")
+    try:
+        wait_for(lambda: "note" in table_columns(conn, DB, table), 120, "the swap")
+        time.sleep(1)   # its rebuild of the child is waiting for the holder
+        assert constraints(conn, "grand") == {"fk_grand": helper_table_name(table, "old")}
+        assert constraints(conn, helper_table_name(table, "old")) == {}   # dropped first, at once
+    finally:
+        migrate.send_signal(signal.SIGKILL)
+        migrate.wait()
+        holder.rollback()
+        holder.close()
+    done = cli("resume", "--table", f"{DB}.{table}", "--quiet")
+    assert done.returncode == 0, (done.stdout, done.stderr, (tmp_path / "migrate.log").read_text())
+    assert_children_on_the_new_table(conn, table)
+    assert leftovers(endpoints, DB, table) == []
