@@ -35,29 +35,29 @@ def _without_checks(conn: pymysql.connections.Connection, sql: str) -> None:
         query(conn, "SET SESSION foreign_key_checks = 1")
 
 
-def add_foreign_keys(conn: pymysql.connections.Connection, spec: MigrationSpec, options: dict[str, Any]) -> int:
-    """In the lock session, after the last drain: the constraints recorded at init that the new table lacks;
-    returns how many were added."""
+def add_foreign_keys(conn: pymysql.connections.Connection, spec: MigrationSpec, options: dict[str, Any]) -> list[str]:
+    """In the lock session, after the last drain: the constraints recorded at init, in one ALTER; returns their
+    names. Nothing is looked up under the lock (information_schema's view of constraints may open every table of
+    the server): the attempt's preparation removed any an earlier attempt left (remove_foreign_keys)."""
     recorded = options.get(FOREIGN_KEYS_OPTION) or []
-    if not recorded:
-        return 0
-    present = {fk.name.lower() for fk in own_foreign_keys(conn, spec.database, spec.new_table)}
-    missing = [fk["sql"] for fk in recorded if fk["name"].lower() not in present]
-    if missing:
-        _without_checks(conn, f"ALTER TABLE {qualified(spec.database, spec.new_table)} {', '.join(missing)}")
-    return len(missing)
-
-
-def remove_foreign_keys(conn: pymysql.connections.Connection, spec: MigrationSpec, options: dict[str, Any]) -> None:
-    """The recorded constraints off the new table again (an attempt rolled back, or one that stopped after adding
-    them): while it lags the original, an application DELETE of a parent row would be checked against its rows."""
-    recorded = {fk["name"].lower() for fk in options.get(FOREIGN_KEYS_OPTION) or []}
-    if not recorded:
-        return
-    present = [fk.name for fk in own_foreign_keys(conn, spec.database, spec.new_table) if fk.name.lower() in recorded]
-    if present:
+    if recorded:
         _without_checks(conn, f"ALTER TABLE {qualified(spec.database, spec.new_table)} "
-                              + ", ".join(f"DROP FOREIGN KEY {quote_ident(name)}" for name in present))
+                              + ", ".join(fk["sql"] for fk in recorded))
+    return [fk["name"] for fk in recorded]
+
+
+def remove_foreign_keys(conn: pymysql.connections.Connection, spec: MigrationSpec, options: dict[str, Any],
+                        added: list[str] | None = None) -> None:
+    """The recorded constraints off the new table again: `added` by this attempt, which rolls back (under the lock:
+    dropped without a look), or, before an attempt's lock, whichever one that stopped left (looked up). While the
+    new table lags the original, an application DELETE of a parent row would be checked against its rows."""
+    if added is None:
+        recorded = {fk["name"].lower() for fk in options.get(FOREIGN_KEYS_OPTION) or []}
+        added = [fk.name for fk in own_foreign_keys(conn, spec.database, spec.new_table)
+                 if recorded and fk.name.lower() in recorded]
+    if added:
+        _without_checks(conn, f"ALTER TABLE {qualified(spec.database, spec.new_table)} "
+                              + ", ".join(f"DROP FOREIGN KEY {quote_ident(name)}" for name in added))
 
 
 def drop_old_foreign_keys(conn: pymysql.connections.Connection, spec: MigrationSpec,

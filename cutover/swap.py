@@ -74,6 +74,7 @@ class Cutover:
         self.migrations_table = qualified(spec.metadata_schema, "migrations")
         self.fence = FenceDrain(ctx, self.names, self.partitions)
         self.old_keys: list[str] | None = None   # the original's foreign keys, read before each attempt's lock
+        self.keys_added: list[str] = []           # the new table's, added in this attempt's lock
 
     def close(self) -> None:
         """Close the fence consumer, if one was made."""
@@ -294,6 +295,7 @@ class Cutover:
         db = spec.database
         tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
         remove_foreign_keys(lock_conn, spec, self.ctx.migration.options)   # left by an attempt that stopped
+        self.keys_added = []
         # the original's keys, dropped from it right after the swap (read here: no DDL runs until then unseen)
         self.old_keys = [fk.name for fk in own_foreign_keys(lock_conn, db, spec.table)]
         if not self.is_mariadb:
@@ -318,7 +320,7 @@ class Cutover:
                 _, drained = self.fence.drain(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
                                               max(deadline - time.monotonic(), 0.01), False)
                 self._carry_auto_increment(lock_conn)
-                add_foreign_keys(lock_conn, self.ctx.spec, self.ctx.migration.options)   # (cutover/foreign_keys.py)
+                self.keys_added = add_foreign_keys(lock_conn, self.ctx.spec, self.ctx.migration.options)
         except FenceTimeout as exc:
             raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
         return drained
@@ -440,7 +442,9 @@ class Cutover:
         if renamer is not None and renamer.started and renamer.is_alive():
             self._withdraw(renamer, lock_conn)
         try:   # while the lock holds the new table: no write can wait for it
-            remove_foreign_keys(lock_conn, self.ctx.spec, self.ctx.migration.options)
+            if self.keys_added:
+                remove_foreign_keys(lock_conn, self.ctx.spec, self.ctx.migration.options, self.keys_added)
+                self.keys_added = []
         except pymysql.err.Error as exc:
             log_event(log, "new table's foreign keys not removed; the next attempt removes them", logging.WARNING,
                       reason=str(exc))
