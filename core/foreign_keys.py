@@ -76,35 +76,41 @@ def new_constraint_name(name: str) -> str:
 
 
 def _read(conn: pymysql.connections.Connection, where: str, args: tuple[str, ...]) -> list[ForeignKey]:
-    """Constraints from KEY_COLUMN_USAGE (columns in order) and REFERENTIAL_CONSTRAINTS (rules)."""
+    """Constraints from KEY_COLUMN_USAGE (columns in order), then their rules from REFERENTIAL_CONSTRAINTS asked
+    per table (joined in one statement, the server fills that view for every table it has)."""
     rows = query(conn, f"""
-        SELECT k.CONSTRAINT_NAME, k.TABLE_SCHEMA, k.TABLE_NAME, k.COLUMN_NAME, k.REFERENCED_TABLE_SCHEMA,
-               k.REFERENCED_TABLE_NAME, k.REFERENCED_COLUMN_NAME, r.DELETE_RULE, r.UPDATE_RULE
-        FROM information_schema.KEY_COLUMN_USAGE k JOIN information_schema.REFERENTIAL_CONSTRAINTS r
-          ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME
-         AND r.TABLE_NAME = k.TABLE_NAME
-        WHERE k.REFERENCED_TABLE_NAME IS NOT NULL AND {where}
-        ORDER BY k.TABLE_SCHEMA, k.TABLE_NAME, k.CONSTRAINT_NAME, k.ORDINAL_POSITION""", args)
+        SELECT CONSTRAINT_NAME, TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, REFERENCED_TABLE_SCHEMA, REFERENCED_TABLE_NAME,
+               REFERENCED_COLUMN_NAME
+        FROM information_schema.KEY_COLUMN_USAGE WHERE REFERENCED_TABLE_NAME IS NOT NULL AND {where}
+        ORDER BY TABLE_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, ORDINAL_POSITION""", args)
     found: dict[tuple[str, str, str], dict] = {}
-    for name, schema, table, column, ref_schema, ref_table, ref_column, on_delete, on_update in rows:
+    for name, schema, table, column, ref_schema, ref_table, ref_column in rows:
         fk = found.setdefault((schema, table, name), {
             "name": name, "schema": schema, "table": table, "columns": [], "parent_schema": ref_schema,
-            "parent": ref_table, "parent_columns": [], "on_delete": on_delete, "on_update": on_update})
+            "parent": ref_table, "parent_columns": []})
         fk["columns"].append(column)
         fk["parent_columns"].append(ref_column)
-    return [ForeignKey(**{**fk, "columns": tuple(fk["columns"]), "parent_columns": tuple(fk["parent_columns"])})
-            for fk in found.values()]
+    rules: dict[tuple[str, str, str], tuple[str, str]] = {}
+    for schema, table in sorted({(schema, table) for schema, table, _ in found}):
+        for name, on_delete, on_update in query(conn, "SELECT CONSTRAINT_NAME, DELETE_RULE, UPDATE_RULE FROM "
+                                                      "information_schema.REFERENTIAL_CONSTRAINTS WHERE "
+                                                      "CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s", (schema, table)):
+            rules[(schema, table, name)] = (on_delete, on_update)
+    return [ForeignKey(**{**fk, "columns": tuple(fk["columns"]), "parent_columns": tuple(fk["parent_columns"]),
+                          "on_delete": rules.get(key, ("RESTRICT", "RESTRICT"))[0],
+                          "on_update": rules.get(key, ("RESTRICT", "RESTRICT"))[1]})
+            for key, fk in found.items()]
 
 
 def own_foreign_keys(conn: pymysql.connections.Connection, database: str, table: str) -> list[ForeignKey]:
     """The constraints `database`.`table` holds (to its parents, or to itself)."""
-    return _read(conn, "k.TABLE_SCHEMA = %s AND k.TABLE_NAME = %s", (database, table))
+    return _read(conn, "TABLE_SCHEMA = %s AND TABLE_NAME = %s", (database, table))
 
 
 def child_foreign_keys(conn: pymysql.connections.Connection, database: str, table: str) -> list[ForeignKey]:
     """The constraints other tables hold to `database`.`table` (its children; the table itself left out). This
     opens every table of the server: any schema may hold one."""
-    return [fk for fk in _read(conn, "k.REFERENCED_TABLE_SCHEMA = %s AND k.REFERENCED_TABLE_NAME = %s",
+    return [fk for fk in _read(conn, "REFERENCED_TABLE_SCHEMA = %s AND REFERENCED_TABLE_NAME = %s",
                                (database, table))
             if (fk.schema, fk.table.lower()) != (database, table.lower())]
 
