@@ -53,8 +53,10 @@ def remove_foreign_keys(conn: pymysql.connections.Connection, spec: MigrationSpe
     new table lags the original, an application DELETE of a parent row would be checked against its rows."""
     if added is None:
         recorded = {fk["name"].lower() for fk in options.get(FOREIGN_KEYS_OPTION) or []}
+        if not recorded:
+            return
         added = [fk.name for fk in own_foreign_keys(conn, spec.database, spec.new_table)
-                 if recorded and fk.name.lower() in recorded]
+                 if fk.name.lower() in recorded]
     if added:
         _without_checks(conn, f"ALTER TABLE {qualified(spec.database, spec.new_table)} "
                               + ", ".join(f"DROP FOREIGN KEY {quote_ident(name)}" for name in added))

@@ -21,7 +21,7 @@ from core.spec import MigrationSpec, with_overrides
 from core.state_records import Migration
 from core.stages import WORKING_STAGES, Stage, Status
 from cutover.blocker_wait import BlockerClock
-from cutover.foreign_keys import drop_old_foreign_keys, rebuild_child_keys
+from cutover.foreign_keys import drop_old_foreign_keys, rebuild_child_keys, remove_foreign_keys
 from cutover.move import MoveCutover
 from cutover.swap import Cutover
 from migration.background import BackgroundWorkers
@@ -293,6 +293,7 @@ class Runner:
         """The working stages, with the capture lag watched and a run context open meanwhile."""
         shared = self.shared
         check_source_unchanged(shared.conn, migration)   # resumed: still the table init captured?
+        remove_foreign_keys(shared.conn, shared.spec, migration.options)   # left by a cutover stopped in its lock
         watch = LagWatch(shared.endpoints, shared.spec.metadata_schema, migration, shared.spec.partitions,
                          shared.metrics).start()
         ctx = self._context(migration)

@@ -5,7 +5,8 @@ the tool; a family writer deletes child rows and then their parent, which a new 
 it lags would refuse. With --alter-foreign-keys-method rebuild the children's constraints reference the new table
 after the swap, also when the run stops between the swap and the rebuild (resume and abort finish it, after a
 SIGKILL too); an ALTER's
-DROP FOREIGN KEY is kept; an attempt rolled back after adding the keys in its lock takes them off again.
+DROP FOREIGN KEY is kept; an attempt rolled back after adding the keys in its lock takes them off again, and a
+resume those a coordinator stopped in its lock left.
 (Refusals: tests/integration/test_bad_input_catalogue.py.)"""
 from __future__ import annotations
 
@@ -280,3 +281,29 @@ def test_a_coordinator_killed_while_a_held_child_waits_for_its_rebuild_is_finish
     assert done.returncode == 0, (done.stdout, done.stderr, (tmp_path / "migrate.log").read_text())
     assert_children_on_the_new_table(conn, table)
     assert leftovers(endpoints, DB, table) == []
+
+
+def test_keys_a_coordinator_stopped_in_its_lock_left_on_the_new_table_are_removed_when_it_resumes(endpoints, conn,
+                                                                                                 monkeypatch):
+    table = "crashed"
+    fresh_family(conn, table, rows=2_000, writers=1)
+    spec = spec_for(table)
+
+    def crash(self, lock_conn, coordinator) -> None:
+        raise KeyboardInterrupt("stopped in the lock, the keys added")
+    monkeypatch.setattr(Cutover, "_prove_lease", crash)
+    monkeypatch.setattr(Cutover, "_roll_back", lambda self, lock_conn, renamer: None)   # as a kill: nothing undone
+    with pytest.raises(KeyboardInterrupt):
+        Runner(endpoints, spec, Progress(quiet=True)).run()
+    monkeypatch.undo()
+    assert constraints(conn, spec.new_table) == {f"_fk_{table}_parent": "parent"}
+    seen: list[dict[str, str]] = []
+    attempt = Cutover.attempt
+
+    def look_first(self, window_s, coordinator):
+        seen.append(constraints(conn, spec.new_table))   # the appliers have run since the resume began
+        return attempt(self, window_s, coordinator)
+    monkeypatch.setattr(Cutover, "attempt", look_first)
+    assert Runner(endpoints, spec, Progress(quiet=True)).run() == 0
+    assert seen[0] == {}
+    assert constraints(conn, table) == {f"_fk_{table}_parent": "parent"}
