@@ -1,9 +1,9 @@
-"""Foreign keys at the swap: the new table's own constraints added in the cutover's lock, and the children's
-rebuilt to reference the new table right after it (docs/foreign-keys.md).
+"""Foreign keys at the swap: the new table's own constraints added in the cutover's lock; right after the swap the
+original's dropped from it and the children's rebuilt to reference the new table (docs/foreign-keys.md).
 
-Both statements run with foreign_key_checks=0, which makes them metadata only: InnoDB reads no row and takes no
+Every statement runs with foreign_key_checks=0, which makes it metadata only: InnoDB reads no row and takes no
 lock on a parent's or a child's rows (measured on MariaDB 10.11: 12 ms to add a constraint to a 1M-row table under
-the lock; 10 ms to rebuild one of a 300k-row child). What makes them sound without that check:
+the lock; 16-41 ms to rebuild one of a 300k-row child). What makes the additions sound without that check:
 - the new table's constraints are added after the last drain, with the original write-locked: the new table then
   holds exactly the original's rows, which the same constraints hold (InnoDB enforced them on the original), and
   the parents cannot change meanwhile (a write to a parent waits for the lock on its child, the original);
