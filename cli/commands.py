@@ -217,12 +217,17 @@ def _register_migrate(sub: argparse._SubParsersAction) -> None:
                          help="with --target-dsn: copy and keep in sync only the rows matching this SQL predicate")
     migrate.add_argument("--defer-indexes", action="store_true", default=None,
                          help="create the new table without its non-unique secondary indexes and add them in one "
-                              "ALTER after the bulk copy, before the changes are applied (PRIMARY, UNIQUE and "
-                              "foreign-key indexes stay); refused when there is none to defer")
+                              "ALTER after the bulk copy, before the changes are applied (PRIMARY and UNIQUE keys "
+                              "stay); refused when there is none to defer")
     migrate.add_argument("--algorithm", metavar="auto|copy", type=option_type("algorithm"),
                          help="auto (default): first try the ALTER on the table itself as ALGORITHM=INSTANT, which "
                               "the server refuses at once when it cannot (then the copy runs) and otherwise is the "
                               "change; copy: always copy (docs/options.md)")
+    migrate.add_argument("--alter-foreign-keys-method", metavar="none|rebuild",
+                         type=option_type("alter-foreign-keys-method"),
+                         help="none (default): refuse a table other tables' foreign keys reference; rebuild: "
+                              "rebuild those constraints to reference the new table right after the swap "
+                              "(docs/foreign-keys.md)")
     add_metrics_options(migrate)
     migrate.set_defaults(func=cmd_migrate)
 

@@ -212,6 +212,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("hook", "hook_dir", "directory"),
     Option("notify-url", "notify_url", "url"),
     Option("algorithm", "algorithm", "text", choices=("auto", "copy")),
+    Option("alter-foreign-keys-method", "alter_foreign_keys_method", "text", choices=("none", "rebuild")),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
 # the option that sets each field (for a field two options set, the one that says it directly: keep-old)

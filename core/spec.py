@@ -121,6 +121,7 @@ class MigrationSpec:
     hook_dir: str = ""               # executables named after the migration's events run here (migration/notify.py)
     notify_url: str = field(default="", repr=False)   # a JSON POST at each event; its user:password never shown
     algorithm: str = "auto"          # auto: the ALTER tried as ALGORITHM=INSTANT first (core/instant.py) | copy
+    alter_foreign_keys_method: str = "none"   # rebuild: children's constraints rebuilt on the new table (foreign keys)
 
     @property
     def qualified_name(self) -> str:
@@ -157,6 +158,9 @@ class MigrationSpec:
             raise ConfigError("--cutover must be auto or manual")
         if self.algorithm not in ("auto", "copy"):
             raise ConfigError(f"--algorithm must be auto or copy, not {self.algorithm!r}")
+        if self.alter_foreign_keys_method not in ("none", "rebuild"):
+            raise ConfigError("--alter-foreign-keys-method must be none or rebuild, not "
+                              f"{self.alter_foreign_keys_method!r}")
         for name in ("copy_workers", "apply_workers", "chunk_size", "batch_size", "apply_batch_size", "partitions"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1")

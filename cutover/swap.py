@@ -22,6 +22,7 @@ from core.context import RunContext
 from cutover.validate import Sessions
 from core.spec import MigrationSpec
 from core.db import DatabaseUnreachable, kill_connection, qualified, query, scalar
+from core.foreign_keys import own_foreign_keys
 from core.logs import log_event
 from core.source_check import check_source_unchanged
 from core.swap_preconditions import check_swap_settings
@@ -33,6 +34,8 @@ from cutover.session_bounds import apply_settings, bound_lock_session, remaining
 from cutover.short_lock import LockNotTaken, lock_tables_briefly
 from cutover.watchdog import StatementWatchdog
 from cutover.drain import FenceDrain
+from cutover.foreign_keys import (add_foreign_keys, drop_old_foreign_keys, rebuild_child_keys,
+                                  remove_foreign_keys)
 from cutover.outcome import CoordinatorReplaced, CutoverAborted, CutoverResult
 from cutover.renamer import Renamer, rename_queues_on_original
 from streams.fence import FenceReader, FenceTimeout
@@ -72,6 +75,8 @@ class Cutover:
         self.migrations_table = qualified(spec.metadata_schema, "migrations")
         self.fence = FenceDrain(ctx, self.names, self.partitions)
         self.triggers_moved = False   # this attempt began moving the triggers: its roll-back puts them back
+        self.old_keys: list[str] | None = None   # the original's foreign keys, read before each attempt's lock
+        self.keys_added: list[str] = []           # the new table's, added in this attempt's lock
 
     def close(self) -> None:
         """Close the fence consumer, if one was made."""
@@ -249,6 +254,7 @@ class Cutover:
                 blocked = self._rename_queued(lock_conn, renamer, locked_at, deadline)
             else:
                 blocked = self._rename_in_lock_session(lock_conn, self._swap_sql(), locked_at, deadline, window_s)
+            self._after_swap(lock_conn)   # first: the old table's keys still hold the parents
             log_event(log, "tables swapped", blocked_ms=round(blocked, 1), drained_keys=drained,
                       drain_ms=round((drained_at - locked_at) * 1000, 1))
             return CutoverResult(True, blocked, drained, locked_at=locked_wall)
@@ -289,6 +295,15 @@ class Cutover:
         spec, migration = self.ctx.spec, self.ctx.migration
         if settle_triggers(lock_conn, spec, recorded_triggers(migration.options), migration.id):
             log_event(log, "triggers put back on the table", logging.WARNING, table=spec.qualified_name)
+    def _after_swap(self, conn: pymysql.connections.Connection) -> None:
+        """Right after the swap, the old table's foreign keys dropped and the children's rebuilt on the new table
+        (cutover/foreign_keys.py); what fails is done again by the cleanup, which never drops the old table before."""
+        try:
+            drop_old_foreign_keys(conn, self.ctx.spec, self.old_keys)
+            rebuild_child_keys(conn, self.ctx.spec, self.ctx.migration.options)
+        except pymysql.err.Error as exc:
+            log_event(log, "child foreign keys not rebuilt yet; the cleanup does it", logging.WARNING,
+                      reason=str(exc))
 
     def _swap_sql(self) -> str:
         """The RENAME that swaps the tables: the original to the old-table name, the new table to the original's."""
@@ -305,6 +320,10 @@ class Cutover:
         spec = self.ctx.spec
         db = spec.database
         tables = [qualified(db, spec.table), qualified(db, spec.new_table), self.fence_table]
+        remove_foreign_keys(lock_conn, spec, self.ctx.migration.options)   # left by an attempt that stopped
+        self.keys_added = []
+        # the original's keys, dropped from it right after the swap (read here: no DDL runs until then unseen)
+        self.old_keys = [fk.name for fk in own_foreign_keys(lock_conn, db, spec.table)]
         if not self.is_mariadb:
             return tables, None
         if not rename_queues_on_original(spec.table, [spec.new_table, spec.old_table]):
@@ -320,13 +339,14 @@ class Cutover:
     def _drain_under_lock(self, lock_conn: pymysql.connections.Connection, reader: FenceReader,
                           start: dict[int, int], deadline: float) -> int:
         """Under the lock: drain the last changes to a fence in the lock session, then carry the AUTO_INCREMENT
-        counter over; returns the keys drained. A drain or a statement that does not fit the window ends the
-        attempt (CutoverAborted)."""
+        counter over and add the new table's foreign keys; returns the keys drained. A drain or a statement that
+        does not fit the window ends the attempt (CutoverAborted)."""
         try:
             with within_window("under the lock"):
                 _, drained = self.fence.drain(lock_conn, reader, start, f"lock-{uuid.uuid4().hex[:12]}",
                                               max(deadline - time.monotonic(), 0.01), False)
                 self._carry_auto_increment(lock_conn)
+                self.keys_added = add_foreign_keys(lock_conn, self.ctx.spec, self.ctx.migration.options)
         except FenceTimeout as exc:
             raise CutoverAborted(f"changes did not drain within the window: {exc}") from None
         return drained
@@ -449,6 +469,13 @@ class Cutover:
             self._withdraw(renamer, lock_conn)
         if self.triggers_moved:   # before the unlock: no write may reach the table without them
             self._settle_triggers(lock_conn)
+        try:   # while the lock holds the new table: no write can wait for it
+            if self.keys_added:
+                remove_foreign_keys(lock_conn, self.ctx.spec, self.ctx.migration.options, self.keys_added)
+                self.keys_added = []
+        except pymysql.err.Error as exc:
+            log_event(log, "new table's foreign keys not removed; the next attempt removes them", logging.WARNING,
+                      reason=str(exc))
         query(lock_conn, "UNLOCK TABLES")
         if renamer is not None and renamer.started:
             renamer.join()

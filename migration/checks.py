@@ -100,8 +100,8 @@ def check_session_binlog_formats(conn: pymysql.connections.Connection, info: Ser
 
 
 def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> PrimaryKey:
-    """The table exists, has a primary key of types that can be matched exactly and no foreign keys; returns the
-    primary key. Its triggers are checked apart (migration/trigger_checks.py)."""
+    """The table exists and has a primary key of types that can be matched exactly; returns the primary key. Its
+    triggers (migration/trigger_checks.py) and foreign keys (migration/foreign_keys.py) are checked apart."""
     db, table = spec.database, spec.table
     if renames_table(spec.alter):   # it would rename the table the ALTER is tried on, wherever the ALTER says
         raise PreflightError(f"the ALTER renames the table {db}.{table} (RENAME TO …): a migration changes a table "
@@ -125,16 +125,6 @@ def check_table(conn: pymysql.connections.Connection, spec: MigrationSpec) -> Pr
                                                               "known for this type")
             raise PreflightError(f"table {db}.{table} has primary-key column {column.name} of type "
                                  f"{column.column_type}, which cannot be a key here: {reason}")
-    # its own foreign keys, then those of other tables that reference it: apart, so that the first is answered
-    # from the table's definition alone (MariaDB opens every table of the server for an OR of the two); the
-    # second still opens them all, since any schema may hold a key referencing this table
-    fks = query(conn, "SELECT CONSTRAINT_NAME, TABLE_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS "
-                      "WHERE CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s", (db, table)) or query(
-        conn, "SELECT CONSTRAINT_NAME, TABLE_NAME FROM information_schema.KEY_COLUMN_USAGE "
-              "WHERE REFERENCED_TABLE_SCHEMA=%s AND REFERENCED_TABLE_NAME=%s", (db, table))
-    if fks:
-        raise PreflightError(f"table {db}.{table} has foreign keys ({', '.join(sorted({r[0] for r in fks}))}): "
-                             "a rename swap would break them; not supported")
     check_capturable_columns(conn, db, table)
     for leftover in ([spec.old_table] if spec.target_server else [spec.new_table, spec.old_table]):
         if scalar(conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",

@@ -26,6 +26,8 @@ from migration.checks import (PreflightError, check_blocker_privileges, check_lo
                               check_server, check_services, check_session_binlog_formats, check_swap_settings_now,
                               check_table, check_target)
 from migration.trigger_checks import check_trigger_bodies, check_triggers_movable
+from migration.foreign_keys import (carry_foreign_keys, check_children_fit, check_foreign_keys, foreign_key_options,
+                                    set_aside_foreign_keys)
 from migration.index_stage import defer_indexes, indexes_to_defer
 from migration.teardown import Metadata, tear_down
 from core.db import DatabaseUnreachable, ServerInfo, connect, qualified, query
@@ -58,6 +60,7 @@ def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
     check_server(info)
     check_swap_settings_now(conn, info)
     pk = check_table(conn, spec)
+    check_foreign_keys(conn, spec)
     if target is not None:
         check_target(conn, target, spec)
     check_privileges(conn, spec)
@@ -71,9 +74,10 @@ def preflight(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: 
 
 
 def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, pk: PrimaryKey,
-                     target: pymysql.connections.Connection | None = None) -> None:
+                     target: pymysql.connections.Connection | None = None) -> list[dict[str, str]]:
     """CREATE … LIKE (on another server: the source's own CREATE TABLE, under the target's name), then the
-    ALTER; the server's own error if the ALTER fails (and no table left)."""
+    ALTER; the server's own error if the ALTER fails (and no table left). CREATE … LIKE copies no foreign key: the
+    source's are carried around the ALTER and set aside for the cutover (migration/foreign_keys.py); returns them."""
     new = qualified(spec.target_database, spec.new_table)
     where = target or conn
     if target is None:
@@ -82,8 +86,12 @@ def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, 
         definition = query(conn, f"SHOW CREATE TABLE {qualified(spec.database, spec.table)}")[0][1]
         query(target, f"CREATE TABLE {new} (" + definition.split("\n", 1)[1])
     try:
-        if spec.alter.strip():
-            query(where, f"ALTER TABLE {new} {spec.alter}")
+        alter, _ = carry_foreign_keys(conn, spec) if target is None else (spec.alter, [])
+        if alter.strip():
+            query(where, f"ALTER TABLE {new} {alter}")
+        kept = set_aside_foreign_keys(conn, spec) if target is None else []
+        if target is None:
+            check_children_fit(conn, spec)
         refuse_other_engines(spec, where)
         if target is None:
             check_trigger_bodies(conn, spec)
@@ -103,6 +111,7 @@ def create_new_table(conn: pymysql.connections.Connection, spec: MigrationSpec, 
                                  "and the server refuses a row without a value for it (a plain ALTER TABLE gives "
                                  "existing rows the type's implicit value, 0 or ''); add a DEFAULT, the value existing "
                                  "rows are to get")
+        return kept
     except pymysql.err.MySQLError as exc:
         query(where, f"DROP TABLE IF EXISTS {new}")
         raise PreflightError(f"the ALTER is not valid for {spec.qualified_name}: {exc.args[1]} "
@@ -324,8 +333,11 @@ def _run_init(conn: pymysql.connections.Connection, target: pymysql.connections.
             return store.get(migration.id)
         if target is not None:   # before anything is written there (core/target_identity.py)
             record_target(target, store, migration.id, f"{endpoints.mysql.where()} {spec.qualified_name}")
-        create_new_table(conn, spec, pk, target)
+        kept = create_new_table(conn, spec, pk, target)
         new_table_created = True
+        recorded = foreign_key_options(conn, spec, kept)
+        if recorded:
+            store.change_options(migration.id, lambda current: {**current.options, **recorded})
         if spec.defer_indexes:
             defer_indexes(target or conn, store, migration, spec)
         store.create_fence_table(migration.id, fence_ids_for(spec.partitions))

@@ -32,6 +32,7 @@ from cutover.instant_alter import InstantTry, prepare_session, refusal_on_empty_
 from cutover.short_lock import backoff_s
 from migration.checks import PreflightError
 from migration.coordination import Coordination, MigrationStopped
+from migration.foreign_keys import definition_after_alter
 from migration.init_stage import create_new_table
 from throttle.sources import throttle_for
 
@@ -100,8 +101,9 @@ class InstantStage:
         The definition it has is kept with the migration, for `landed` to know the change after a kill."""
         shared, spec = self.shared, self.shared.spec
         create_new_table(shared.conn, spec, primary_key(shared.conn, spec.database, spec.table))
-        altered = {**table_definition(shared.conn, spec.database, spec.new_table),   # the triggers stay on the table
-                   "triggers": table_definition(shared.conn, spec.database, spec.table)["triggers"]}
+        altered = {**definition_after_alter(shared.conn, spec, table_definition(shared.conn, spec.database,
+                                                                                spec.new_table)),
+                   "triggers": table_definition(shared.conn, spec.database, spec.table)["triggers"]}   # stay on it
         query(shared.conn, f"DROP TABLE {qualified(spec.database, spec.new_table)}")
         shared.store.change_options(migration.id, lambda current: {
             **current.options, ALTERED_DEFINITION_OPTION: altered})

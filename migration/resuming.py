@@ -29,7 +29,8 @@ from throttle.load import CriticalLoad, is_critical_load_error
 log = logging.getLogger("stream_osc.runner")   # the coordinator's events keep one logger: log readers match it
 
 RESUMABLE_OPTIONS = ("partitions", "chunk_size", "metadata_schema", "keep_old", "cutover", "cutover_window_schedule",
-                     "cutover_timezone", "defer_indexes", "algorithm", *TARGET_OPTIONS)
+                     "cutover_timezone", "defer_indexes", "algorithm", "alter_foreign_keys_method",
+                     *TARGET_OPTIONS)
 # kept with the migration too, but a value given to `resume`/`cutover` replaces the stored one (and is kept):
 # how the cutover may lock, and what holds the work back or stops it (a migration stopped at --critical-load,
 # resumed as its message says, must not go on without that limit)

@@ -17,6 +17,7 @@ from core.spec import MigrationSpec, with_overrides
 from core.state_records import Migration
 from core.stages import WORKING_STAGES, Stage, Status
 from cutover.blocker_wait import BlockerClock
+from cutover.foreign_keys import drop_old_foreign_keys, rebuild_child_keys, remove_foreign_keys
 from cutover.move import MoveCutover
 from cutover.swap import Cutover
 from migration.app_probe import AppLatencySampling
@@ -263,6 +264,7 @@ class Runner:
         # a cutover killed while moving the triggers left guards: exactly one set back on the table first
         settle_triggers(shared.conn, shared.spec, recorded_triggers(migration.options), migration.id)
         check_source_unchanged(shared.conn, migration)   # resumed: still the table init captured?
+        remove_foreign_keys(shared.conn, shared.spec, migration.options)   # left by a cutover stopped in its lock
         watch = LagWatch(shared.endpoints, shared.spec.metadata_schema, migration, shared.spec.partitions,
                          shared.metrics).start()
         ctx = self._context(migration)
@@ -351,6 +353,8 @@ class Runner:
 
     def _cleanup(self, migration: Migration) -> None:
         shared, spec = self.shared, self.shared.spec
+        drop_old_foreign_keys(shared.conn, spec)   # (done already unless stopped right after the swap)
+        rebuild_child_keys(shared.conn, spec, migration.options)
         tear_down(shared.conn, shared.endpoints, spec, migration, drop_new_table=False,
                   drop_old_table=not spec.keep_old, metadata=Metadata.KEEP)
         shared.enter_stage(migration.id, Stage.DONE, status=Status.DONE, error=None)

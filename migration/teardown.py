@@ -25,6 +25,7 @@ from core.state_records import Migration
 from core.stages import Stage, Status
 from core.target_identity import check_target, forget_token
 from core.triggers import recorded_triggers, settle_triggers
+from cutover.foreign_keys import drop_old_foreign_keys, rebuild_child_keys
 from cutover.swap import SENTRY_COMMENT, drop_sentry
 from streams.topics import TopicNames, delete_topics
 
@@ -142,7 +143,10 @@ def tables_swapped(conn: pymysql.connections.Connection, spec: MigrationSpec) ->
 def finish_swapped(conn: pymysql.connections.Connection, endpoints: Endpoints, spec: MigrationSpec,
                    migration: Migration) -> None:
     """The cleanup of a migration whose tables are swapped: capture removed, the original kept under the old
-    name (whatever --drop-old said: nobody asked for it to go this way), the migration recorded as done."""
+    name (whatever --drop-old said: nobody asked for it to go this way), the children's foreign keys rebuilt on the
+    new table if the swap stopped before, the migration recorded as done."""
+    drop_old_foreign_keys(conn, spec)
+    rebuild_child_keys(conn, spec, migration.options)
     tear_down(conn, endpoints, spec, migration, drop_new_table=False, metadata=Metadata.KEEP)
     StateStore(conn, spec.metadata_schema).enter_stage(migration.id, Stage.DONE, status=Status.DONE, error=None)
     log_event(log, "swapped migration finished by abort", logging.WARNING, migration=migration.id)

@@ -159,6 +159,24 @@ CATALOGUE: tuple[Case, ...] = (
     command(f"migrate --table {TABLE} --alter 'RENAME TO orders2' --quiet", f"the ALTER renames the table {TABLE}"),
     command(f"migrate --table {TABLE} --alter 'ADD COLUMN extra INT, RENAME AS {DB}.orders2' --quiet",
             f"the ALTER renames the table {TABLE}"),
+    # foreign keys (tests/integration/test_foreign_keys.py migrates the ones kept)
+    command(f"migrate --table {DB}.fk_cascaded --alter 'ADD COLUMN extra INT' --quiet",
+            f"table {DB}.fk_cascaded has foreign key fk_cascaded_parent REFERENCES {DB}.fk_parent ON DELETE CASCADE",
+            "no row event in the binlog", "they would be lost"),
+    command(f"migrate --table {DB}.fk_set_null --alter 'ADD COLUMN extra INT' --quiet",
+            "has foreign key fk_set_null_parent", "ON UPDATE SET NULL", "they would be lost"),
+    command(f"migrate --table {DB}.fk_parent --alter 'ADD COLUMN extra INT' --quiet",
+            f"table {DB}.fk_parent is referenced by foreign keys of {DB}.fk_cascaded (fk_cascaded_parent), "
+            f"{DB}.fk_set_null (fk_set_null_parent)", "--alter-foreign-keys-method rebuild"),
+    command(f"migrate --table {DB}.fk_self --alter 'ADD COLUMN extra INT' --quiet",
+            f"table {DB}.fk_self has foreign key fk_self_up referencing itself"),
+    command(f"migrate --table {TABLE} --alter 'ADD CONSTRAINT fk_k FOREIGN KEY (k) REFERENCES {DB}.fk_parent (id)' "
+            "--quiet", "the ALTER adds a foreign key (ADD CONSTRAINT fk_k FOREIGN KEY (k)", "after the migration"),
+    command(f"migrate --table {DB}.fk_parent --alter 'MODIFY id BIGINT NOT NULL' --algorithm copy "
+            "--alter-foreign-keys-method rebuild --quiet", "the ALTER changes or drops column id, which foreign key "
+            f"fk_cascaded_parent of {DB}.fk_cascaded references"),
+    option("--alter-foreign-keys-method drop_swap",
+           "argument --alter-foreign-keys-method: must be one of none, rebuild, not 'drop_swap'"),
     command(f"migrate --table {TABLE} --alter 'ADDD COLUMN extra INT' --quiet",
             f"the ALTER is not valid for {TABLE}", "(server error 1064)"),
     command(f"migrate --table {TABLE} --alter 'DROP COLUMN nope' --quiet",
@@ -416,11 +434,25 @@ def differences(before: dict[str, object], after: dict[str, object]) -> list[str
     return found
 
 
+def create_foreign_key_tables(conn) -> None:
+    """fk_parent, referenced by fk_cascaded (ON DELETE CASCADE) and fk_set_null (ON UPDATE SET NULL); fk_self,
+    holding a key to itself."""
+    for name in ("fk_cascaded", "fk_set_null", "fk_parent", "fk_self"):
+        query(conn, f"DROP TABLE IF EXISTS {DB}.{name}")
+    query(conn, f"CREATE TABLE {DB}.fk_parent (id INT PRIMARY KEY) ENGINE=InnoDB")
+    for name, rule in (("fk_cascaded", "ON DELETE CASCADE"), ("fk_set_null", "ON UPDATE SET NULL")):
+        query(conn, f"CREATE TABLE {DB}.{name} (id INT PRIMARY KEY, parent INT, CONSTRAINT {name}_parent "
+                    f"FOREIGN KEY (parent) REFERENCES {DB}.fk_parent (id) {rule}) ENGINE=InnoDB")
+    query(conn, f"CREATE TABLE {DB}.fk_self (id INT PRIMARY KEY, up INT, CONSTRAINT fk_self_up FOREIGN KEY (up) "
+                f"REFERENCES {DB}.fk_self (id)) ENGINE=InnoDB")
+
+
 @pytest.mark.exclusive   # it compares the whole server, Connect cluster and broker before and after
 def test_every_bad_input_is_one_line_and_exit_2_and_nothing_is_created_or_changed(endpoints, conn, tmp_path,
                                                                                 monkeypatch, capsys):
     create_sample_table(conn, DB, "orders", rows=20)
     audited_table_and_users(conn)
+    create_foreign_key_tables(conn)
     for name in (helper_table_name("orders", "new"), helper_table_name("orders", "old"), "orders2"):
         query(conn, f"DROP TABLE IF EXISTS {DB}.{name}")   # what a wrongly accepted case of an earlier run made
     before = everything(endpoints)
