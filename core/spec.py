@@ -209,7 +209,7 @@ class MigrationSpec:
             raise ConfigError("--force-kill-max-rows must not be negative")
         locked_s = self.cutover_window_s + self.lock_wait_s
         if locked_s >= STALE_S - 2 * HEARTBEAT_S:
-            # the cutover holds the metadata table READ-locked (cutover/README.md, "One coordinator"): every
+            # the cutover holds the metadata table READ-locked (docs/cutover.md, "One coordinator"): every
             # coordinator's heartbeat waits behind one lock try and the window, and one silent for STALE_S is
             # taken for dead (between tries the lock request is withdrawn, so heartbeats get through)
             raise ConfigError(f"--cutover-window plus --lock-wait-timeout is {locked_s:g} s; it must stay under "

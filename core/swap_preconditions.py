@@ -8,7 +8,7 @@ operator can change while a migration runs).
 - **The RENAME is granted before the writes waiting with it**: on MariaDB, `max_write_lock_count` of at least
   MIN_WRITE_LOCK_COUNT. MySQL 8 renames inside the lock session, before any write is let in: not affected.
 
-The argument: cutover/README.md, "This is safe only if the RENAME queues on `t` itself"; what was measured:
+The argument: docs/cutover.md, "This is safe only if the RENAME queues on `t` itself"; what was measured:
 docs/cutover-measurements.md."""
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ runs in the cutover's lock session, which holds both tables WRITE (the only lock
 DDL there), after the last drain, so the tool's own writes into the new table never fire them. A process killed at
 any step leaves the source either with its complete set, or with guards that make every write fail loudly until
 `settle_triggers` (resume, the next attempt's roll-back, abort, cleanup) puts exactly one complete set back on the
-table under the original's name. The argument, step by step: cutover/README.md ("Triggers move at the swap").
+table under the original's name. The argument, step by step: docs/cutover.md ("Triggers move at the swap").
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Sessions that hold, or would hold up, the metadata lock of a table: looked for before the tool asks for it.
 
 A lock request that queues behind a long transaction blocks every later statement on the table,
-although the tool "only waits" (cutover/README.md, "Look before locking"). So the tool asks the
+although the tool "only waits" (docs/cutover.md, "Look before locking"). So the tool asks the
 server who holds the table first, and asks for the lock only when nobody has held it for long.
 
 Where it looks, best first:

@@ -1,6 +1,6 @@
 """The fence and the drains to it: every change committed before a fence is re-copied once the fence is read back
-from the change topic (cutover/README.md, "The fence"). The catch-up drains without the lock, so that only the last
-moment's changes are left for the window."""
+from the change topic (docs/cutover.md, "The swap", step 3). The catch-up drains without the lock, so that only
+the last moment's changes are left for the window."""
 from __future__ import annotations
 
 import logging

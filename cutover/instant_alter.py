@@ -1,5 +1,5 @@
 """The server's own instant change, tried on the table itself: one try queues in front of the application's
-statements at most --lock-wait-timeout, and only when nobody holds the table (cutover/README.md, "Look before
+statements at most --lock-wait-timeout, and only when nobody holds the table (docs/cutover.md, "Look before
 locking"); and the dry run's try on an empty copy of the table.
 
 Why the try needs the cutover's discipline: an ALTER … ALGORITHM=INSTANT first checks that it can be done (and is

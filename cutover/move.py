@@ -3,7 +3,7 @@
 The source table is locked (writes wait, none fails), the last changes are drained into the target in the
 lock session, the drained rows are compared on both servers, the lease is proven, and the source table is
 renamed away to its old-table name, queued ahead of the waiting writes exactly as the same-server swap's
-RENAME (cutover/README.md): once the lock goes, every waiting and later write to the old name fails loudly
+RENAME (docs/cutover.md): once the lock goes, every waiting and later write to the old name fails loudly
 (table does not exist) instead of landing in a table nobody reads. The moment is recorded; the application
 then switches to the target (docs/move.md lists the patterns).
 

@@ -20,7 +20,7 @@ class CutoverAborted(Exception):
 
 
 class CoordinatorReplaced(Exception):
-    """Another process took the migration over: this one must not rename (cutover/README.md, "One coordinator")."""
+    """Another process took the migration over: this one must not rename (docs/cutover.md, "One coordinator")."""
 
     user_facing = True
 

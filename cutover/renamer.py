@@ -1,4 +1,4 @@
-"""The RENAME's own session, and the order its metadata locks are taken in (cutover/README.md, "The swap")."""
+"""The RENAME's own session, and the order its metadata locks are taken in (docs/cutover.md, "The swap")."""
 from __future__ import annotations
 
 import threading

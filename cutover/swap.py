@@ -1,6 +1,6 @@
 """The cutover: lock, fence, drain the last changes in the lock session, rename, unlock — inside a window.
 
-Why this is safe, and what it relies on, is written in cutover/README.md ("The swap"). In short:
+Why this is safe, and what it relies on, is written in docs/cutover.md ("The swap"). In short:
 MariaDB refuses RENAME under LOCK TABLES, so a second session's RENAME waits on the lock session's
 metadata locks while the last changes are drained; the lock session then drops the sentry that holds
 the old-table name and unlocks, and the RENAME, queued on the original table ahead of every waiting
@@ -165,7 +165,7 @@ class Cutover:
         snapshots are taken while writes wait, then the lock is released. Returns the milliseconds
         writes were blocked; raises CutoverAborted when the lock or the drain does not fit the window.
         The drain starts at the applier group's committed offsets; appliers may run when the new table is on
-        this server (the lock holds them off both tables: cutover/README.md, "The validation snapshot"). A
+        this server (the lock holds them off both tables: docs/cutover.md, "The validation snapshot"). A
         new table on another server has its snapshots (each pair's second session) taken under the same
         lock, after the drain: the appliers must be stopped there, so that nothing else writes it.
         """

@@ -1,5 +1,5 @@
 """Validation ahead: each copied chunk is compared while the copy and the appliers go on, so that validation at
-the end compares, in those chunks, only the keys written since and the keys that differed (cutover/README.md,
+the end compares, in those chunks, only the keys written since and the keys that differed (docs/cutover.md,
 "Validation ahead").
 
 A check reads and never writes: it reads the applier group's committed offsets (`offsets`), then compares the

@@ -52,7 +52,7 @@ class BackgroundWorkers:
     def validates_ahead(self, ctx: RunContext) -> bool:
         """Whether copied chunks are checked during the copy and those checks used: asked for, and the new table
         on this server (on another, the copy re-reads rows without locking them, so a row it writes is not
-        proved to be the source's: cutover/README.md, "Validation ahead")."""
+        proved to be the source's: docs/cutover.md, "Validation ahead")."""
         return self.shared.spec.validate_ahead and not ctx.pair.remote
 
     def start_checker(self, ctx: RunContext) -> None:

@@ -74,7 +74,7 @@ class CutoverLoop:
         application what a missed cutover attempt costs it. Holders of the table are waited for as the cutover
         waits for them, before and whenever they stop a try.
 
-        The appliers go on applying through it when the new table is on this server (cutover/README.md, "The
+        The appliers go on applying through it when the new table is on this server (docs/cutover.md, "The
         validation snapshot"): the lock holds them off both tables while the snapshots are opened. A new table
         on another server is outside the lock, so there they are stopped."""
         stop_appliers = ctx.pair.remote

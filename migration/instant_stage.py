@@ -3,7 +3,7 @@ before anything else is made (no connector, topic or helper table). The ALTER is
 ALGORITHM=INSTANT (core/instant.py); the server refuses at once when it cannot, and then the copy runs as it always
 has; when it can, that statement is the change, and the migration is done, recorded with the path it took.
 
-The try follows the cutover's metadata-lock discipline (cutover/README.md, "Look before locking"): the sessions
+The try follows the cutover's metadata-lock discipline (docs/cutover.md, "Look before locking"): the sessions
 holding the table are waited for first, requesting nothing (killed only with --force-kill-blockers-after, as the
 cutover kills them); each try queues in front of the application at most --lock-wait-timeout
 (cutover/instant_alter.py); --lock-tries tries make an attempt, --cutover-attempts attempts are made, with the

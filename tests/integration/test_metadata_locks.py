@@ -1,6 +1,6 @@
 """A session holding the table's metadata lock neither stalls the application behind the tool's locks nor loses writes.
 
-The hazard (cutover/README.md, "Look before locking"): a lock request queued behind a long
+The hazard (docs/cutover.md, "Look before locking"): a lock request queued behind a long
 transaction blocks every later statement on the table. These tests hold the table with an open
 transaction, as an application or a forgotten console would, while unthrottled writers run, and
 check that the tool looks before it locks, queues only briefly when it does lock, waits (or, when

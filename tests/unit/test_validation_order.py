@@ -1,4 +1,4 @@
-"""Validation ahead's keys are scanned after validation's snapshot is taken (cutover/README.md, "Validation
+"""Validation ahead's keys are scanned after validation's snapshot is taken (docs/cutover.md, "Validation
 ahead"): a change made between an earlier scan and the snapshot would be in the snapshot but in no compared key,
 so a wrong write of it by an applier would go unseen. Pure logic: the order of the cutover loop's calls."""
 from __future__ import annotations
