@@ -178,15 +178,16 @@ def _write_upserting(conn: pymysql.connections.Connection, pair: TablePair, keys
     """_write's statements where the primary key is the new table's only unique key, unchanged by the ALTER
     (TablePair.upsert): the rows of the keys the locking read found are written in place, one INSERT … SELECT … ON
     DUPLICATE KEY UPDATE assigning every copied column, the key's own included (a key changed only in case ends with
-    the source's bytes); a row already equal is compared, not written. Only the keys without a source row are deleted,
-    matched by the server (NOT EXISTS): when every key found a row (each key matches at most one), no DELETE runs.
-    Returns the rows deleted. A duplicate can only be the same key, so nothing is merged that the ALTER would refuse."""
+    the source's bytes); a row already equal is compared, not written. Only the new table's rows of keys the locking
+    read did not find are deleted, matched by the server against the rows it found (the statement reads the new table
+    alone: a DELETE reading the source would take share locks there and wait for an application's row while holding
+    the found ones). When every key found a row (each key matches at most one), no DELETE runs. Returns the rows
+    deleted. A duplicate can only be the same key, so nothing is merged that the ALTER would refuse."""
     pk, deleted = pair.pk, 0
     if len(present) < len(keys):
-        same_key = " AND ".join(f"{pair.source_name}.{c.ident} = {pair.target_name}.{c.ident}" for c in pk.columns)
-        deleted = query_count(conn, f"DELETE FROM {pair.target_name} WHERE {pk.in_list(len(keys))} "
-                                    f"AND NOT EXISTS (SELECT 1 FROM {pair.source_name} WHERE {same_key})",
-                              pk.flat(keys))
+        found = f" AND NOT ({pk.in_list(len(present))})" if present else ""
+        deleted = query_count(conn, f"DELETE FROM {pair.target_name} WHERE {pk.in_list(len(keys))}{found}",
+                              pk.flat(keys) + pk.flat(present))
     if present:
         assign = ", ".join(f"{quote_ident(t)} = {pair.source_name}.{quote_ident(s)}"
                            for t, s in zip(pair.target_columns, pair.source_columns))

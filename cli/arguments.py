@@ -151,8 +151,8 @@ def _add_throttle_options(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULTS.max_replica_lag})")
     parser.add_argument("--max-redo-fill", type=option_type("max-redo-fill"),
                         help="percent of the redo log's checkpoint limit at which copy, apply and validation hold "
-                             "back, before the server stalls every write to flush (default "
-                             f"{DEFAULTS.max_redo_fill}; 0 turns it off)")
+                             "back, before the server stalls every write to flush (default 0: off; see "
+                             "docs/throttling.md before choosing one)")
 
 
 def _add_lock_options(parser: argparse.ArgumentParser) -> None:

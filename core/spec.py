@@ -106,7 +106,7 @@ class MigrationSpec:
     rds_instance: str = ""           # the DB instance whose CloudWatch metrics --cloudwatch-max-load reads
     throttle_replicas: str = ""      # e.g. "replica-1:3306,replica-2": hold back while one lags max_replica_lag s
     max_replica_lag: int = 5         # seconds (Seconds_Behind_Master) at which a replica holds the work back
-    max_redo_fill: int = 75          # percent of the redo log's checkpoint limit at which the work holds back (0: off)
+    max_redo_fill: int = 0           # percent of the redo log's checkpoint limit at which the work holds back (0: off)
     lock_wait_s: float = 0.5         # longest one lock request may queue in front of application statements
     lock_tries: int = 5              # lock requests per cutover attempt (and validation snapshot)
     force_kill_blockers_after_s: float | None = None   # kill sessions holding the table up this long (opt-in)

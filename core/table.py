@@ -1,6 +1,7 @@
 """What a copy needs to know about the source and new tables: columns, primary key, unique keys."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pymysql
@@ -14,6 +15,8 @@ _IN_NUMBER_CONTEXT = {"bit", "enum", "set", "date", "time", "datetime", "timesta
 _TEMPORAL = {"time", "datetime", "timestamp"}
 _RENDERED = {"time", "datetime", "timestamp", "float", "double"}   # text as the server renders it
 
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 @dataclass(frozen=True)
 class TablePair:
@@ -98,34 +101,58 @@ def load_pair(conn: pymysql.connections.Connection, database: str, source: str, 
         if new is None and column.lower() in dropped:
             continue
         fills[(new or column).lower()] = column
-    rows = query(target_conn or conn, "SELECT COLUMN_NAME, EXTRA FROM information_schema.COLUMNS "
+    rows = query(target_conn or conn, "SELECT COLUMN_NAME, EXTRA, COLUMN_DEFAULT FROM information_schema.COLUMNS "
                                       "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION",
                  (target_database or database, target))
-    mapped = [(name, fills[name.lower()]) for name, extra in rows
+    mapped = [(name, fills[name.lower()]) for name, extra, _ in rows
               if not is_generated(extra) and name.lower() in fills]
+    # a column the source does not fill takes its DEFAULT: one that is an expression (`(v * 2)`, `uuid()`) is worked
+    # out again by each re-copy that inserts the row, and kept by one that writes it in place
+    computed_default = any(not is_generated(extra) and name.lower() not in fills and not literal_default(default, extra)
+                           for name, extra, default in rows)
     reads: tuple[str, ...] = ()
     if target_conn is not None:
         source_types = data_types(conn, database, source)
         target_types = data_types(target_conn, target_database or database, target)
         reads = tuple(remote_read(s, source_types[s.lower()], target_types[t.lower()]) for t, s in mapped)
     pk = primary_key(conn, database, source)
-    upsert = target_conn is None and key_only_unique(conn, pk, target_database or database, target)
+    upsert = (target_conn is None and not computed_default
+              and key_only_unique(conn, database, source, pk, target_database or database, target))
     return TablePair(database, source, target, pk, tuple(t for t, _ in mapped), tuple(s for _, s in mapped),
                      target_database, target_conn is not None, where, reads, upsert)
 
 
-def key_only_unique(conn: pymysql.connections.Connection, source_key: PrimaryKey, database: str, table: str) -> bool:
-    """Whether the new table's only unique key is its primary key, on the source key's columns with their types and
-    collations. Then a row the new table already holds under a key can only be that key's own row, and a re-copy
-    may write it in place: under another unique key, or a key the ALTER changed (a collation that folds two source
-    keys into one), writing in place could merge rows the ALTER would refuse, so those re-copies delete and
-    insert, which meets the refusal (applier/conflicts.py)."""
+def literal_default(default: str | None, extra: str) -> bool:
+    """Whether information_schema.COLUMNS.COLUMN_DEFAULT is a constant: none, NULL, a quoted string or a number
+    (MariaDB quotes string literals; MySQL marks an expression DEFAULT_GENERATED and leaves strings unquoted, which
+    count here as expressions: the safe side)."""
+    if "DEFAULT_GENERATED" in (extra or "").upper():
+        return False
+    return default is None or default == "NULL" or default.startswith("'") or bool(_NUMBER.fullmatch(default))
+
+
+def key_only_unique(conn: pymysql.connections.Connection, source_database: str, source: str, source_key: PrimaryKey,
+                    database: str, table: str) -> bool:
+    """Whether the new table's only unique key is its primary key, on the source key's columns with their types,
+    collations and prefix lengths. Then a row the new table already holds under a key can only be that key's own
+    row, and a re-copy may write it in place: under another unique key, or a key the ALTER changed (a collation that
+    folds two source keys into one, a key narrowed to a prefix), writing in place could merge rows the ALTER would
+    refuse, so those re-copies delete and insert, which meets the refusal (applier/conflicts.py)."""
     unique = {r[0] for r in query(conn, "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE "
                                         "TABLE_SCHEMA=%s AND TABLE_NAME=%s AND NON_UNIQUE=0", (database, table))}
     if unique != {"PRIMARY"} or not source_key.columns:
         return False
     shape = [(c.name.lower(), c.column_type, c.collation) for c in source_key.columns]
-    return [(c.name.lower(), c.column_type, c.collation) for c in primary_key(conn, database, table).columns] == shape
+    if [(c.name.lower(), c.column_type, c.collation) for c in primary_key(conn, database, table).columns] != shape:
+        return False
+    return _key_prefixes(conn, database, table) == _key_prefixes(conn, source_database, source)
+
+
+def _key_prefixes(conn: pymysql.connections.Connection, database: str, table: str) -> list[int | None]:
+    """The primary key's prefix lengths (STATISTICS.SUB_PART, None for a whole column), in key order."""
+    return [None if r[0] is None else int(r[0]) for r in query(
+        conn, "SELECT SUB_PART FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
+              "AND INDEX_NAME='PRIMARY' ORDER BY SEQ_IN_INDEX", (database, table))]
 
 
 def data_types(conn: pymysql.connections.Connection, database: str, table: str) -> dict[str, str]:

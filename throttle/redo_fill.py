@@ -1,4 +1,5 @@
-"""--max-redo-fill: the work holds back while the server's redo log fills towards its checkpoint limit.
+"""--max-redo-fill: the work holds back while the server's redo log fills towards its checkpoint limit (opt-in: a
+lazily flushing server sits high under an ordinary load, docs/throttling.md).
 
 Near that limit InnoDB must flush pages before any write may go on: every statement of the server waits, the
 application's with the tool's. A copy writes every row through the redo log, so it backs off first, before the
