@@ -59,15 +59,16 @@ def test_the_lookup_waits_for_a_writer_whose_row_is_not_yet_visible(endpoints, c
     query(app, f"INSERT INTO {DB}.t VALUES ('0000-00-00', 3)")                 # written, not yet committed
     result: dict[str, set] = {}
     looker = db_conn(endpoints)
+    query(looker, "SET SESSION innodb_lock_wait_timeout = 300")   # waits for as long as a busy machine takes to see it
 
     def look() -> None:
         result["found"] = with_zero_date_rows(looker, pair, {(EPOCH, 3)})
     lookup = threading.Thread(target=look, daemon=True)
     lookup.start()
-    try:
+    try:   # the looker's own transaction, by its session: not by its statement's text, which the view may not show yet
         wait_for(lambda: scalar(conn, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = "
-                                      "'LOCK WAIT' AND trx_query LIKE %s", (f"%{DB}%",)),
-                 30, "the lookup waiting for the writer")
+                                      "'LOCK WAIT' AND trx_mysql_thread_id = %s", (looker.thread_id(),)),
+                 60, "the lookup waiting for the writer")
         assert lookup.is_alive()
         app.commit()
         lookup.join(30)
