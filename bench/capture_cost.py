@@ -37,7 +37,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pymysql
 from bench import cpu
 from bench.config import ALTER, row_count
 from bench.load import SysbenchLoad
@@ -47,11 +46,12 @@ from bench.sysbench import BenchError
 from bench.table import BenchTable
 from bench.tools import ToolRun, compile_measured_code, pt_osc_triggers_left, stream_osc_abort, stream_osc_command
 from bench.topology import TOPOLOGIES, place
-from core.db import connect, query
+from core.db import connect
 from core.endpoints import Endpoints
 from core.stages import Status
 from stack import services
 from stack.config import StackConfig
+from throttle.load import read_status
 
 PHASES = ("alone", "in sync", "capture only", "pt-osc triggers", "alone again")
 ROW_CHANGES_PER_TX = 4   # oltp_write_only: an index update, a non-index update, a delete and an insert
@@ -70,20 +70,14 @@ class Phase:
     per_change: dict[str, float | None]   # the database's CPU ms, row writes and binlog bytes per row changed
 
 
-def server_counters(conn: pymysql.connections.Connection) -> dict[str, int]:
-    """SERVER_COUNTERS now (a counter the server lacks is absent)."""
-    marks = ", ".join(["%s"] * len(SERVER_COUNTERS))
-    return {name: int(value) for name, value in query(
-        conn, f"SHOW GLOBAL STATUS WHERE Variable_name IN ({marks})", SERVER_COUNTERS)}
-
-
 def cost_per_change(before: dict[str, int], after: dict[str, int], database_cpu_s: float | None,
                     rows_changed: float) -> dict[str, float | None]:
     """What the server paid per row the load changed, from its counters' growth and its process's CPU."""
     if rows_changed <= 0:
         return {"db_cpu_ms": None, "row_writes": None, "binlog_bytes": None}
-    writes = sum(after[n] - before[n] for n in SERVER_COUNTERS[:3] if n in before and n in after)
-    binlog = SERVER_COUNTERS[3]
+    names = [n.lower() for n in SERVER_COUNTERS]   # as throttle/load.py: read_status keys them
+    writes = sum(after[n] - before[n] for n in names[:3] if n in before and n in after)
+    binlog = names[3]
     return {"db_cpu_ms": None if database_cpu_s is None else 1000 * database_cpu_s / rows_changed,
             "row_writes": writes / rows_changed,
             "binlog_bytes": (after[binlog] - before[binlog]) / rows_changed if binlog in before and binlog in after
@@ -109,10 +103,10 @@ def measure(name: str, run: ToolRun, rate: int, threads: int, seconds: float, to
     conn = connect(run.endpoints.mysql)
     try:
         time.sleep(WARMUP_S)
-        start, before, counted = load.now(), cpu.snapshot(), server_counters(conn)
+        start, before, counted = load.now(), cpu.snapshot(), read_status(conn, list(SERVER_COUNTERS))
         tool_before = cpu.process_cpu_seconds(tool_pid) if tool_pid else 0.0
         time.sleep(seconds)
-        end, after, counted_after = load.now(), cpu.snapshot(), server_counters(conn)
+        end, after, counted_after = load.now(), cpu.snapshot(), read_status(conn, list(SERVER_COUNTERS))
         tool_after = cpu.process_cpu_seconds(tool_pid) if tool_pid else 0.0
     finally:
         conn.close()

@@ -37,14 +37,14 @@ def test_the_tables_figures_are_medians_over_repetitions_and_a_role_never_seen_i
 
 
 def test_the_database_pays_per_row_the_load_changed():
-    before = {"Handler_write": 100, "Handler_update": 50, "Handler_delete": 10,
-              "Binlog_bytes_written": 1_000}
-    after = {"Handler_write": 300, "Handler_update": 250, "Handler_delete": 110,
-             "Binlog_bytes_written": 41_000}
+    before = {"handler_write": 100, "handler_update": 50, "handler_delete": 10,
+              "binlog_bytes_written": 1_000}
+    after = {"handler_write": 300, "handler_update": 250, "handler_delete": 110,
+             "binlog_bytes_written": 41_000}
     assert cost_per_change(before, after, 2.0, 200) == {"db_cpu_ms": 10.0, "row_writes": 2.5, "binlog_bytes": 200.0}
 
 
 def test_a_server_without_a_binlog_counter_and_a_phase_without_changes_are_unknown_not_zero():
-    counters = {"Handler_write": 1, "Handler_update": 1, "Handler_delete": 1}
+    counters = {"handler_write": 1, "handler_update": 1, "handler_delete": 1}
     assert cost_per_change(counters, counters, None, 10)["binlog_bytes"] is None
     assert cost_per_change(counters, counters, 1.0, 0) == NO_COST
